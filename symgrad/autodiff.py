@@ -1,0 +1,88 @@
+"""Reverse mode: walk the DAG backwards, accumulate cotangents, emit derivative IR.
+
+Cotangents are IR nodes; ``None`` is a structural zero, so terms through ``stop_gradient``,
+comparisons, ``sign`` and integer data never appear in the generated code. The gradient is
+that of the sum of all outputs (TensorFlow's ``tf.gradients`` convention): every float output
+is seeded with ones of its shape. Broadcasting is undone in one place (``unbroadcast``).
+"""
+from __future__ import annotations
+
+from .ir import OPS, Graph, Node, is_float, toposort
+from .ops import add, cast, full, unbroadcast, zeros_like
+
+
+def active_nodes(order: list[Node], wrt: set[Node]) -> set[Node]:
+    """Nodes whose value depends differentiably on a ``wrt`` node."""
+    active: set[Node] = set()
+    for node in order:
+        if node in wrt or (OPS[node.op].vjp is not None and is_float(node.dtype)
+                           and any(i in active for i in node.inputs)):
+            active.add(node)
+    return active
+
+
+def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node]]:
+    """Cotangents of ``sum(outputs)`` for each ``wrt`` node, and the node each derivative term
+    came from (for the generated code's ``# grad of line ...`` comments)."""
+    order = toposort(graph.outputs)
+    active = active_nodes(order, set(wrt))
+    cotangent: dict[Node, Node] = {}
+    origin: dict[Node, Node] = {}
+
+    def accumulate(node: Node, g: Node, source: Node):
+        g = cast(unbroadcast(g, node.shape), node.dtype)
+        _record_origin(g, source, origin, graph)
+        cotangent[node] = g if node not in cotangent else add(cotangent[node], g)
+        origin.setdefault(cotangent[node], source)
+
+    for out in graph.outputs:
+        if out in active:
+            accumulate(out, full(out.shape, 1, out.dtype), out)
+    for node in reversed(order):
+        g = cotangent.get(node)
+        if g is None or node.op == "arg":
+            continue
+        name = graph.names.get(node)
+        if name and g not in graph.names and g.op not in ("const", "full", "arg"):
+            graph.names[g] = f"b_{name}"
+        grads = OPS[node.op].vjp(g, node)
+        for inp, gi in zip(node.inputs, grads):
+            if gi is not None and inp in active:
+                accumulate(inp, gi, node)
+    return [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt], origin
+
+
+def _record_origin(g: Node, source: Node, origin: dict, graph: Graph):
+    """Mark the new derivative nodes under ``g`` as coming from forward node ``source``."""
+    stack = [g]
+    while stack:
+        n = stack.pop()
+        if n in origin or n in graph.locs or n.op in ("arg", "const"):
+            continue
+        origin[n] = source
+        stack.extend(n.inputs)
+
+
+def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Graph:
+    """The graph of the gradient of ``graph`` with respect to parameter indices ``wrt``;
+    ``single`` returns one gradient rather than a tuple; ``with_value`` prepends the value."""
+    nodes = []
+    for i in wrt:
+        x = graph.inputs[i]
+        if x is None or not is_float(x.dtype):
+            kind = "static (int/bool)" if x is None else f"{x.dtype} data"
+            raise TypeError(f"cannot differentiate with respect to argument "
+                            f"'{graph.params[i]}': it is {kind}, not a float")
+        nodes.append(x)
+    prefix = "value_and_grad_" if with_value else "grad_"
+    result = graph.derive(prefix + graph.name, graph.outputs, graph.out_tree)
+    grads, origin = backward(result, nodes)
+    for i, g in zip(wrt, grads):
+        if g.op not in ("arg", "const", "full"):
+            result.names[g] = f"b_{graph.params[i]}"
+    result.grad_origin.update((n, s) for n, s in origin.items() if n not in result.grad_origin)
+    k = len(graph.outputs) if with_value else 0
+    grad_tree = k if single else tuple(range(k, k + len(grads)))
+    result.outputs = (tuple(graph.outputs) if with_value else ()) + tuple(grads)
+    result.out_tree = (graph.out_tree, grad_tree) if with_value else grad_tree
+    return result

@@ -1,0 +1,168 @@
+"""The Python back end: IR -> readable, runnable NumPy source.
+
+The code is what a person would write: the user's variable names survive, adjoints are
+``b_<name>``, temporaries (``t1``, ``t2``, ...) exist only for values used more than once,
+parentheses are minimal, and each block carries a comment citing the user's line it came from.
+Output is deterministic (nodes are visited in topological order, names come from one Namer).
+"""
+from __future__ import annotations
+
+import keyword
+
+import numpy as np
+
+from . import spelling as sp
+from .ir import OPS, Graph, Node, use_counts, toposort
+from .ops import _index_text
+
+# Ops whose result is a fresh array the generated code may update in place.
+_FRESH_KINDS = ("elementwise", "reduction", "linalg")
+_FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
+
+
+class Namer:
+    """Hands out unique names: the user's where possible, ``t1, t2, ...`` for temporaries."""
+
+    def __init__(self, reserved):
+        self.used = set(reserved) | set(keyword.kwlist) | {"np"}
+        self.temps = 0
+
+    def name(self, hint: str | None) -> str:
+        if hint is None:
+            while True:
+                self.temps += 1
+                if f"t{self.temps}" not in self.used:
+                    hint = f"t{self.temps}"
+                    break
+        name, k = hint, 0
+        while name in self.used:
+            k += 1
+            name = f"{hint}_{k}"
+        self.used.add(name)
+        return name
+
+
+class _Emitter:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.params = [p for p in graph.params]
+        self.namer = Namer(self.params)
+        self.expr: dict[Node, tuple[str, int]] = {}
+        self.var: dict[Node, str] = {}
+        self.lines: list[str] = []
+        self.namespace: dict = {"np": np}
+        self.last_comment = None
+        self.arg_shapes = {x.shape: (graph.params[i], x.dtype) for i, x in
+                           enumerate(graph.inputs) if x is not None and x.ndim}
+
+    # -- spelling helpers --------------------------------------------------------------------
+    def shape_text(self, shape) -> str:
+        for s, (name, _) in self.arg_shapes.items():
+            if s == shape:
+                return f"{name}.shape"
+        return sp.shape_text(shape)
+
+    def spell_full(self, n: Node) -> tuple[str, int]:
+        value, dtype, shape = n.attrs
+        like = self.arg_shapes.get(shape)
+        word = {0: "zeros", 1: "ones"}.get(value) if not isinstance(value, bool) else None
+        if like and like[1] == dtype:
+            if word:
+                return f"np.{word}_like({like[0]})", sp.ATOM
+            return f"np.full_like({like[0]}, {sp.number(value)[0]})", sp.ATOM
+        tail = "" if dtype == "float64" else f", dtype={sp.dtype_name(dtype)}"
+        if word:
+            return f"np.{word}({self.shape_text(shape)}{tail})", sp.ATOM
+        return f"np.full({self.shape_text(shape)}, {sp.number(value)[0]}{tail})", sp.ATOM
+
+    def comment_for(self, n: Node) -> str | None:
+        loc = self.graph.locs.get(n)
+        if loc is not None:
+            return f"# line {loc.lineno}: {loc.text}"
+        origin = self.graph.grad_origin.get(n)
+        loc = self.graph.locs.get(origin) if origin is not None else None
+        return f"# grad of line {loc.lineno}: {loc.text}" if loc is not None else None
+
+    def statement(self, n: Node, text: str, name: str | None = None) -> str:
+        comment = self.comment_for(n)
+        if comment is not None and comment != self.last_comment:
+            self.lines.append(comment)
+            self.last_comment = comment
+        var = name or self.namer.name(self.graph.names.get(n))
+        self.lines.append(f"{var} = {text}")
+        self.var[n] = var
+        self.expr[n] = (var, sp.ATOM)
+        return var
+
+    # -- the walk ----------------------------------------------------------------------------
+    def run(self) -> tuple[str, dict]:
+        g = self.graph
+        counts = use_counts(g.outputs)
+        outputs = set(g.outputs)
+        for n in toposort(g.outputs):
+            op = n.op
+            if op == "arg":
+                self.expr[n] = (n.attrs[1], sp.ATOM)
+                continue
+            if op == "array":
+                name = self.namer.name(g.names.get(n, "c"))
+                self.namespace[name] = n.attrs[0].value
+                self.expr[n] = (name, sp.ATOM)
+                continue
+            if op in ("setitem", "index_add"):
+                self.update_statement(n, counts)
+                continue
+            args = [self.expr[i] for i in n.inputs]
+            text = self.spell_full(n) if op == "full" else OPS[op].python(args, n)
+            if op in ("const", "stop_gradient"):
+                self.expr[n] = text
+                continue
+            named = n in g.names and op != "full"
+            if counts[n] > 1 or named or (n in outputs and n in g.names):
+                self.statement(n, text[0])
+            else:
+                self.expr[n] = text
+        ret = self.render_tree(g.out_tree, top=True)
+        body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
+        source = f"def {g.name}({', '.join(self.params)}):\n{body}\n"
+        return source, self.namespace
+
+    def update_statement(self, n: Node, counts):
+        """``y[i] = v`` / ``y[i] += v`` on a private copy (never on an argument's array)."""
+        base, value = n.inputs
+        hint = self.graph.names.get(n)
+        reusable = (base in self.var and counts[base] == 1 and base.ndim > 0 and
+                    (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS) and
+                    base.op != "stop_gradient")
+        if reusable:
+            var = self.var[base]
+        elif base.op == "full" and base.ndim > 0:
+            var = self.statement(n, self.spell_full(base)[0], self.namer.name(hint))
+        else:
+            var = self.statement(n, f"np.array({self.expr[base][0]})", self.namer.name(hint))
+        index = _index_text(n.attrs[0], base.ndim)
+        symbol = "+=" if n.op == "index_add" else "="
+        self.lines.append(f"{var}[{index}] {symbol} {self.expr[value][0]}")
+        self.var[n] = var
+        self.expr[n] = (var, sp.ATOM)
+
+    def render_tree(self, tree, top=False) -> str:
+        if isinstance(tree, int):
+            return self.expr[self.graph.outputs[tree]][0]
+        items = [self.render_tree(t) for t in tree]
+        if top and items:
+            return ", ".join(items)
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def emit(graph: Graph) -> tuple[str, dict]:
+    """Source text of ``graph`` as a Python function, and the namespace it needs."""
+    return _Emitter(graph).run()
+
+
+def compile_python(graph: Graph):
+    """Execute the generated source: the ``target="python"`` back end runs exactly this."""
+    source, namespace = emit(graph)
+    code = compile(source, f"<symgrad {graph.name}>", "exec")
+    exec(code, namespace)
+    return namespace[graph.name], source

@@ -1,0 +1,225 @@
+"""The expression IR: immutable, hash-consed nodes and the graphs built from them.
+
+A :class:`Node` is ``(op, inputs, dtype, shape, attrs)``. Nodes are created only through
+:func:`make`, which runs the op's shape/dtype rule and interns the result, so an identical
+node exists once: common subexpressions are shared by construction, equality is identity and
+"nothing changed" is ``new is old``. Shapes are concrete tuples of ints (a trace is specialised
+on shapes; the LLVM back end makes the sizes run-time parameters again).
+
+Source locations and user variable names are *not* part of a node (that would defeat sharing);
+they live in side tables on :class:`Graph`.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+FLOAT_DTYPES = ("float32", "float64")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a node came from in the user's source."""
+    filename: str
+    lineno: int
+    col: int
+    text: str  # the stripped source line
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One row of the op table (see ``symgrad.ops``).
+
+    infer:  (inputs, attrs) -> (dtype, shape); raises TypeError/ValueError on bad operands.
+    numpy:  (*input_values, attrs) -> value; the reference semantics.
+    vjp:    (g, node) -> tuple of cotangents, one per input, ``None`` for a structural zero;
+            ``None`` for the whole entry means the op is not differentiable (all zeros).
+    python: (input_sources, node) -> (source, precedence); the Python/NumPy spelling.
+    kind:   'leaf', 'elementwise', 'reduction', 'shape', 'linalg' (used by back ends).
+    """
+    name: str
+    kind: str
+    infer: Callable
+    numpy: Callable
+    python: Callable
+    vjp: Callable | None = None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    assert opdef.name not in OPS, opdef.name
+    OPS[opdef.name] = opdef
+    return opdef
+
+
+class ArrayConst:
+    """A hashable wrapper for an array constant (closure arrays, literal lists)."""
+    __slots__ = ("value", "_key")
+
+    def __init__(self, value: np.ndarray):
+        value = np.array(value)  # private copy: later mutation of the user's array cannot leak in
+        value.setflags(write=False)
+        self.value = value
+        self._key = (value.dtype.str, value.shape, value.tobytes())
+
+    def __eq__(self, other):
+        return isinstance(other, ArrayConst) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        return f"array{self.value.shape}"
+
+
+def _attr_key(attrs: tuple) -> tuple:
+    # Floats compare 0.0 == -0.0 and nan != nan; key them by repr so interning is exact.
+    return tuple((type(a), repr(a)) if isinstance(a, float) else a for a in attrs)
+
+
+class Node:
+    """An immutable IR node. Build with :func:`make`, never directly."""
+    __slots__ = ("op", "inputs", "dtype", "shape", "attrs", "__weakref__")
+
+    op: str
+    inputs: tuple
+    dtype: str
+    shape: tuple
+    attrs: tuple
+
+    def __setattr__(self, name, value):
+        raise AttributeError("IR nodes are immutable")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<{self.op} {self.dtype}{list(self.shape)}>"
+
+
+_interned: "weakref.WeakValueDictionary[tuple, Node]" = weakref.WeakValueDictionary()
+
+
+def make(op: str, inputs: Iterable[Node] = (), attrs: tuple = ()) -> Node:
+    """The one constructor: run the shape rule, then return the interned node."""
+    inputs = tuple(inputs)
+    key = (op, inputs, _attr_key(attrs))
+    node = _interned.get(key)
+    if node is not None:
+        return node
+    dtype, shape = OPS[op].infer(inputs, attrs)
+    node = object.__new__(Node)
+    for name, value in (("op", op), ("inputs", inputs), ("dtype", dtype),
+                        ("shape", tuple(shape)), ("attrs", attrs)):
+        object.__setattr__(node, name, value)
+    _interned[key] = node
+    return node
+
+
+def toposort(outputs: Iterable[Node]) -> list[Node]:
+    """Inputs before users, in a deterministic order (iterative DFS, input order)."""
+    order: list[Node] = []
+    done: set[Node] = set()
+    for root in outputs:
+        stack = [(root, 0)]
+        while stack:
+            node, i = stack.pop()
+            if node in done:
+                continue
+            if i < len(node.inputs):
+                stack.append((node, i + 1))
+                child = node.inputs[i]
+                if child not in done:
+                    stack.append((child, 0))
+            else:
+                done.add(node)
+                order.append(node)
+    return order
+
+
+def use_counts(outputs: Iterable[Node]) -> dict[Node, int]:
+    counts: dict[Node, int] = {}
+    outputs = list(outputs)
+    for node in toposort(outputs):
+        counts.setdefault(node, 0)
+        for child in node.inputs:
+            counts[child] = counts.get(child, 0) + 1
+    for out in outputs:
+        counts[out] += 1
+    return counts
+
+
+@dataclass
+class Graph:
+    """A traced program: argument nodes, output nodes and side tables.
+
+    ``params`` are the Python parameter names in order; ``inputs[i]`` is the ``arg`` node of
+    parameter i, or ``None`` for a static (int/bool) parameter. ``out_tree`` says how outputs
+    are returned: an int indexes ``outputs``, a tuple of trees is a Python tuple.
+    ``names``/``locs`` map nodes to the user's variable names and source locations;
+    ``grad_origin`` maps derivative nodes to the forward node whose rule produced them.
+    """
+    name: str
+    params: tuple
+    inputs: tuple
+    outputs: tuple
+    out_tree: Any = 0
+    names: dict = field(default_factory=dict)
+    locs: dict = field(default_factory=dict)
+    grad_origin: dict = field(default_factory=dict)
+    filename: str = "<symgrad>"
+
+    def nodes(self) -> list[Node]:
+        return toposort(self.outputs)
+
+    def derive(self, name: str, outputs, out_tree) -> "Graph":
+        """A new graph over the same arguments, sharing copies of the side tables."""
+        return Graph(name, self.params, self.inputs, tuple(outputs), out_tree, dict(self.names),
+                     dict(self.locs), dict(self.grad_origin), self.filename)
+
+    def listing(self) -> str:
+        """A readable, deterministic listing: one line per node, ``%k = op(...)``."""
+        order = self.nodes()
+        ids = {n: f"%{i}" for i, n in enumerate(order)}
+        lines = [f"graph {self.name}({', '.join(self.params)}):"]
+        for n in order:
+            args = ", ".join(ids[c] for c in n.inputs)
+            attrs = ", ".join(_fmt_attr(a) for a in n.attrs)
+            call = ", ".join(s for s in (args, attrs) if s)
+            comment = []
+            if n in self.names:
+                comment.append(self.names[n])
+            if n in self.locs:
+                comment.append(f"line {self.locs[n].lineno}")
+            note = f"    # {', '.join(comment)}" if comment else ""
+            shape = "x".join(map(str, n.shape)) if n.shape else "scalar"
+            lines.append(f"  {ids[n]:>5} = {n.op}({call}) : {n.dtype}[{shape}]{note}")
+        lines.append("  return " + ", ".join(ids[o] for o in self.outputs))
+        return "\n".join(lines)
+
+
+def _fmt_attr(a: Any) -> str:
+    if isinstance(a, slice):
+        return f"{'' if a.start is None else a.start}:{'' if a.stop is None else a.stop}" + (
+            "" if a.step is None else f":{a.step}")
+    return repr(a)

@@ -1,0 +1,799 @@
+"""The op table: every primitive's shape/dtype rule, NumPy reference, VJP and Python spelling.
+
+Each primitive is one ``register(OpDef(...))`` entry below. Derivative rules are written with
+the same builders users' code is traced into (``mul``, ``cos``, ...), so they return IR nodes,
+higher derivatives come for free, and ``None`` is a structural zero that autodiff skips.
+
+The builders at the bottom of each section are what the front end and the VJP rules call:
+they apply NumPy's dtype promotion (with Python scalars weakly typed, as NEP 50) by inserting
+explicit ``cast`` nodes, so every elementwise primitive sees operands of a single dtype.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import spelling as sp
+from .ir import OPS, ArrayConst, Node, OpDef, is_float, make, register
+
+# ----------------------------------------------------------------------------------------------
+# Shape/dtype rules
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError("operands could not be broadcast together with shapes "
+                         + " ".join(str(tuple(s)) for s in shapes)) from None
+
+
+def _same_dtype(inputs):
+    dtypes = {x.dtype for x in inputs}
+    if len(dtypes) != 1:
+        raise TypeError(f"internal: mixed operand dtypes {sorted(dtypes)} (missing cast)")
+    return dtypes.pop()
+
+
+def _elementwise(out_dtype=None, float_only=False):
+    def infer(inputs, attrs):
+        dtype = _same_dtype(inputs)
+        if float_only and not is_float(dtype):
+            raise TypeError(f"internal: float op applied to {dtype}")
+        return (out_dtype or dtype), broadcast_shapes(*(x.shape for x in inputs))
+    return infer
+
+
+def _where_infer(inputs, attrs):
+    cond, a, b = inputs
+    if cond.dtype != "bool":
+        raise TypeError("internal: where condition must be bool")
+    return _same_dtype((a, b)), broadcast_shapes(cond.shape, a.shape, b.shape)
+
+
+def _reduce_infer(inputs, attrs):
+    (x,) = inputs
+    axes, keepdims = attrs
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    return x.dtype, tuple(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Leaves
+
+
+register(OpDef("arg", "leaf",
+               infer=lambda inputs, attrs: (attrs[2], attrs[3]),   # (index, name, dtype, shape)
+               numpy=None,
+               python=lambda args, node: (node.attrs[1], sp.ATOM)))
+register(OpDef("const", "leaf",                                    # (value, dtype): a scalar
+               infer=lambda inputs, attrs: (attrs[1], ()),
+               numpy=lambda attrs: np.array(attrs[0], dtype=attrs[1])[()],
+               python=lambda args, node: sp.number(node.attrs[0])))
+register(OpDef("full", "leaf",                                     # (value, dtype, shape)
+               infer=lambda inputs, attrs: (attrs[1], attrs[2]),
+               numpy=lambda attrs: np.full(attrs[2], attrs[0], dtype=attrs[1]),
+               python=lambda args, node: (
+                   f"np.full({sp.shape_text(node.shape)}, {sp.number(node.attrs[0])[0]}, "
+                   f"dtype={sp.dtype_name(node.dtype)})", sp.ATOM)))
+register(OpDef("array", "leaf",                                    # (ArrayConst,)
+               infer=lambda inputs, attrs: (attrs[0].value.dtype.name, attrs[0].value.shape),
+               numpy=lambda attrs: attrs[0].value,
+               python=None))  # spelled by the emitter as a name bound in the namespace
+register(OpDef("arange", "leaf",                                   # (start, step, dtype, n)
+               infer=lambda inputs, attrs: (attrs[2], (attrs[3],)),
+               numpy=lambda attrs: (attrs[0] + attrs[1] * np.arange(attrs[3])).astype(attrs[2]),
+               python=lambda args, node: (
+                   f"np.arange({node.attrs[0]!r}, {node.attrs[0] + node.attrs[1] * node.attrs[3]!r}, "
+                   f"{node.attrs[1]!r}, dtype={sp.dtype_name(node.dtype)})", sp.ATOM)))
+
+
+def const(value, dtype: str) -> Node:
+    value = np.array(value, dtype=dtype)[()].item()
+    return make("const", (), (value, dtype))
+
+
+def full(shape, value, dtype: str) -> Node:
+    shape = tuple(int(d) for d in shape)
+    if shape == ():
+        return const(value, dtype)
+    return make("full", (), (np.array(value, dtype=dtype).item(), dtype, shape))
+
+
+def zeros_like(x: Node) -> Node:
+    return full(x.shape, 0, x.dtype)
+
+
+def array_const(value) -> Node:
+    value = np.asarray(value)
+    if value.dtype.name not in ("float32", "float64", "bool") and value.dtype.kind in "iu":
+        value = value.astype(value.dtype.name)
+    if value.ndim == 0:
+        return const(value.item(), value.dtype.name)
+    if value.dtype.name not in ("float32", "float64", "bool", "int8", "int16", "int32",
+                                "int64", "uint8", "uint16", "uint32", "uint64"):
+        raise TypeError(f"unsupported array dtype {value.dtype}")
+    return make("array", (), (ArrayConst(value),))
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Node:
+    if stop is None:
+        start, stop = 0, start
+    n = max(0, math.ceil((stop - start) / step))
+    if dtype is None:
+        dtype = "float64" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
+    return make("arange", (), (start, step, dtype, n))
+
+
+# ----------------------------------------------------------------------------------------------
+# Lifting Python values and dtype promotion (NumPy rules; Python scalars are weak)
+
+Operand = "Node | float | int | bool | np.ndarray"
+
+
+def lift(x, dtype: str | None = None) -> Node:
+    """Turn a NumPy array or scalar into a node; Python scalars take ``dtype``."""
+    if isinstance(x, Node):
+        return x
+    if isinstance(x, (np.ndarray, np.generic)):
+        return array_const(x)
+    if isinstance(x, bool):
+        return const(x, dtype or "bool")
+    if isinstance(x, numbers.Integral):
+        return const(int(x), dtype or "int64")
+    if isinstance(x, numbers.Real):
+        return const(float(x), dtype if dtype and is_float(dtype) else "float64")
+    raise TypeError(f"expected a number or an array, got {type(x).__name__}")
+
+
+def _weak_kind(x) -> int:
+    """0 bool, 1 int, 2 float for Python scalars."""
+    return 0 if isinstance(x, bool) else 1 if isinstance(x, numbers.Integral) else 2
+
+
+def result_dtype(*operands) -> str:
+    strong = [x.dtype if isinstance(x, Node) else np.asarray(x).dtype.name
+              for x in operands if isinstance(x, (Node, np.ndarray, np.generic))]
+    dtype = np.result_type(*strong).name if strong else None
+    weak = [_weak_kind(x) for x in operands if not isinstance(x, (Node, np.ndarray, np.generic))]
+    kind = max(weak, default=-1)
+    if dtype is None:
+        return ("bool", "int64", "float64")[kind]
+    if kind == 2 and not is_float(dtype):
+        return "float64"
+    if kind == 1 and dtype == "bool":
+        return "int64"
+    return dtype
+
+
+def cast(x: Node, dtype: str) -> Node:
+    x = lift(x, dtype)
+    return x if x.dtype == dtype else make("cast", (x,), (dtype,))
+
+
+def _promote(operands, float_only=False):
+    dtype = result_dtype(*operands)
+    if float_only and not is_float(dtype):
+        dtype = "float64"
+    return [cast(lift(x, dtype), dtype) for x in operands]
+
+
+def to_float(x) -> Node:
+    x = lift(x)
+    return x if is_float(x.dtype) else cast(x, "float64")
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise ops. One line each: name, NumPy function, VJP, spelling.
+
+def _u(name, fn, vjp, spell=None, float_only=True):
+    register(OpDef(name, "elementwise", infer=_elementwise(float_only=float_only),
+                   numpy=lambda x, attrs: fn(x), vjp=vjp,
+                   python=spell or sp.call(f"np.{name}")))
+
+    def build(x):
+        return make(name, (to_float(x) if float_only else lift(x),))
+    build.__name__ = name
+    return build
+
+
+def _neg_spell(args, node):
+    # -(a * b) is spelled -a * b: the sign flip commutes exactly with * / @ in IEEE arithmetic.
+    (text, prec), = args
+    if prec >= sp.MUL and node.inputs[0].op in ("mul", "div", "matmul"):
+        return f"-{text}", sp.MUL
+    return sp.prefix("-")(args, node)
+
+
+neg = _u("neg", np.negative, lambda g, n: (neg(g),), _neg_spell, float_only=False)
+exp = _u("exp", np.exp, lambda g, n: (g * n,))
+log = _u("log", np.log, lambda g, n: (g / n.inputs[0],))
+log1p = _u("log1p", np.log1p, lambda g, n: (g / (1 + n.inputs[0]),))
+expm1 = _u("expm1", np.expm1, lambda g, n: (g * (n + 1),))
+sqrt = _u("sqrt", np.sqrt, lambda g, n: (g / (2 * n),))
+sin = _u("sin", np.sin, lambda g, n: (g * cos(n.inputs[0]),))
+cos = _u("cos", np.cos, lambda g, n: (-g * sin(n.inputs[0]),))
+tan = _u("tan", np.tan, lambda g, n: (g * (1 + n * n),))
+arcsin = _u("arcsin", np.arcsin, lambda g, n: (g / sqrt(1 - n.inputs[0] * n.inputs[0]),))
+arccos = _u("arccos", np.arccos, lambda g, n: (-g / sqrt(1 - n.inputs[0] * n.inputs[0]),))
+arctan = _u("arctan", np.arctan, lambda g, n: (g / (1 + n.inputs[0] * n.inputs[0]),))
+sinh = _u("sinh", np.sinh, lambda g, n: (g * cosh(n.inputs[0]),))
+cosh = _u("cosh", np.cosh, lambda g, n: (g * sinh(n.inputs[0]),))
+tanh = _u("tanh", np.tanh, lambda g, n: (g * (1 - n * n),))
+abs_ = _u("abs", np.abs, lambda g, n: (g * sign(n.inputs[0]),), float_only=False)
+sign = _u("sign", np.sign, None, float_only=False)        # derivative 0 almost everywhere
+logical_not = _u("logical_not", np.logical_not, None, sp.call("np.logical_not"), float_only=False)
+
+
+def _cast_vjp(g, n):
+    x = n.inputs[0]
+    return (cast(g, x.dtype) if is_float(x.dtype) and is_float(n.dtype) else None,)
+
+
+register(OpDef("cast", "elementwise",
+               infer=lambda inputs, attrs: (attrs[0], inputs[0].shape),
+               numpy=lambda x, attrs: np.asarray(x).astype(attrs[0])[()],
+               vjp=_cast_vjp,
+               python=lambda args, node: (
+                   f"{sp.paren(args[0], args[0][1] < sp.ATOM)}.astype({sp.dtype_name(node.dtype)})"
+                   if node.inputs[0].ndim else f"{sp.dtype_name(node.dtype)}({args[0][0]})", sp.ATOM)))
+
+
+def stop_gradient(x):
+    x = lift(x)
+    return x if x.op in ("const", "full", "array", "arange") else make("stop_gradient", (x,))
+
+
+# Identity forward, structural zero backward (TensorFlow's semantics). Spelled as its input:
+# in generated code it is just the value.
+register(OpDef("stop_gradient", "elementwise", infer=_elementwise(),
+               numpy=lambda x, attrs: x, vjp=lambda g, n: (None,),
+               python=lambda args, node: args[0]))
+
+
+def _b(name, fn, vjp, spell, out_dtype=None, float_only=False):
+    register(OpDef(name, "elementwise", infer=_elementwise(out_dtype),
+                   numpy=lambda a, b, attrs: fn(a, b), vjp=vjp, python=spell))
+
+    def build(a, b):
+        return make(name, _promote((a, b), float_only))
+    build.__name__ = name
+    return build
+
+
+def _pow_vjp(g, n):
+    a, b = n.inputs
+    ga = g * b * (a ** (b - 1)) if b.op != "const" or b.attrs[0] != 0 else None
+    gb = None if b.op in ("const", "full", "array") else g * log(a) * n
+    return ga, gb
+
+
+def _atan2_vjp(g, n):
+    y, x = n.inputs
+    r2 = x * x + y * y
+    return g * x / r2, -g * y / r2
+
+
+add = _b("add", np.add, lambda g, n: (g, g), sp.infix("+", sp.ADD))
+sub = _b("sub", np.subtract, lambda g, n: (g, -g), sp.infix("-", sp.ADD))
+mul = _b("mul", np.multiply, lambda g, n: (g * n.inputs[1], g * n.inputs[0]), sp.infix("*", sp.MUL))
+div = _b("div", np.true_divide,
+         lambda g, n: (g / n.inputs[1], -g * n.inputs[0] / (n.inputs[1] * n.inputs[1])),
+         sp.infix("/", sp.MUL), float_only=True)
+pow_ = _b("pow", np.power, _pow_vjp, sp.infix("**", sp.POW, right_assoc=True))
+arctan2 = _b("arctan2", np.arctan2, _atan2_vjp, sp.call("np.arctan2"), float_only=True)
+# Kinks: maximum/minimum give the whole cotangent to the first operand on ties (documented).
+maximum = _b("maximum", np.maximum, lambda g, n: (
+    where(n.inputs[0] >= n.inputs[1], g, 0), where(n.inputs[0] >= n.inputs[1], 0, g)),
+    sp.call("np.maximum"))
+minimum = _b("minimum", np.minimum, lambda g, n: (
+    where(n.inputs[0] <= n.inputs[1], g, 0), where(n.inputs[0] <= n.inputs[1], 0, g)),
+    sp.call("np.minimum"))
+lt = _b("lt", np.less, None, sp.infix("<", sp.COMPARE), "bool")
+le = _b("le", np.less_equal, None, sp.infix("<=", sp.COMPARE), "bool")
+gt = _b("gt", np.greater, None, sp.infix(">", sp.COMPARE), "bool")
+ge = _b("ge", np.greater_equal, None, sp.infix(">=", sp.COMPARE), "bool")
+eq = _b("eq", np.equal, None, sp.infix("==", sp.COMPARE), "bool")
+ne = _b("ne", np.not_equal, None, sp.infix("!=", sp.COMPARE), "bool")
+logical_and = _b("logical_and", np.logical_and, None, sp.call("np.logical_and"), "bool")
+logical_or = _b("logical_or", np.logical_or, None, sp.call("np.logical_or"), "bool")
+
+
+register(OpDef("where", "elementwise", infer=_where_infer,
+               numpy=lambda c, a, b, attrs: np.where(c, a, b),
+               vjp=lambda g, n: (None, where(n.inputs[0], g, 0), where(n.inputs[0], 0, g)),
+               python=sp.call("np.where")))
+
+
+def where(cond, a, b) -> Node:
+    cond = lift(cond)
+    if cond.dtype != "bool":
+        cond = ne(cond, 0)
+    a, b = _promote((a, b))
+    return make("where", (cond, a, b))
+
+
+# ----------------------------------------------------------------------------------------------
+# Reductions: attrs (axes, keepdims) with axes sorted and non-negative.
+
+def normalize_axes(axis, ndim: int) -> tuple:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis {a} is out of bounds for array of dimension {ndim}")
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError("duplicate value in 'axis'")
+    return tuple(sorted(out))
+
+
+def _keepdims_shape(x: Node, axes) -> tuple:
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+def _expand(g: Node, n: Node) -> Node:
+    """A reduction's cotangent broadcast back to the input's shape."""
+    x = n.inputs[0]
+    axes, keepdims = n.attrs
+    return broadcast_to(reshape(g, _keepdims_shape(x, axes)), x.shape)
+
+
+def _extremum_vjp(g, n):
+    x = n.inputs[0]
+    axes, _ = n.attrs
+    m = broadcast_to(reshape(n, _keepdims_shape(x, axes)), x.shape)
+    hit = eq(x, m)
+    count = reduce("sum", cast(hit, x.dtype), axes, True)  # ties share the cotangent evenly
+    return (where(hit, _expand(g, n) / count, 0),)
+
+
+def _reduce_spell(fn):
+    def spell(args, node):
+        x = node.inputs[0]
+        axes, keepdims = node.attrs
+        parts = [args[0][0]]
+        if axes != tuple(range(x.ndim)):
+            parts.append(f"axis={axes[0] if len(axes) == 1 else axes}")
+        if keepdims:
+            parts.append("keepdims=True")
+        return f"np.{fn}({', '.join(parts)})", sp.ATOM
+    return spell
+
+
+def _reduce_numpy(fn):
+    return lambda x, attrs: fn(x, axis=attrs[0], keepdims=attrs[1])
+
+
+def _check_nonempty(fn):
+    def infer(inputs, attrs):
+        x = inputs[0]
+        if any(x.shape[a] == 0 for a in attrs[0]):
+            raise ValueError(f"zero-size array to reduction operation {fn} which has no identity")
+        return _reduce_infer(inputs, attrs)
+    return infer
+
+
+register(OpDef("sum", "reduction", _reduce_infer, _reduce_numpy(np.sum),
+               _reduce_spell("sum"), lambda g, n: (_expand(g, n),)))
+register(OpDef("prod", "reduction", _reduce_infer, _reduce_numpy(np.prod),
+               _reduce_spell("prod"),
+               lambda g, n: (_expand(g, n) * _expand(n, n) / n.inputs[0],)))  # x != 0 assumed
+register(OpDef("max", "reduction", _check_nonempty("maximum"), _reduce_numpy(np.max),
+               _reduce_spell("max"), _extremum_vjp))
+register(OpDef("min", "reduction", _check_nonempty("minimum"), _reduce_numpy(np.min),
+               _reduce_spell("min"), _extremum_vjp))
+
+
+def reduce(op: str, x, axis=None, keepdims=False) -> Node:
+    x = lift(x)
+    if op == "sum" and x.dtype == "bool":
+        x = cast(x, "int64")
+    axes = normalize_axes(axis, x.ndim)
+    if not axes and not keepdims:
+        return x
+    return make(op, (x,), (axes, bool(keepdims)))
+
+
+def mean(x, axis=None, keepdims=False) -> Node:
+    x = to_float(x)
+    axes = normalize_axes(axis, x.ndim)
+    count = math.prod(x.shape[a] for a in axes)
+    return reduce("sum", x, axes, keepdims) / count
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape ops
+
+
+def _reshape_infer(inputs, attrs):
+    (x,), (shape,) = inputs, attrs
+    if math.prod(shape) != x.size:
+        raise ValueError(f"cannot reshape array of size {x.size} into shape {shape}")
+    return x.dtype, shape
+
+
+def _reshape_spell(args, node):
+    x = node.inputs[0]
+    a = sp.paren(args[0], args[0][1] < sp.ATOM)
+    if node.shape == ():
+        return f"{a}.reshape(())", sp.ATOM
+    return f"{a}.reshape({', '.join(map(str, node.shape))})", sp.ATOM
+
+
+register(OpDef("reshape", "shape", _reshape_infer, lambda x, attrs: np.reshape(x, attrs[0]),
+               _reshape_spell, lambda g, n: (reshape(g, n.inputs[0].shape),)))
+
+
+def reshape(x, shape) -> Node:
+    x = lift(x)
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    shape = [int(d) for d in shape]
+    if shape.count(-1) > 1:
+        raise ValueError("can only specify one unknown dimension")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or x.size % known:
+            raise ValueError(f"cannot reshape array of size {x.size} into shape {tuple(shape)}")
+        shape[shape.index(-1)] = x.size // known
+    shape = tuple(shape)
+    if shape == x.shape:
+        return x
+    if x.op == "reshape":  # reshape(reshape(y)) -> reshape(y)
+        return reshape(x.inputs[0], shape)
+    return make("reshape", (x,), (shape,))
+
+
+def _transpose_spell(args, node):
+    a = sp.paren(args[0], args[0][1] < sp.ATOM)
+    (perm,) = node.attrs
+    if perm == tuple(reversed(range(len(perm)))):
+        return f"{a}.T", sp.ATOM
+    return f"np.transpose({args[0][0]}, {perm})", sp.ATOM
+
+
+register(OpDef("transpose", "shape",
+               lambda inputs, attrs: (inputs[0].dtype, tuple(inputs[0].shape[p] for p in attrs[0])),
+               lambda x, attrs: np.transpose(x, attrs[0]), _transpose_spell,
+               lambda g, n: (transpose(g, tuple(np.argsort(n.attrs[0]).tolist())),)))
+
+
+def transpose(x, axes=None) -> Node:
+    x = lift(x)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(a % x.ndim for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError("axes don't match array")
+    if perm == tuple(range(x.ndim)):
+        return x
+    if x.op == "transpose":  # compose permutations
+        return transpose(x.inputs[0], tuple(x.attrs[0][p] for p in perm))
+    return make("transpose", (x,), (perm,))
+
+
+def _broadcast_infer(inputs, attrs):
+    (x,), (shape,) = inputs, attrs
+    if broadcast_shapes(x.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    return x.dtype, shape
+
+
+register(OpDef("broadcast_to", "shape", _broadcast_infer,
+               lambda x, attrs: np.broadcast_to(x, attrs[0]),
+               lambda args, node: (f"np.broadcast_to({args[0][0]}, {sp.shape_text(node.shape)})", sp.ATOM),
+               lambda g, n: (unbroadcast(g, n.inputs[0].shape),)))
+
+
+def broadcast_to(x, shape) -> Node:
+    x = lift(x)
+    shape = tuple(shape)
+    return x if x.shape == shape else make("broadcast_to", (x,), (shape,))
+
+
+def unbroadcast(g: Node, shape: tuple) -> Node:
+    """Sum a cotangent over the axes that broadcasting added or stretched (the one place)."""
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and g.shape[lead + i] != 1)
+    return reshape(reduce("sum", g, axes), shape)
+
+
+# Basic indexing. The index is a normalised tuple with one item per input axis consumed:
+#   int k >= 0          -> the axis is dropped
+#   ("s", start, stop, step) with concrete start/stop (as range() would give them)
+#   ("n",)              -> a new axis of length 1 (np.newaxis)
+def _index_shape(shape, index):
+    out, axis = [], 0
+    for item in index:
+        if item == ("n",):
+            out.append(1)
+            continue
+        if isinstance(item, tuple):
+            out.append(len(range(item[1], item[2], item[3])))
+        axis += 1
+    return tuple(out) + tuple(shape[axis:])
+
+
+def _numpy_index(index):
+    return tuple(None if it == ("n",) else slice(it[1], it[2] if it[2] >= 0 else None, it[3])
+                 if isinstance(it, tuple) else it for it in index)
+
+
+def _index_text(index, ndim) -> str:
+    parts = []
+    for it in index:
+        if it == ("n",):
+            parts.append("None")
+        elif isinstance(it, tuple):
+            _, start, stop, step = it
+            s = "" if (start == 0 and step > 0) else str(start)
+            e = "" if stop < 0 else str(stop)
+            parts.append(f"{s}:{e}" + (f":{step}" if step != 1 else ""))
+        else:
+            parts.append(str(it))
+    while parts and parts[-1] == ":" and len(parts) > 1:
+        parts.pop()
+    return ", ".join(parts) if parts else "..."
+
+
+def _getitem_spell(args, node):
+    a = sp.paren(args[0], args[0][1] < sp.ATOM)
+    return f"{a}[{_index_text(node.attrs[0], node.inputs[0].ndim)}]", sp.ATOM
+
+
+register(OpDef("getitem", "shape",
+               lambda inputs, attrs: (inputs[0].dtype, _index_shape(inputs[0].shape, attrs[0])),
+               lambda x, attrs: np.asarray(x)[_numpy_index(attrs[0])], _getitem_spell,
+               lambda g, n: (index_add(zeros_like(n.inputs[0]), g, n.attrs[0]),)))
+
+
+def _update_infer(inputs, attrs):
+    base, value = inputs
+    target = _index_shape(base.shape, attrs[0])
+    if broadcast_shapes(value.shape, target) != target:
+        raise ValueError(f"could not broadcast input array from shape {value.shape} into shape {target}")
+    return _same_dtype(inputs), base.shape
+
+
+def _update_numpy(accumulate):
+    def run(base, value, attrs):
+        out = np.array(base, copy=True)  # functional update: never touch the operand
+        idx = _numpy_index(attrs[0])
+        if accumulate:
+            out[idx] += value
+        else:
+            out[idx] = value
+        return out[()] if out.ndim == 0 else out
+    return run
+
+
+def _update_spell(symbol):
+    def spell(args, node):  # only used when the emitter cannot write it as a statement
+        a = sp.paren(args[0], args[0][1] < sp.ATOM)
+        idx = _index_text(node.attrs[0], node.ndim)
+        return f"_{'index_add' if symbol else 'setitem'}({args[0][0]}, ({idx},), {args[1][0]})", sp.ATOM
+    return spell
+
+
+register(OpDef("setitem", "shape", _update_infer, _update_numpy(False), _update_spell(""),
+               lambda g, n: (setitem(g, zeros_like(n.inputs[1]), n.attrs[0]),
+                             unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
+register(OpDef("index_add", "shape", _update_infer, _update_numpy(True), _update_spell("+"),
+               lambda g, n: (g, unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
+
+
+def normalize_index(shape, key) -> tuple:
+    """A NumPy basic index -> the normalised tuple above (raises IndexError like NumPy)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if consumed > len(shape):
+        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
+                         f"but {consumed} were indexed")
+    out, axis = [], 0
+    for k in key:
+        if k is Ellipsis:
+            for _ in range(len(shape) - consumed):
+                out.append(("s", 0, shape[axis], 1))
+                axis += 1
+        elif k is None:
+            out.append(("n",))
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(shape[axis])
+            if step < 0 and stop < 0:
+                stop = -1  # a negative stop from slice.indices means "before index 0"
+            out.append(("s", start, stop, step))
+            axis += 1
+        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            if not -shape[axis] <= k < shape[axis]:
+                raise IndexError(f"index {k} is out of bounds for axis {axis} with size {shape[axis]}")
+            out.append(int(k) % shape[axis])
+            axis += 1
+        else:
+            raise IndexError(f"unsupported index {k!r}: only integers, slices, None and ... "
+                             "(basic indexing) are supported")
+    return tuple(out)
+
+
+def _is_full_index(shape, index) -> bool:
+    return len(index) <= len(shape) and all(
+        isinstance(it, tuple) and it[0] == "s" and it[1] == 0 and it[3] == 1 and it[2] == d
+        for it, d in zip(index, shape))
+
+
+def getitem(x, key) -> Node:
+    x = lift(x)
+    index = key if _is_normalized(key) else normalize_index(x.shape, key)
+    if _is_full_index(x.shape, index):
+        return x
+    return make("getitem", (x,), (index,))
+
+
+def _is_normalized(key) -> bool:
+    return isinstance(key, tuple) and all(
+        (isinstance(k, tuple) and k and k[0] in ("s", "n")) or
+        (isinstance(k, int) and not isinstance(k, bool) and k >= 0) for k in key) and any(
+        isinstance(k, tuple) for k in key) or key == ()
+
+
+def setitem(base, value, key) -> Node:
+    base = lift(base)
+    index = key if _is_normalized(key) else normalize_index(base.shape, key)
+    return make("setitem", (base, cast(value, base.dtype)), (index,))
+
+
+def index_add(base, value, key) -> Node:
+    base = lift(base)
+    index = key if _is_normalized(key) else normalize_index(base.shape, key)
+    return make("index_add", (base, cast(value, base.dtype)), (index,))
+
+
+def _concat_infer(inputs, attrs):
+    (axis,) = attrs
+    dtype = _same_dtype(inputs)
+    first = inputs[0].shape
+    for x in inputs[1:]:
+        if x.ndim != len(first) or any(a != b for i, (a, b) in enumerate(zip(x.shape, first)) if i != axis):
+            raise ValueError("all the input array dimensions except for the concatenation axis "
+                             f"must match exactly, got {first} and {x.shape}")
+    size = sum(x.shape[axis] for x in inputs)
+    return dtype, first[:axis] + (size,) + first[axis + 1:]
+
+
+def _concat_vjp(g, n):
+    (axis,), start, out = n.attrs, 0, []
+    for x in n.inputs:
+        index = tuple(("s", 0, d, 1) for d in g.shape[:axis]) + (("s", start, start + x.shape[axis], 1),)
+        out.append(getitem(g, index))
+        start += x.shape[axis]
+    return tuple(out)
+
+
+def _list_spell(fn):
+    def spell(args, node):
+        (axis,) = node.attrs
+        tail = f", axis={axis}" if axis else ""
+        return f"np.{fn}([{', '.join(a[0] for a in args)}]{tail})", sp.ATOM
+    return spell
+
+
+register(OpDef("concatenate", "shape", _concat_infer,
+               lambda *xs_attrs: np.concatenate(xs_attrs[:-1], axis=xs_attrs[-1][0]),
+               _list_spell("concatenate"), _concat_vjp))
+
+
+def _stack_infer(inputs, attrs):
+    (axis,) = attrs
+    dtype = _same_dtype(inputs)
+    if len({x.shape for x in inputs}) != 1:
+        raise ValueError("all input arrays must have the same shape")
+    s = inputs[0].shape
+    return dtype, s[:axis] + (len(inputs),) + s[axis:]
+
+
+register(OpDef("stack", "shape", _stack_infer,
+               lambda *xs_attrs: np.stack(xs_attrs[:-1], axis=xs_attrs[-1][0]),
+               _list_spell("stack"),
+               lambda g, n: tuple(getitem(g, tuple(("s", 0, d, 1) for d in g.shape[:n.attrs[0]]) + (i,))
+                                  for i in range(len(n.inputs)))))
+
+
+def concatenate(xs, axis=0) -> Node:
+    xs = _promote(list(xs))
+    if not xs:
+        raise ValueError("need at least one array to concatenate")
+    if xs[0].ndim == 0:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    axis = normalize_axes(axis, xs[0].ndim)[0]
+    return xs[0] if len(xs) == 1 else make("concatenate", tuple(xs), (axis,))
+
+
+def stack(xs, axis=0) -> Node:
+    xs = _promote(list(xs))
+    if not xs:
+        raise ValueError("need at least one array to stack")
+    axis = normalize_axes(axis, xs[0].ndim + 1)[0]
+    return make("stack", tuple(xs), (axis,))
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear algebra: matmul on operands of rank >= 2 with NumPy's batch broadcasting. 1-D operands
+# are promoted by the builder (as NumPy does), so the primitive and its VJP stay simple.
+
+
+def _matmul_infer(inputs, attrs):
+    a, b = inputs
+    dtype = _same_dtype(inputs)
+    if a.ndim < 2 or b.ndim < 2:
+        raise TypeError("internal: matmul primitive needs rank >= 2")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {b.shape[-2]} is different from {a.shape[-1]}); shapes "
+                         f"{a.shape} and {b.shape}")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return dtype, batch + (a.shape[-2], b.shape[-1])
+
+
+def _swap_last(x: Node) -> Node:
+    perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return transpose(x, perm)
+
+
+register(OpDef("matmul", "linalg", _matmul_infer, lambda a, b, attrs: np.matmul(a, b),
+               sp.infix("@", sp.MUL),
+               lambda g, n: (unbroadcast(matmul(g, _swap_last(n.inputs[1])), n.inputs[0].shape),
+                             unbroadcast(matmul(_swap_last(n.inputs[0]), g), n.inputs[1].shape))))
+
+
+def matmul(a, b) -> Node:
+    a, b = _promote((a, b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: Input operand does not have enough dimensions")
+    a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+    b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+    out = make("matmul", (a2, b2))
+    if a.ndim == 1 or b.ndim == 1:
+        shape = out.shape[:-2] + (() if a.ndim == 1 else out.shape[-2:-1]) + (
+            () if b.ndim == 1 else out.shape[-1:])
+        out = reshape(out, shape)
+    return out
+
+
+def dot(a, b) -> Node:
+    a, b = lift(a), lift(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return mul(a, b)
+    if a.ndim > 2 or b.ndim > 2:
+        if b.ndim == 1:
+            return matmul(a, b)
+        raise ValueError("dot of arrays with more than 2 dimensions is not supported; use matmul")
+    return matmul(a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# Operators on nodes, so derivative rules read as math (``g * cos(x)``). ``==`` stays identity
+# (nodes are dict keys); use ``eq``/``ne`` for elementwise comparison.
+
+
+def _rev(fn):
+    return lambda self, other: fn(other, self)
+
+
+for _name, _fn in (("add", add), ("sub", sub), ("mul", mul), ("truediv", div), ("pow", pow_),
+                   ("matmul", matmul)):
+    setattr(Node, f"__{_name}__", _fn)
+    setattr(Node, f"__r{_name}__", _rev(_fn))
+Node.__neg__ = neg
+Node.__lt__, Node.__le__, Node.__gt__, Node.__ge__ = lt, le, gt, ge
+Node.__array_ufunc__ = None  # numpy arrays defer to the node's reflected operators
+Node.__bool__ = lambda self: (_ for _ in ()).throw(TypeError(
+    "the truth value of a traced array is data-dependent; use np.where"))

@@ -1,0 +1,220 @@
+"""Simplification: constant folding and algebraic identities that are exact in IEEE arithmetic.
+
+Rules are (op -> rewrite) functions, each with its identity as a comment. A rewrite returns a
+new node or the node itself; the pass applies rules bottom-up until nothing changes, so
+``simplify(simplify(g))`` returns the very same nodes. Common subexpressions need no pass:
+hash-consing already shares them. Dead code is whatever the outputs no longer reach.
+
+No ``x * 0 -> 0``: it is wrong for inf and nan, and reverse mode never creates numeric zeros.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .ir import OPS, Graph, Node, make, toposort
+from .ops import broadcast_to, broadcast_shapes, const, full, index_add, neg, sub, add, mul, div
+
+FOLDABLE = ("elementwise",)
+
+
+def _scalar_value(n: Node):
+    """The value of a constant (scalar ``const`` or ``full``), else None."""
+    if n.op == "const":
+        return n.attrs[0]
+    if n.op == "full":
+        return n.attrs[0]
+    return None
+
+
+def _is(n: Node, value) -> bool:
+    v = _scalar_value(n)
+    return v is not None and not isinstance(v, bool) and v == value
+
+
+def _same_type(a: Node, n: Node) -> bool:
+    """Replacing n by a keeps shape and dtype."""
+    return a.shape == n.shape and a.dtype == n.dtype
+
+
+def _same_dtype(a: Node, n: Node) -> bool:
+    """Replacing n by a (broadcast to n's shape, made implicit later) keeps the dtype."""
+    return a.dtype == n.dtype
+
+
+def _widen(a: Node, n: Node) -> Node:
+    return a if a.shape == n.shape else broadcast_to(a, n.shape)
+
+
+def _fold(n: Node) -> Node:
+    """All operands constant -> a constant (evaluated by the NumPy reference)."""
+    if OPS[n.op].kind not in FOLDABLE or not n.inputs:
+        return n
+    values = [_scalar_value(i) for i in n.inputs]
+    if any(v is None for v in values):
+        return n
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        scalars = [np.array(v, dtype=i.dtype)[()] for v, i in zip(values, n.inputs)]
+        value = np.asarray(OPS[n.op].numpy(*scalars, n.attrs)).astype(n.dtype)[()].item()
+    return full(n.shape, value, n.dtype)
+
+
+def _drop_broadcasts(n: Node) -> Node:
+    """An explicit broadcast feeding an elementwise op is implicit in NumPy: op(bcast(x), y)
+    -> op(x, y) when the output shape stays the same."""
+    if OPS[n.op].kind != "elementwise" or not any(i.op == "broadcast_to" for i in n.inputs):
+        return n
+    inputs = list(n.inputs)
+    for k, i in enumerate(inputs):
+        if i.op == "broadcast_to":
+            trial = inputs[:k] + [i.inputs[0]] + inputs[k + 1:]
+            if broadcast_shapes(*(t.shape for t in trial)) == n.shape:
+                inputs = trial
+    return make(n.op, inputs, n.attrs) if tuple(inputs) != n.inputs else n
+
+
+def _add(n):
+    a, b = n.inputs
+    if _is(b, 0) and _same_dtype(a, n):         # x + 0 -> x
+        return _widen(a, n)
+    if _is(a, 0) and _same_dtype(b, n):         # 0 + x -> x
+        return _widen(b, n)
+    if a.op == "neg" and b.op == "neg":         # -x + -y -> -(x + y)
+        return neg(add(a.inputs[0], b.inputs[0]))
+    if b.op == "neg":                           # x + -y -> x - y
+        return sub(a, b.inputs[0])
+    if a.op == "neg":                           # -x + y -> y - x
+        return sub(b, a.inputs[0])
+    if a is b:                                  # x + x -> 2 * x (exact)
+        return mul(2, a)
+    for z, other in ((a, b), (b, a)):           # g + scatter(0, h, i) -> g with h added at i
+        if z.op == "index_add" and _is(z.inputs[0], 0) and _same_type(other, n) and _same_type(z, n):
+            return index_add(other, z.inputs[1], z.attrs[0])
+    return n
+
+
+def _sub(n):
+    a, b = n.inputs
+    if _is(b, 0) and _same_dtype(a, n):         # x - 0 -> x
+        return _widen(a, n)
+    if _is(a, 0) and _same_dtype(b, n):         # 0 - x -> -x
+        return neg(_widen(b, n))
+    if b.op == "neg":                           # x - -y -> x + y
+        return add(a, b.inputs[0])
+    if a.op == "neg":                           # -x - y -> -(x + y)
+        return neg(add(a.inputs[0], b))
+    return n
+
+
+def _product(n, build, unit_right: bool):
+    """Shared rules of * and /: units vanish, signs move to the top (-x * y -> -(x * y))."""
+    a, b = n.inputs
+    if _is(b, 1) and _same_dtype(a, n):         # x * 1 -> x, x / 1 -> x
+        return _widen(a, n)
+    if _is(b, -1) and _same_dtype(a, n):        # x * -1 -> -x, x / -1 -> -x
+        return neg(_widen(a, n))
+    if unit_right and _is(a, 1) and _same_dtype(b, n):   # 1 * x -> x
+        return _widen(b, n)
+    if unit_right and _is(a, -1) and _same_dtype(b, n):  # -1 * x -> -x
+        return neg(_widen(b, n))
+    if a.op == "neg" and b.op == "neg":         # -x * -y -> x * y
+        return build(a.inputs[0], b.inputs[0])
+    if a.op == "neg":                           # -x * y -> -(x * y)
+        return neg(build(a.inputs[0], b))
+    if b.op == "neg":                           # x * -y -> -(x * y)
+        return neg(build(a, b.inputs[0]))
+    return n
+
+
+def _mul(n):
+    return _product(n, mul, unit_right=True)
+
+
+def _div(n):
+    return _product(n, div, unit_right=False)
+
+
+def _neg(n):
+    (a,) = n.inputs
+    if a.op == "neg":                           # --x -> x
+        return a.inputs[0]
+    return n
+
+
+def _fold_shape(n):
+    """A shape op applied to a constant is a constant: reshape(full(v)) -> full(v)."""
+    v = _scalar_value(n.inputs[0])
+    return n if v is None else full(n.shape, v, n.dtype)
+
+
+def _pow(n):
+    a, b = n.inputs
+    if _is(b, 1) and _same_type(a, n):          # x ** 1 -> x
+        return a
+    if _is(b, 0):                               # x ** 0 -> 1 (IEEE pow(x, 0) is 1, nan too)
+        return full(n.shape, 1, n.dtype)
+    return n
+
+
+def _where(n):
+    c, a, b = n.inputs
+    if a is b and _same_type(a, n):             # where(c, x, x) -> x
+        return a
+    v = _scalar_value(c)
+    if v is not None:                           # where(True, x, y) -> x
+        chosen = a if v else b
+        return chosen if _same_type(chosen, n) else n
+    return n
+
+
+RULES = {"add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
+         "where": _where, "reshape": _fold_shape, "broadcast_to": _fold_shape,
+         "transpose": _fold_shape, "getitem": _fold_shape}
+
+
+def _rewrite(n: Node, memo: dict) -> Node:
+    """Apply rules to ``n`` (whose inputs are already simplified) until it stops changing."""
+    while True:
+        m = _fold(n)
+        if m is n:
+            m = _drop_broadcasts(n)
+        if m is n and n.op in RULES:
+            m = RULES[n.op](n)
+        if m is n:
+            return n
+        # A rule may build new nodes above simplified ones; simplify those too.
+        n = _simplify_node(m, memo)
+
+
+def _simplify_node(n: Node, memo: dict) -> Node:
+    if n in memo:
+        return memo[n]
+    for sub_node in toposort([n]):
+        if sub_node in memo:
+            continue
+        inputs = tuple(memo[i] for i in sub_node.inputs)
+        rebuilt = sub_node if all(x is y for x, y in zip(inputs, sub_node.inputs)) else \
+            make(sub_node.op, inputs, sub_node.attrs)
+        result = memo[rebuilt] if rebuilt in memo else _rewrite(rebuilt, memo)
+        memo[sub_node] = memo[rebuilt] = memo[result] = result
+    return memo[n]
+
+
+def simplify_nodes(outputs, memo: dict | None = None) -> list[Node]:
+    memo = {} if memo is None else memo
+    return [_simplify_node(o, memo) for o in outputs]
+
+
+def simplify(graph: Graph) -> Graph:
+    """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
+    memo: dict[Node, Node] = {}
+    outputs = simplify_nodes(graph.outputs, memo)
+    result = graph.derive(graph.name, outputs, graph.out_tree)
+    for table in (result.names, result.locs, result.grad_origin):
+        for old, value in list(table.items()):
+            new = memo.get(old)
+            if new is not None and new is not old:
+                table.setdefault(new, value)
+    return result
