@@ -99,7 +99,7 @@ class _Emitter:
         g = self.graph
         counts = use_counts(g.outputs)
         outputs = set(g.outputs)
-        for n in toposort(g.outputs):
+        for n in _schedule(g):
             op = n.op
             if op == "arg":
                 self.expr[n] = (n.attrs[1], sp.ATOM)
@@ -153,6 +153,16 @@ class _Emitter:
         if top and items:
             return ", ".join(items)
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _schedule(graph: Graph) -> list[Node]:
+    """Topological order with the forward computation first, then the derivative: a node is
+    forward when neither it nor anything it depends on was created by autodiff."""
+    order = toposort(graph.outputs)
+    forward: dict[Node, bool] = {}
+    for n in order:
+        forward[n] = (n in graph.locs or not n.inputs) and all(forward[i] for i in n.inputs)
+    return [n for n in order if forward[n]] + [n for n in order if not forward[n]]
 
 
 def emit(graph: Graph) -> tuple[str, dict]:

@@ -64,15 +64,22 @@ def _fold(n: Node) -> Node:
 def _drop_broadcasts(n: Node) -> Node:
     """An explicit broadcast feeding an elementwise op is implicit in NumPy: op(bcast(x), y)
     -> op(x, y) when the output shape stays the same."""
-    if OPS[n.op].kind != "elementwise" or not any(i.op == "broadcast_to" for i in n.inputs):
+    if OPS[n.op].kind != "elementwise" or not any(i.op in ("broadcast_to", "reshape") for i in n.inputs):
         return n
     inputs = list(n.inputs)
     for k, i in enumerate(inputs):
-        if i.op == "broadcast_to":
+        if i.op == "broadcast_to" or (i.op == "reshape" and _adds_leading_ones(i)):
             trial = inputs[:k] + [i.inputs[0]] + inputs[k + 1:]
             if broadcast_shapes(*(t.shape for t in trial)) == n.shape:
                 inputs = trial
     return make(n.op, inputs, n.attrs) if tuple(inputs) != n.inputs else n
+
+
+def _adds_leading_ones(r: Node) -> bool:
+    """reshape(y) to (1, ..., 1) + y.shape: NumPy broadcasting adds those axes implicitly."""
+    y = r.inputs[0]
+    k = r.ndim - y.ndim
+    return k > 0 and r.shape == (1,) * k + y.shape
 
 
 def _add(n):
@@ -212,9 +219,24 @@ def simplify(graph: Graph) -> Graph:
     memo: dict[Node, Node] = {}
     outputs = simplify_nodes(graph.outputs, memo)
     result = graph.derive(graph.name, outputs, graph.out_tree)
-    for table in (result.names, result.locs, result.grad_origin):
+    for table in (result.locs, result.grad_origin):
         for old, value in list(table.items()):
             new = memo.get(old)
             if new is not None and new is not old:
-                table.setdefault(new, value)
+                _spread(new, value, table)
+    for old, value in list(result.names.items()):
+        new = memo.get(old)
+        if new is not None and new is not old:
+            result.names.setdefault(new, value)
     return result
+
+
+def _spread(node: Node, value, table: dict):
+    """Nodes a rewrite created inherit the location of the node they replaced."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in table or n.op in ("arg", "const"):
+            continue
+        table[n] = value
+        stack.extend(n.inputs)

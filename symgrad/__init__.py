@@ -1,0 +1,23 @@
+"""symgrad: a source-to-source symbolic differentiation compiler for Python.
+
+    import symgrad as sg
+
+    @sg.differentiate
+    def f(x, y):
+        return x * sg.sin(y) + sg.exp(-x * x)
+
+    f(1.0, 2.0), f.grad(1.0, 2.0)
+    print(f.grad.source)
+"""
+from .api import Function, differentiate, grad, hvp, value_and_grad
+from .check import check_grad
+from .errors import UnsupportedSyntaxError
+from .numpy_api import DUALS as _DUALS
+
+__version__ = "0.1.0"
+
+globals().update(_DUALS)   # sg.exp, sg.sum, sg.reduce_max, sg.stop_gradient, ...
+stop_gradient = _DUALS["stop_gradient"]
+
+__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
+           "stop_gradient", "UnsupportedSyntaxError", *sorted(_DUALS)]

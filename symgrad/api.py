@@ -1,0 +1,355 @@
+"""The public API: ``differentiate``, ``grad``, ``value_and_grad`` and ``Function``.
+
+A :class:`Function` is a program family: for each argument signature (dtypes, shapes, static
+values) it builds a graph (trace, or the derivative of its parent's graph), simplifies it and
+compiles it for its target. Everything is cached per signature; ``f.grad`` is built once.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import threading
+
+import numpy as np
+
+from .autodiff import grad_graph
+from .emit_python import compile_python, emit
+from .frontend import trace
+from . import ops
+from .ir import Graph, make
+from .simplify import simplify
+
+TARGETS = ("cpu", "python", "cuda")
+
+
+def _arg_key(value):
+    if isinstance(value, np.ndarray):
+        return ("a", value.dtype.str, value.shape)
+    if isinstance(value, np.generic):
+        return ("s", value.dtype.str)
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, numbers.Integral):
+        return ("i", int(value))
+    if isinstance(value, numbers.Real):
+        return ("f",)
+    if value is None or isinstance(value, (str, tuple)):
+        return ("static", value)
+    raise TypeError(f"expected a float, int, bool or NumPy array argument, got {type(value).__name__}")
+
+
+class Compiled:
+    """One signature's graph and its compiled forms."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._python = None
+        self._source = None
+        self.native = None   # set by a native back end
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._source = emit(self.graph)[0]
+        return self._source
+
+    @property
+    def python(self):
+        if self._python is None:
+            self._python, self._source = compile_python(self.graph)
+        return self._python
+
+
+class Function:
+    """A differentiable function: call it, take ``.grad``, inspect ``.source`` and ``.ir``."""
+
+    def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+        self.fn = fn if _parent is None else _parent.fn
+        self.target = target
+        self._parent = _parent
+        self._kind = _kind
+        self._signature = inspect.signature(self.fn)
+        for p in self._signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+                raise TypeError(f"{self.fn.__name__}: *args, **kwargs and keyword-only "
+                                "parameters are not supported in a differentiated function")
+        self.params = tuple(self._signature.parameters)
+        self.wrt, self._single = self._normalize_wrt(wrt)
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+        self._last_args = None
+        self.__name__ = name or self.fn.__name__
+        self.__doc__ = self.fn.__doc__
+        self.__wrapped__ = self.fn
+
+    # -- construction helpers ------------------------------------------------------------------
+    def _normalize_wrt(self, wrt):
+        single = not isinstance(wrt, (tuple, list))
+        items = [wrt] if single else list(wrt)
+        out = []
+        for w in items:
+            if isinstance(w, str):
+                if w not in self.params:
+                    raise ValueError(f"wrt={w!r} is not a parameter of {self.fn.__name__}{self._signature}")
+                out.append(self.params.index(w))
+            elif isinstance(w, numbers.Integral) and not isinstance(w, bool):
+                if not -len(self.params) <= w < len(self.params):
+                    raise ValueError(f"wrt={w} is out of range for {len(self.params)} parameters")
+                out.append(int(w) % len(self.params))
+            else:
+                raise TypeError(f"wrt must be a parameter index or name, or a tuple of them; got {w!r}")
+        return tuple(out), single
+
+    def _derived(self, kind: str, wrt=None) -> "Function":
+        wrt = (self.wrt[0] if self._single else self.wrt) if wrt is None else wrt
+        return Function(wrt=wrt, target=self.target, _parent=self, _kind=kind,
+                        name=f"{kind}_{self.__name__}")
+
+    @functools.cached_property
+    def grad(self) -> "Function":
+        """The gradient (of the sum of all outputs) with respect to ``wrt``."""
+        return self._derived("grad")
+
+    @functools.cached_property
+    def value_and_grad(self) -> "Function":
+        return self._derived("value_and_grad")
+
+    # -- building --------------------------------------------------------------------------------
+    def _bind(self, args, kwargs) -> list:
+        if self._kind == "hvp":
+            if kwargs or len(args) != len(self.params) + 1:
+                raise TypeError(f"{self.__name__}() takes the arguments (x, v, *rest): "
+                                f"{len(self.params) + 1} positional arguments")
+            return list(args)
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}(): {e}") from None
+        bound.apply_defaults()
+        return [bound.arguments[p] for p in self.params]
+
+    def _build(self, values) -> Graph:
+        if self._kind == "trace":
+            return trace(self.fn, values, self.__name__)
+        if self._kind == "hvp":
+            return self._build_hvp(values)
+        parent = self._parent._graph(values)
+        return grad_graph(parent, self.wrt, self._single, self._kind == "value_and_grad")
+
+    def _build_hvp(self, values) -> Graph:
+        """Values are ``(x, v, *rest)``; the parent is the gradient with respect to x."""
+        i = self.wrt[0]
+        call_values = list(values[2:])
+        call_values.insert(i, values[0])
+        g = self._parent._graph(call_values)
+        (b_x,) = g.outputs
+        v = make("arg", (), (len(g.params), "v", b_x.dtype, b_x.shape))
+        if np.shape(values[1]) != b_x.shape:
+            raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
+        inner = g.derive(g.name, (ops.reduce("sum", b_x * v),), 0)
+        inner.params, inner.inputs = g.params + ("v",), g.inputs + (v,)
+        out = grad_graph(inner, (i,), True, False)
+        order = [i, len(g.params)] + [k for k in range(len(g.params)) if k != i]
+        out.params = tuple(inner.params[k] for k in order)
+        out.inputs = tuple(inner.inputs[k] for k in order)
+        out.name = f"hvp_{self.fn.__name__}"
+        return out
+
+    def _graph(self, values) -> Graph:
+        return self._compiled(values).graph
+
+    def _compiled(self, values) -> Compiled:
+        key = tuple(_arg_key(v) for v in values)
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = Compiled(simplify(self._build(values)))
+                    self._cache[key] = entry
+        return entry
+
+    # -- calling ---------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        """Evaluate on the function's target. ``out=`` (an array, or a tuple matching the
+        outputs) receives the results in place, unless the function has a parameter ``out``."""
+        out = kwargs.pop("out", None) if "out" not in self.params else None
+        values = self._bind(args, kwargs)
+        entry = self._compiled(values)
+        self._last_args = values
+        if self.target == "python":
+            result = _finish(entry.python(*values), entry.graph, values)
+            return _write_out(result, out) if out is not None else result
+        return _backend(self.target)(self, entry, values, out)
+
+    # -- inspection ------------------------------------------------------------------------------
+    def _example_values(self, args, kwargs):
+        if args or kwargs:
+            return self._bind(args, kwargs)
+        if self._last_args is not None:
+            return self._last_args
+        root = self
+        while root._parent is not None:
+            if root._last_args is not None:
+                return root._last_args
+            root = root._parent
+        if root._last_args is not None:
+            return root._last_args
+        return None
+
+    def _inspect_entry(self, *args, **kwargs) -> Compiled:
+        values = self._example_values(args, kwargs)
+        if values is not None:
+            return self._compiled(values)
+        errors = []
+        for trial in (np.linspace(0.1, 0.3, 3), 0.5):
+            values = [p.default if p.default is not p.empty else trial
+                      for p in self._signature.parameters.values()]
+            try:
+                return self._compiled(values)
+            except Exception as e:  # noqa: BLE001 - report every attempt below
+                errors.append(f"{type(e).__name__}: {e}")
+        raise TypeError(f"{self.__name__}: cannot guess argument types to show its code; call it "
+                        "once or use .source_for(*args). Tried 1-d float64 arrays and floats:\n  "
+                        + "\n  ".join(errors))
+
+    @property
+    def source(self) -> str:
+        """Generated Python/NumPy source for the last-used argument types (or, before any call,
+        1-d float64 arrays, falling back to floats)."""
+        return self._inspect_entry().source
+
+    def source_for(self, *args, **kwargs) -> str:
+        return self._inspect_entry(*args, **kwargs).source
+
+    @property
+    def ir(self) -> str:
+        return self._inspect_entry().graph.listing()
+
+    def ir_for(self, *args, **kwargs) -> str:
+        return self._inspect_entry(*args, **kwargs).graph.listing()
+
+    def llvm_ir(self, *args, optimized=False, **kwargs) -> str:
+        from codegen import llvm
+        return llvm.llvm_ir(self._inspect_entry(*args, **kwargs), optimized=optimized)
+
+    def asm(self, *args, **kwargs) -> str:
+        from codegen import llvm
+        return llvm.assembly(self._inspect_entry(*args, **kwargs))
+
+    def ptx(self, *args, arch=None, **kwargs) -> str:
+        from codegen import ptx
+        return ptx.ptx(self._inspect_entry(*args, **kwargs), arch=arch)
+
+    def hessp(self, *args):
+        """Hessian-vector product ``H(x) @ p`` (for scipy's ``hessp=``): ``hessp(x, p, *rest)``."""
+        return hvp(self)(*args)
+
+    def __repr__(self):
+        return f"<symgrad.Function {self.__name__} wrt={self.wrt if not self._single else self.wrt[0]} target={self.target}>"
+
+
+def _write_out(result, out):
+    """Copy results into caller-provided arrays (shape and dtype must match exactly)."""
+    results = result if isinstance(result, tuple) else (result,)
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != len(results):
+        raise ValueError(f"out= needs {len(results)} arrays, got {len(outs)}")
+    for r, o in zip(results, outs):
+        if not isinstance(o, np.ndarray) or o.shape != np.shape(r) or o.dtype != np.asarray(r).dtype:
+            raise ValueError(f"out= array must have shape {np.shape(r)} and dtype "
+                             f"{np.asarray(r).dtype}, got {getattr(o, 'shape', None)} "
+                             f"{getattr(o, 'dtype', type(o).__name__)}")
+        o[...] = r
+    return out
+
+
+def _python_runner(f, entry, values, out):
+    result = _finish(entry.python(*values), entry.graph, values)
+    return _write_out(result, out) if out is not None else result
+
+
+def _backend(target):
+    if target == "cpu":
+        try:
+            from codegen.llvm import run_cpu
+        except ImportError:   # the LLVM back end is optional until it lands
+            return _python_runner
+        return run_cpu
+    if target == "cuda":
+        from codegen.cuda import run_cuda
+        return run_cuda
+    raise ValueError(target)
+
+
+def _finish(outputs, graph: Graph, values):
+    """Python floats for 0-d float64 results; never hand back an argument's own memory."""
+    def fix(v):
+        if isinstance(v, np.ndarray) and v.ndim and not v.flags.owndata:
+            return np.array(v)
+        if isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0:
+            if v.dtype == np.float64:
+                return float(v)
+            return v[()] if isinstance(v, np.ndarray) else v
+        return v
+
+    def walk(tree, flat):
+        if isinstance(tree, int):
+            return fix(flat[tree])
+        return tuple(walk(t, flat) for t in tree)
+
+    flat = [outputs] if isinstance(graph.out_tree, int) else _flatten_out(outputs, graph.out_tree)
+    return walk(graph.out_tree, flat)
+
+
+def _flatten_out(value, tree):
+    if isinstance(tree, int):
+        return [value]
+    out = []
+    for v, t in zip(value, tree):
+        out.extend(_flatten_out(v, t))
+    return out
+
+
+def differentiate(fn=None, *, wrt=0, target="cpu"):
+    """Decorator (``@differentiate`` or ``@differentiate(wrt=..., target=...)``) and plain call."""
+    if fn is None:
+        return lambda f: differentiate(f, wrt=wrt, target=target)
+    return Function(fn.fn if isinstance(fn, Function) else fn, wrt=wrt, target=target)
+
+
+def _base(fn, wrt, target) -> Function:
+    if isinstance(fn, Function):
+        return fn
+    return Function(fn, wrt=wrt, target=target or "cpu")
+
+
+def _retarget(f: Function, target) -> Function:
+    if target is not None:
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+        f.target = target
+    return f
+
+
+def grad(fn, wrt=0, target=None) -> Function:
+    """The gradient of ``fn`` (a Python function or ``Function``) with respect to ``wrt``."""
+    return _retarget(_base(fn, wrt, target)._derived("grad", wrt), target)
+
+
+def value_and_grad(fn, wrt=0, target=None) -> Function:
+    """``(value, gradient)`` of ``fn``, computed by one compiled function."""
+    return _retarget(_base(fn, wrt, target)._derived("value_and_grad", wrt), target)
+
+
+def hvp(fn, wrt=0, target=None) -> Function:
+    """``hvp(f)(x, v, *rest) = H(x) @ v``, the gradient of ``<grad f(x), v>`` with respect to
+    ``x`` (the ``wrt`` argument), for scipy's ``hessp=``."""
+    base = _base(fn, wrt, target)
+    g = base._derived("grad", wrt)
+    if not g._single:
+        raise ValueError("hvp needs a single wrt argument")
+    return _retarget(g._derived("hvp", wrt), target)

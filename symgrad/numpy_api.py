@@ -1,0 +1,205 @@
+"""The functions a user may call: ``sg.exp``, ``np.exp``, ``math.exp`` ... and the table that
+maps each Python callable to one of them.
+
+Every function here is *dual*: given IR nodes (while tracing) it builds IR; given floats or
+NumPy arrays it simply runs NumPy, so an undecorated function using ``sg.*`` still runs as
+ordinary Python. The front end looks callables up in :data:`CALLABLES`.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from . import ops
+from .ir import Node
+
+
+def _traced(values) -> bool:
+    for v in values:
+        if isinstance(v, Node):
+            return True
+        if isinstance(v, (list, tuple)) and _traced(v):
+            return True
+    return False
+
+
+def _dual(eager, build, name):
+    def fn(*args, **kwargs):
+        if _traced(args) or _traced(kwargs.values()):
+            return build(*args, **kwargs)
+        return eager(*args, **kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``np.{getattr(eager, '__name__', name)}`` that also traces into symgrad IR."
+    return fn
+
+
+def _as_node_list(xs):
+    return [x if isinstance(x, Node) else ops.lift(np.asarray(x)) for x in xs]
+
+
+def _reduce(op):
+    def build(x, axis=None, keepdims=False):
+        if isinstance(x, (list, tuple)):
+            x = ops.stack(_as_node_list(x))
+        return ops.reduce(op, x, axis, keepdims)
+    return build
+
+
+def _mean(x, axis=None, keepdims=False):
+    if isinstance(x, (list, tuple)):
+        x = ops.stack(_as_node_list(x))
+    return ops.mean(x, axis, keepdims)
+
+
+def _clip(x, lo, hi):
+    out = ops.lift(x)
+    if lo is not None:
+        out = ops.maximum(out, lo)
+    if hi is not None:
+        out = ops.minimum(out, hi)
+    return out
+
+
+def _array(x, dtype=None):
+    if isinstance(x, (list, tuple)):
+        x = ops.stack(_as_node_list([_array(v) if isinstance(v, (list, tuple)) else v for v in x]))
+    x = ops.lift(x)
+    return ops.cast(x, np.dtype(dtype).name) if dtype is not None else x
+
+
+def _zeros(shape, dtype=float):
+    return ops.full(shape if isinstance(shape, tuple) else (shape,), 0, np.dtype(dtype).name)
+
+
+def _ones(shape, dtype=float):
+    return ops.full(shape if isinstance(shape, tuple) else (shape,), 1, np.dtype(dtype).name)
+
+
+def _like(value):
+    def build(x, dtype=None):
+        x = ops.lift(x)
+        return ops.full(x.shape, value, np.dtype(dtype).name if dtype else x.dtype)
+    return build
+
+
+def _full_like(x, fill, dtype=None):
+    x = ops.lift(x)
+    return ops.full(x.shape, fill, np.dtype(dtype).name if dtype else x.dtype)
+
+
+def _pow(a, b):
+    return ops.pow_(a, b)
+
+
+def _square(x):
+    x = ops.lift(x)
+    return x * x
+
+
+def _logaddexp(a, b):
+    m = ops.maximum(a, b)
+    return m + ops.log1p(ops.exp(-ops.abs_(ops.sub(a, b))))
+
+
+def _squeeze(x, axis=None):
+    x = ops.lift(x)
+    shape = tuple(d for i, d in enumerate(x.shape)
+                  if not (d == 1 and (axis is None or i in ops.normalize_axes(axis, x.ndim))))
+    return ops.reshape(x, shape)
+
+
+def _expand_dims(x, axis):
+    x = ops.lift(x)
+    shape = list(x.shape)
+    shape.insert(axis % (x.ndim + 1), 1)
+    return ops.reshape(x, shape)
+
+
+def _outer(a, b):
+    a, b = ops.reshape(a, (-1, 1)), ops.reshape(b, (1, -1))
+    return a * b
+
+
+def _stack(xs, axis=0):
+    return ops.stack(_as_node_list(xs), axis)
+
+
+def _concatenate(xs, axis=0):
+    return ops.concatenate(_as_node_list(xs), axis)
+
+
+def _abs(x):
+    return ops.abs_(x)
+
+
+def _stop_gradient_eager(x):
+    return x
+
+
+# name -> (eager implementation, builder). ``sg.<name>`` is the dual of the two.
+FUNCTIONS = {
+    "exp": (np.exp, ops.exp), "log": (np.log, ops.log), "log1p": (np.log1p, ops.log1p),
+    "expm1": (np.expm1, ops.expm1), "sqrt": (np.sqrt, ops.sqrt), "sin": (np.sin, ops.sin),
+    "cos": (np.cos, ops.cos), "tan": (np.tan, ops.tan), "arcsin": (np.arcsin, ops.arcsin),
+    "arccos": (np.arccos, ops.arccos), "arctan": (np.arctan, ops.arctan),
+    "arctan2": (np.arctan2, ops.arctan2), "sinh": (np.sinh, ops.sinh),
+    "cosh": (np.cosh, ops.cosh), "tanh": (np.tanh, ops.tanh), "abs": (np.abs, _abs),
+    "sign": (np.sign, ops.sign), "maximum": (np.maximum, ops.maximum),
+    "minimum": (np.minimum, ops.minimum), "where": (np.where, ops.where),
+    "clip": (np.clip, _clip), "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
+    "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")), "mean": (np.mean, _mean),
+    "dot": (np.dot, ops.dot), "matmul": (np.matmul, ops.matmul),
+    "transpose": (np.transpose, ops.transpose), "reshape": (np.reshape, ops.reshape),
+    "stack": (np.stack, _stack), "concatenate": (np.concatenate, _concatenate),
+    "zeros": (np.zeros, _zeros), "ones": (np.ones, _ones),
+    "zeros_like": (np.zeros_like, _like(0)), "ones_like": (np.ones_like, _like(1)),
+    "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
+    "power": (np.power, _pow), "square": (np.square, _square),
+    "logaddexp": (np.logaddexp, _logaddexp), "squeeze": (np.squeeze, _squeeze),
+    "expand_dims": (np.expand_dims, _expand_dims), "outer": (np.outer, _outer),
+    "array": (np.array, _array), "asarray": (np.asarray, _array),
+    "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
+}
+ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",
+           "fabs": "abs", "pow": "power", "amax": "max", "amin": "min", "absolute": "abs",
+           "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+           "reduce_mean": "mean", "reduce_prod": "prod", "concat": "concatenate"}
+
+DUALS = {name: _dual(eager, build, name) for name, (eager, build) in FUNCTIONS.items()}
+DUALS.update({alias: DUALS[name] for alias, name in ALIASES.items()})
+
+# Python callables the front end recognises -> the dual that handles them.
+CALLABLES: dict = {}
+for _name, _dual_fn in DUALS.items():
+    CALLABLES[_dual_fn] = _dual_fn
+    for _module in (np, math):
+        _obj = getattr(_module, _name, None)
+        if _obj is not None and callable(_obj):
+            CALLABLES.setdefault(_obj, _dual_fn)
+CALLABLES[builtins.abs] = DUALS["abs"]
+CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
+CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
+
+
+def builtin_extremum(build):
+    """``min``/``max`` on scalars: elementwise ``minimum``/``maximum`` when traced."""
+    pick = builtins.min if build is ops.minimum else builtins.max
+
+    def fn(*args, **kwargs):
+        items = list(args[0]) if len(args) == 1 else list(args)
+        if not _traced(items):
+            return pick(*args, **kwargs)
+        if kwargs:
+            raise TypeError(f"{pick.__name__}() with keyword arguments on traced values is not supported")
+        out = items[0]
+        for item in items[1:]:
+            out = build(out, item)
+        return out
+    return fn
+
+
+CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
+CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
+Node.__abs__ = ops.abs_
