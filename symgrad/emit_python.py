@@ -8,6 +8,7 @@ Output is deterministic (nodes are visited in topological order, names come from
 from __future__ import annotations
 
 import keyword
+import re
 
 import numpy as np
 
@@ -124,7 +125,7 @@ class _Emitter:
                 self.expr[n] = text
         ret = self.render_tree(g.out_tree, top=True)
         body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
-        source = f"def {g.name}({', '.join(self.params)}):\n{body}\n"
+        source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"
         return source, self.namespace
 
     def update_statement(self, n: Node, counts):
@@ -155,6 +156,14 @@ class _Emitter:
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
+def function_name(graph: Graph) -> str:
+    """A valid identifier for the generated function (``grad_<lambda>`` -> ``grad_lambda``)."""
+    name = re.sub(r"\W", "", graph.name.replace("<", "").replace(">", "")) or "f"
+    if keyword.iskeyword(name) or name[0].isdigit():
+        name = f"{name}_"
+    return name
+
+
 def _schedule(graph: Graph) -> list[Node]:
     """Topological order with the forward computation first, then the derivative: a node is
     forward when neither it nor anything it depends on was created by autodiff."""
@@ -175,4 +184,4 @@ def compile_python(graph: Graph):
     source, namespace = emit(graph)
     code = compile(source, f"<symgrad {graph.name}>", "exec")
     exec(code, namespace)
-    return namespace[graph.name], source
+    return namespace[function_name(graph)], source

@@ -148,6 +148,9 @@ _SAFE_BUILTINS = {
         "False", "None", "slice", "map", "divmod", "pow", "str", "repr", "type", "hasattr",
         "getattr", "callable", "iter", "next", "set", "frozenset")
     if hasattr(builtins, name)}
+_STRUCTURAL_BUILTINS = {builtins.zip, builtins.enumerate, builtins.list, builtins.tuple,
+                        builtins.reversed, builtins.dict, builtins.isinstance, builtins.sum,
+                        builtins.iter, builtins.next}
 _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertools")
@@ -809,6 +812,10 @@ class Tracer:
             return self.call_python(fn.__func__, [fn.__self__] + list(args), kwargs, node)
         if isinstance(fn, _BoundNodeMethod):
             return fn(*args, **kwargs)
+        if fn in _STRUCTURAL_BUILTINS:   # they move values around without looking at them
+            return fn(*args, **kwargs)
+        if fn is builtins.range and any(_is_data(a) for a in args):
+            self.fail(node, "range() over a traced value (loop bounds must be static)")
         traced = any(True for _ in _walk_nodes(list(args) + list(kwargs.values())))
         if traced:
             if isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict)):
@@ -890,6 +897,8 @@ def _closure_of(fn) -> dict:
 
 
 def _is_pure(fn) -> bool:
+    if isinstance(getattr(fn, "__self__", None), (np.ndarray, np.generic)):
+        return True   # a method of a constant array, e.g. np.arange(6.0).reshape(2, 3)
     module = getattr(fn, "__module__", None) or ""
     if isinstance(fn, np.ufunc) or isinstance(fn, type) and issubclass(fn, (numbers.Number, np.generic)):
         return True

@@ -1,0 +1,188 @@
+"""Every op's derivative against central finite differences: first order on scalars and arrays,
+float64 and float32; second order through grad-of-grad on scalar functions."""
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+# (name, function, low, high): inputs are drawn uniformly from [low, high].
+UNARY = [
+    ("neg", lambda x: -x, -2, 2),
+    ("exp", lambda x: np.exp(x), -2, 2),
+    ("log", lambda x: np.log(x), 0.2, 3),
+    ("log1p", lambda x: np.log1p(x), -0.5, 3),
+    ("expm1", lambda x: np.expm1(x), -2, 2),
+    ("sqrt", lambda x: np.sqrt(x), 0.2, 3),
+    ("sin", lambda x: np.sin(x), -3, 3),
+    ("cos", lambda x: np.cos(x), -3, 3),
+    ("tan", lambda x: np.tan(x), -1.2, 1.2),
+    ("arcsin", lambda x: np.arcsin(x), -0.9, 0.9),
+    ("arccos", lambda x: np.arccos(x), -0.9, 0.9),
+    ("arctan", lambda x: np.arctan(x), -3, 3),
+    ("sinh", lambda x: np.sinh(x), -2, 2),
+    ("cosh", lambda x: np.cosh(x), -2, 2),
+    ("tanh", lambda x: np.tanh(x), -2, 2),
+    ("abs", lambda x: np.abs(x), 0.1, 2),
+    ("abs_neg", lambda x: abs(x), -2, -0.1),
+    ("square", lambda x: x ** 2, -2, 2),
+    ("cube", lambda x: x ** 3.0, -2, 2),
+    ("rpow", lambda x: 2.0 ** x, -2, 2),
+    ("reciprocal", lambda x: 1.0 / x, 0.5, 2),
+    ("math_exp", lambda x: sg.exp(x) * sg.sin(x), -2, 2),
+    ("sign_times", lambda x: np.sign(x) * x * x, 0.1, 2),
+    ("cast32", lambda x: np.float32(2.0) * x, -2, 2),
+]
+
+BINARY = [
+    ("add", lambda x, y: x + y, -2, 2),
+    ("sub", lambda x, y: x - y, -2, 2),
+    ("mul", lambda x, y: x * y, -2, 2),
+    ("div", lambda x, y: x / y, 0.5, 2),
+    ("pow", lambda x, y: x ** y, 0.5, 2),
+    ("arctan2", lambda x, y: np.arctan2(x, y), 0.3, 2),
+    ("maximum", lambda x, y: np.maximum(x, y * 1.3), 0.1, 2),
+    ("minimum", lambda x, y: np.minimum(x, y * 1.3), 0.1, 2),
+    ("where", lambda x, y: np.where(x > y, x * y, x - y), -2, 2),
+    ("hypot", lambda x, y: np.sqrt(x * x + y * y), 0.3, 2),
+]
+
+
+def _rand(rng, low, high, shape):
+    return rng.uniform(low, high, size=shape) if shape else float(rng.uniform(low, high))
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3)])
+@pytest.mark.parametrize("name, fn, low, high", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_first_order(name, fn, low, high, shape):
+    rng = np.random.default_rng(0)
+    x = _rand(rng, low, high, shape)
+    assert sg.check_grad(fn, x) < 1e-6
+
+
+@pytest.mark.parametrize("shape", [(), (4,), (2, 3)])
+@pytest.mark.parametrize("name, fn, low, high", BINARY, ids=[b[0] for b in BINARY])
+def test_binary_first_order(name, fn, low, high, shape):
+    rng = np.random.default_rng(1)
+    x, y = _rand(rng, low, high, shape), _rand(rng, low, high, shape)
+    assert sg.check_grad(fn, x, y, wrt=(0, 1)) < 1e-6
+
+
+@pytest.mark.parametrize("name, fn, low, high", BINARY, ids=[b[0] for b in BINARY])
+def test_binary_broadcasting(name, fn, low, high):
+    """A scalar and a (2, 3) array, a row and a column: unbroadcasting sums correctly."""
+    rng = np.random.default_rng(2)
+    assert sg.check_grad(fn, float(rng.uniform(low, high)), rng.uniform(low, high, (2, 3)), wrt=(0, 1)) < 1e-6
+    assert sg.check_grad(fn, rng.uniform(low, high, (3, 1)), rng.uniform(low, high, (4,)), wrt=(0, 1)) < 1e-6
+
+
+@pytest.mark.parametrize("name, fn, low, high", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_float32(name, fn, low, high):
+    """float32 gradients keep the dtype and agree with float64 to float32 precision."""
+    x64 = np.random.default_rng(3).uniform(low, high, 6)
+    x32 = x64.astype(np.float32)
+    g32 = sg.grad(fn, target="python")(x32)
+    g64 = sg.grad(fn, target="python")(x32.astype(np.float64))
+    assert g32.dtype == np.float32
+    np.testing.assert_allclose(g32, g64, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name, fn, low, high", UNARY[:16], ids=[u[0] for u in UNARY[:16]])
+def test_unary_second_order(name, fn, low, high):
+    """grad-of-grad of a scalar function is its second derivative."""
+    x = 0.5 * (low + high) + 0.1
+    f = sg.differentiate(fn, target="python")
+    h = 1e-4
+    numeric = (f.grad(x + h) - f.grad(x - h)) / (2 * h)
+    assert abs(f.grad.grad(x) - numeric) <= 1e-6 * max(1.0, abs(numeric))
+
+
+@pytest.mark.parametrize("name, fn, low, high", BINARY[:6], ids=[b[0] for b in BINARY[:6]])
+def test_binary_second_order(name, fn, low, high):
+    x, y = 0.7 * low + 0.3 * high, 0.4 * low + 0.6 * high
+    f = sg.differentiate(fn, wrt=0, target="python")
+    h = 1e-4
+    numeric = (f.grad(x + h, y) - f.grad(x - h, y)) / (2 * h)
+    assert abs(f.grad.grad(x, y) - numeric) <= 1e-6 * max(1.0, abs(numeric))
+
+
+# Reductions, linear algebra and shape ops.
+ARRAY_FUNCTIONS = [
+    ("sum", lambda x: np.sum(np.sin(x)), (3, 4)),
+    ("sum_axis0", lambda x: np.sum(np.sin(x) * np.sum(x, axis=0)), (3, 4)),
+    ("sum_axis1_keepdims", lambda x: np.sum(x * np.sum(x * x, axis=1, keepdims=True)), (3, 4)),
+    ("sum_neg_axis", lambda x: np.sum(np.cos(np.sum(x, axis=-1))), (2, 3, 4)),
+    ("sum_axes_tuple", lambda x: np.sum(np.exp(np.sum(x, axis=(0, 2)))), (2, 3, 4)),
+    ("mean", lambda x: np.mean(x * x) + x.mean(axis=0).sum(), (3, 4)),
+    ("prod", lambda x: np.prod(x, axis=1).sum(), (3, 4)),
+    ("max", lambda x: np.max(x * x), (3, 4)),
+    ("max_axis", lambda x: np.sum(np.max(np.sin(x), axis=0)), (3, 4)),
+    ("min_axis_keepdims", lambda x: np.sum(x - np.min(x, axis=1, keepdims=True)), (3, 4)),
+    ("reduce_max_tf", lambda x: sg.reduce_sum(sg.exp(x - sg.reduce_max(x))), (5,)),
+    ("dot_vv", lambda x: np.dot(x, np.cos(x)), (5,)),
+    ("matmul_mm", lambda x: np.sum(np.tanh(x @ x.T)), (3, 4)),
+    ("matmul_mv", lambda x: np.sum((x @ np.arange(4.0)) ** 2), (3, 4)),
+    ("matmul_vm", lambda x: np.sum(np.sin(np.arange(3.0) @ x)), (3, 4)),
+    ("matmul_batch", lambda x: np.sum(np.sin(x @ np.transpose(x, (0, 2, 1)))), (2, 3, 4)),
+    ("transpose", lambda x: np.sum(x.T * np.arange(12.0).reshape(4, 3)), (3, 4)),
+    ("reshape", lambda x: np.sum(np.sin(x.reshape(2, 6)) * np.arange(12.0).reshape(2, 6)), (3, 4)),
+    ("reshape_neg", lambda x: np.sum(np.exp(x.reshape(-1)) * np.arange(12.0)), (3, 4)),
+    ("getitem_int", lambda x: x[0] * x[-1] + x[2] ** 2, (5,)),
+    ("getitem_slice", lambda x: np.sum(x[1:] - x[:-1] ** 2), (6,)),
+    ("getitem_stride", lambda x: np.sum(x[::2] * x[1::2]), (6,)),
+    ("getitem_reverse", lambda x: np.sum(x * x[::-1] * np.arange(6.0)), (6,)),
+    ("getitem_2d", lambda x: np.sum(x[1, :] * x[:, 2].sum()) + np.sum(x[:2, 1:3] ** 2), (3, 4)),
+    ("getitem_newaxis", lambda x: np.sum(x[:, None] * x[None, :]), (4,)),
+    ("stack", lambda x: np.sum(np.stack([x, x * x, np.sin(x)], axis=1) ** 2), (4,)),
+    ("concatenate", lambda x: np.sum(np.concatenate([x, x[:2] * 3.0]) ** 2), (4,)),
+    ("broadcast_rows", lambda x: np.sum(np.exp(x - np.max(x, axis=1, keepdims=True))), (3, 4)),
+    ("clip", lambda x: np.sum(np.clip(x, -0.5, 0.5) * x), (7,)),
+    ("where_arrays", lambda x: np.sum(np.where(x > 0, np.sin(x), x * x)), (7,)),
+    ("logsumexp", lambda x: np.log(np.sum(np.exp(x))), (6,)),
+    ("zeros_like", lambda x: np.sum(x * x + np.ones_like(x) + np.zeros(x.shape)), (5,)),
+]
+
+
+@pytest.mark.parametrize("name, fn, shape", ARRAY_FUNCTIONS, ids=[a[0] for a in ARRAY_FUNCTIONS])
+def test_array_ops_first_order(name, fn, shape):
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1.5, 1.5, shape)
+    if name == "prod":
+        x = rng.uniform(0.5, 1.5, shape)
+    assert sg.check_grad(fn, x) < 1e-6
+
+
+@pytest.mark.parametrize("name, fn, shape", ARRAY_FUNCTIONS, ids=[a[0] for a in ARRAY_FUNCTIONS])
+def test_array_ops_float32(name, fn, shape):
+    x = np.random.default_rng(5).uniform(0.5, 1.5, shape)
+    g32 = sg.grad(fn, target="python")(x.astype(np.float32))
+    g64 = sg.grad(fn, target="python")(x)
+    assert g32.dtype == np.float32 and g32.shape == x.shape
+    np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-4)
+
+
+def test_kink_conventions():
+    """Derivatives at kinks follow JAX: abs'(0) = 0; max ties split evenly; maximum picks x."""
+    assert sg.grad(lambda x: abs(x), target="python")(0.0) == 0.0
+    g = sg.grad(lambda x: np.max(x), target="python")(np.array([1.0, 3.0, 3.0]))
+    np.testing.assert_array_equal(g, [0.0, 0.5, 0.5])
+    gx, gy = sg.grad(lambda x, y: np.maximum(x, y), wrt=(0, 1), target="python")(1.0, 1.0)
+    assert (gx, gy) == (1.0, 0.0)
+
+
+def test_sympy_agrees_on_a_composite():
+    """The generated derivative equals sympy.diff of the same expression."""
+    import sympy
+    s = sympy.Symbol("s")
+    expr = sympy.sin(s) * sympy.exp(-s * s) + sympy.log(1 + s * s) * sympy.tanh(s)
+    reference = sympy.lambdify(s, sympy.diff(expr, s))
+    g = sg.grad(lambda x: np.sin(x) * np.exp(-x * x) + np.log1p(x * x) * np.tanh(x), target="python")
+    for v in (-1.3, -0.2, 0.0, 0.4, 2.0):
+        assert abs(g(v) - reference(v)) <= 1e-13 * max(1.0, abs(reference(v)))
+
+
+@pytest.mark.parametrize("shape", [(), (4,)])
+def test_stop_gradient_is_identity_forward_zero_backward(shape):
+    x = _rand(np.random.default_rng(6), -2, 2, shape)
+    f = sg.differentiate(lambda x: x * sg.stop_gradient(x) + np.sin(sg.stop_gradient(x)), target="python")
+    np.testing.assert_allclose(f(x), x * x + np.sin(x))
+    np.testing.assert_array_equal(f.grad(x), x)   # d/dx of x * c at c = x
