@@ -30,7 +30,7 @@ from .errors import UnsupportedSyntaxError
 from .ir import Graph, Loc, Node, make
 from .numpy_api import CALLABLES, DUALS
 
-MAX_CALL_DEPTH = 100
+MAX_CALL_DEPTH = 40
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,8 +221,8 @@ class Frame:
             return root.globals[name]
         if name in _SAFE_BUILTINS:
             return _SAFE_BUILTINS[name]
-        if hasattr(builtins, name):
-            self.tracer.fail(node, f"builtin '{name}'")
+        if hasattr(builtins, name):   # calls are vetted in Tracer.call
+            return getattr(builtins, name)
         raise NameError(f"{self.source.loc(node)}: name '{name}' is not defined")
 
 
@@ -259,7 +259,10 @@ class Tracer:
             frame.env[param] = value if node is None else node
             if node is not None and node.ndim:
                 frame.owned_by_caller.add(param)
-        result = self.run_body(frame, tree)
+        try:
+            result = self.run_body(frame, tree)
+        except RecursionError:
+            self.fail(self.node or tree, "expression nesting or recursion too deep to trace")
         outputs, tree_shape = [], _flatten(result, [], self, tree)
         _flatten_into(result, outputs)
         graph = Graph(name or fn.__name__, tuple(params), tuple(inputs),
@@ -844,7 +847,7 @@ class Tracer:
         _bind(tree.args, callee.env, args, kwargs, defaults, kw_defaults, getattr(tree, "name", "<lambda>"))
         self.depth += 1
         if self.depth > MAX_CALL_DEPTH:
-            self.fail(node, "recursion deeper than 100 calls (recursion on a data-dependent "
+            self.fail(node, f"recursion deeper than {MAX_CALL_DEPTH} calls (recursion on a data-dependent "
                       "condition cannot terminate while tracing)")
         caller, self.frame = self.frame, callee
         try:

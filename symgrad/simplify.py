@@ -62,17 +62,24 @@ def _fold(n: Node) -> Node:
 
 
 def _drop_broadcasts(n: Node) -> Node:
-    """An explicit broadcast feeding an elementwise op is implicit in NumPy: op(bcast(x), y)
-    -> op(x, y) when the output shape stays the same."""
-    if OPS[n.op].kind != "elementwise" or not any(i.op in ("broadcast_to", "reshape") for i in n.inputs):
+    """Broadcasting commutes with elementwise ops, and NumPy broadcasts implicitly:
+    op(bcast(x), y) -> op(x, y) when the output shape stays the same, else
+    bcast(op(x, y)) (computed on fewer elements; the consumer usually drops the bcast)."""
+    if OPS[n.op].kind != "elementwise" or n.op == "stop_gradient":
         return n
-    inputs = list(n.inputs)
-    for k, i in enumerate(inputs):
-        if i.op == "broadcast_to" or (i.op == "reshape" and _adds_leading_ones(i)):
-            trial = inputs[:k] + [i.inputs[0]] + inputs[k + 1:]
-            if broadcast_shapes(*(t.shape for t in trial)) == n.shape:
-                inputs = trial
-    return make(n.op, inputs, n.attrs) if tuple(inputs) != n.inputs else n
+    inputs = [i.inputs[0] if i.op == "broadcast_to" or (i.op == "reshape" and _adds_leading_ones(i))
+              else i for i in n.inputs]
+    if all(a is b for a, b in zip(inputs, n.inputs)):
+        return n
+    inner = make(n.op, inputs, n.attrs)
+    return inner if inner.shape == n.shape else broadcast_to(inner, n.shape)
+
+
+def _sum(n):
+    (a,) = n.inputs
+    if a.op == "neg":                           # sum(-x) -> -sum(x)
+        return neg(make("sum", (a.inputs[0],), n.attrs))
+    return n
 
 
 def _adds_leading_ones(r: Node) -> bool:
@@ -176,7 +183,7 @@ def _where(n):
     return n
 
 
-RULES = {"add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
+RULES = {"sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
          "where": _where, "reshape": _fold_shape, "broadcast_to": _fold_shape,
          "transpose": _fold_shape, "getitem": _fold_shape}
 
