@@ -288,7 +288,8 @@ def _backend(target):
 def _finish(outputs, graph: Graph, values):
     """Python floats for 0-d float64 results; never hand back an argument's own memory."""
     def fix(v):
-        if isinstance(v, np.ndarray) and v.ndim and not v.flags.owndata:
+        if isinstance(v, np.ndarray) and v.ndim and (
+                not v.flags.owndata or any(v is a for a in values)):
             return np.array(v)
         if isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0:
             if v.dtype == np.float64:

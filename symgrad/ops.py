@@ -420,6 +420,8 @@ def _reshape_infer(inputs, attrs):
 
 def _reshape_spell(args, node):
     x = node.inputs[0]
+    if x.ndim == 0:   # the operand may be a Python float, which has no .reshape
+        return f"np.reshape({args[0][0]}, {sp.shape_text(node.shape)})", sp.ATOM
     a = sp.paren(args[0], args[0][1] < sp.ATOM)
     if node.shape == ():
         return f"{a}.reshape(())", sp.ATOM
