@@ -246,7 +246,12 @@ class Function:
 
     def hessp(self, *args):
         """Hessian-vector product ``H(x) @ p`` (for scipy's ``hessp=``): ``hessp(x, p, *rest)``."""
-        return hvp(self)(*args)
+        return self._hessp(*args)
+
+    @functools.cached_property
+    def _hessp(self) -> "Function":
+        # built once: a fresh hvp Function per call would retrace and recompile every call
+        return hvp(self)
 
     def __repr__(self):
         return f"<symgrad.Function {self.__name__} wrt={self.wrt if not self._single else self.wrt[0]} target={self.target}>"

@@ -87,10 +87,17 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None):
         raise TypeError("clip_by_global_norm: t_list should be a list or tuple of arrays")
     if use_norm is None:
         use_norm = global_norm(t_list)
-    nonzero = use_norm != 0
-    inverse = np.where(nonzero, 1.0 / np.where(nonzero, use_norm, 1.0), np.inf)
-    scale_for_finite = clip_norm * np.minimum(inverse, 1.0 / clip_norm)
-    scale = np.where(np.abs(use_norm) < np.inf, scale_for_finite, np.nan)
+    scale = global_norm_scale(use_norm, clip_norm)
     clipped = [None if v is None else np.asarray(v) * np.asarray(scale, np.asarray(v).dtype)
                for v in t_list]
     return clipped, use_norm
+
+
+def global_norm_scale(use_norm, clip_norm):
+    """The factor ``clip_by_global_norm`` multiplies every tensor by, as TF computes it:
+    ``clip_norm * minimum(1 / use_norm, 1 / clip_norm)``, NaN for an inf/NaN norm, 1 for a
+    zero norm (``1 / 0`` is taken as ``inf`` without dividing by zero)."""
+    nonzero = use_norm != 0
+    inverse = np.where(nonzero, 1.0 / np.where(nonzero, use_norm, 1.0), np.inf)
+    scale_for_finite = clip_norm * np.minimum(inverse, 1.0 / clip_norm)
+    return np.where(np.abs(use_norm) < np.inf, scale_for_finite, np.nan)
