@@ -302,10 +302,17 @@ logical_and = _b("logical_and", np.logical_and, None, sp.call("np.logical_and"),
 logical_or = _b("logical_or", np.logical_or, None, sp.call("np.logical_or"), "bool")
 
 
+def _where_spell(args, node):
+    # np.where is not a ufunc: a Python float operand would promote float32 to float64.
+    texts = [f"np.float32({a[0]})" if i.op == "const" and i.dtype == "float32" else a[0]
+             for a, i in zip(args, node.inputs)]
+    return f"np.where({', '.join(texts)})", sp.ATOM
+
+
 register(OpDef("where", "elementwise", infer=_where_infer,
                numpy=lambda c, a, b, attrs: np.where(c, a, b),
                vjp=lambda g, n: (None, where(n.inputs[0], g, 0), where(n.inputs[0], 0, g)),
-               python=sp.call("np.where")))
+               python=_where_spell))
 
 
 def where(cond, a, b) -> Node:

@@ -63,12 +63,13 @@ def _fold(n: Node) -> Node:
 
 def _drop_broadcasts(n: Node) -> Node:
     """Broadcasting commutes with elementwise ops, and NumPy broadcasts implicitly:
-    op(bcast(x), y) -> op(x, y) when the output shape stays the same, else
+    op(bcast(x), y) -> op(x, y) when the output shape stays the same (a ``full`` is a
+    broadcast scalar: x * full(2.0) -> x * 2.0), else
     bcast(op(x, y)) (computed on fewer elements; the consumer usually drops the bcast)."""
     if OPS[n.op].kind != "elementwise" or n.op == "stop_gradient":
         return n
     inputs = [i.inputs[0] if i.op == "broadcast_to" or (i.op == "reshape" and _adds_leading_ones(i))
-              else i for i in n.inputs]
+              else const(i.attrs[0], i.dtype) if i.op == "full" else i for i in n.inputs]
     if all(a is b for a, b in zip(inputs, n.inputs)):
         return n
     inner = make(n.op, inputs, n.attrs)

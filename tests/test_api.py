@@ -158,3 +158,11 @@ def test_grad_of_function_object_keeps_target():
     assert sg.grad(f).target == "python"
     assert sg.grad(f, target="cpu").target == "cpu"
     assert sg.grad(f)(1.0, 2.0) == f.grad(1.0, 2.0)
+
+
+def test_command_line_shows_source_and_ir(capsys):
+    from symgrad.cli import main
+    assert main(["examples/stable_softmax.py", "stop_gradient_max", "--arg", "4", "--arg", "4",
+                 "--show", "source,ir"]) == 0
+    out = capsys.readouterr().out
+    assert "def grad_stop_gradient_max(x, t):" in out and "graph grad_stop_gradient_max" in out

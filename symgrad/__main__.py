@@ -1,0 +1,3 @@
+from symgrad.cli import main
+
+raise SystemExit(main())
