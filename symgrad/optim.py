@@ -209,7 +209,13 @@ class Optimizer:
             dt = var.dtype
             clip_args = (mode, _scalar(g_mul, dt), _scalar(g_div, dt), _scalar(lo, dt),
                          _scalar(hi, dt))
-            self._update(var, self._slots_for(var), g, clip_args, float(lr))
+            slots = self._slots_for(var)
+            if var.flags.c_contiguous:
+                self._update(var, slots, g, clip_args, float(lr))
+            else:   # a strided view: update a contiguous copy, then write it back
+                work = np.array(var, order="C")
+                self._update(work, slots, g, clip_args, float(lr))
+                var[...] = work
         self.iterations += 1
         return self.iterations
 
