@@ -124,6 +124,8 @@ class Function:
                 raise TypeError(f"{self.__name__}() takes the arguments (x, v, *rest): "
                                 f"{len(self.params) + 1} positional arguments")
             return list(args)
+        if not kwargs and len(args) == len(self.params):
+            return list(args)   # the common case, without inspect's (slow) binding
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -162,7 +164,7 @@ class Function:
         return self._compiled(values).graph
 
     def _compiled(self, values) -> Compiled:
-        key = tuple(_arg_key(v) for v in values)
+        key = tuple([_arg_key(v) for v in values])
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
