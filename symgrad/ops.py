@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from . import spelling as sp
-from .ir import OPS, ArrayConst, Node, OpDef, is_float, make, register
+from .ir import ArrayConst, Node, OpDef, is_float, make, register
 
 # ----------------------------------------------------------------------------------------------
 # Shape/dtype rules
@@ -583,18 +583,11 @@ def _update_numpy(accumulate):
     return run
 
 
-def _update_spell(symbol):
-    def spell(args, node):  # only used when the emitter cannot write it as a statement
-        a = sp.paren(args[0], args[0][1] < sp.ATOM)
-        idx = _index_text(node.attrs[0], node.ndim)
-        return f"_{'index_add' if symbol else 'setitem'}({args[0][0]}, ({idx},), {args[1][0]})", sp.ATOM
-    return spell
-
-
-register(OpDef("setitem", "shape", _update_infer, _update_numpy(False), _update_spell(""),
+# Spelled by the emitter as statements (``y = np.array(b); y[i] = v`` / ``y[i] += v``).
+register(OpDef("setitem", "shape", _update_infer, _update_numpy(False), None,
                lambda g, n: (setitem(g, zeros_like(n.inputs[1]), n.attrs[0]),
                              unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
-register(OpDef("index_add", "shape", _update_infer, _update_numpy(True), _update_spell("+"),
+register(OpDef("index_add", "shape", _update_infer, _update_numpy(True), None,
                lambda g, n: (g, unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
 
 

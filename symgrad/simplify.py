@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from .ir import OPS, Graph, Node, make, toposort
-from .ops import broadcast_to, broadcast_shapes, const, full, index_add, neg, sub, add, mul, div
+from .ops import broadcast_to, const, full, index_add, neg, sub, add, mul, div
 
 FOLDABLE = ("elementwise",)
 

@@ -7,8 +7,8 @@ from symgrad.ir import OPS
 # Ops with no derivative: the result is piecewise constant or not a float.
 NOT_DIFFERENTIABLE = {"sign", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
                       "logical_not", "arg", "const", "full", "array", "arange"}
-# Leaves the Python emitter names itself rather than spelling from the table.
-SPELLED_BY_EMITTER = {"array"}
+# Ops the Python emitter writes itself (a namespace name; in-place update statements).
+SPELLED_BY_EMITTER = {"array", "setitem", "index_add"}
 LEAVES = {"arg", "const", "full", "array", "arange"}
 
 
