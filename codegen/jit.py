@@ -1,0 +1,176 @@
+"""Optimise, compile and load LLVM modules for the host CPU, with an in-memory and on-disk
+cache of machine code keyed by the hash of the (size-free) IR text.
+
+Cache key: sha256 of the IR text + target triple + CPU name + CPU features + symgrad version
++ this module's format version. Entries live in ``$SYMGRAD_CACHE_DIR`` (default
+``~/.cache/symgrad``) as ``<key>.o``: a header (magic, key, payload sha256) then the object
+file. Files are written to a temporary name and renamed (atomic on POSIX), so concurrent
+processes never read a half-written entry; a file whose header or checksum does not match is
+ignored and recompiled. ``SYMGRAD_NO_CACHE=1`` disables the disk cache. Clear it with
+``rm -rf ~/.cache/symgrad`` (or the directory you set).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import time
+
+import llvmlite.binding as llvm
+
+from .mathlib import CPUMath, finish_cpu_module
+
+FORMAT = "symgrad-cpu-3"
+MAGIC = b"SYMGRADO"
+
+_lock = threading.RLock()
+_state: dict = {}
+STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
+         "disk_rejects": 0, "compile_seconds": 0.0}
+
+
+def _init():
+    if _state:
+        return _state
+    with _lock:
+        if _state:
+            return _state
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        triple = llvm.get_process_triple()
+        cpu = llvm.get_host_cpu_name()
+        features = llvm.get_host_cpu_features().flatten()
+        target = llvm.Target.from_triple(triple)
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
+                                          reloc="static", codemodel="jitdefault")
+        math = CPUMath(features)
+        for cname in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "acos",
+                      "atan", "sinh", "cosh", "tanh", "pow", "atan2"):
+            for suffix in ("", "f"):
+                sym = math.symbol(cname, "float32" if suffix else "float64")
+                llvm.add_symbol(sym, math.scalar_address(sym))
+        if math.libmvec is not None:
+            llvm.load_library_permanently(math.libmvec._name)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        _state.update(tm=tm, math=math, engine=engine, triple=triple, cpu=cpu,
+                      features=features, kernels={})
+        return _state
+
+
+def target():
+    return _init()
+
+
+def cache_dir() -> str | None:
+    if os.environ.get("SYMGRAD_NO_CACHE", "") not in ("", "0"):
+        return None
+    return os.environ.get("SYMGRAD_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "symgrad")
+
+
+def finish_text(module) -> str:
+    """The printed module with SIMD math variants attached (the text that is hashed)."""
+    st = _init()
+    return finish_cpu_module(str(module), module.math_calls, st["math"])
+
+
+def optimize(text: str):
+    st = _init()
+    mod = llvm.parse_assembly(text)
+    mod.triple = st["triple"]
+    mod.data_layout = str(st["tm"].target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_interleaving = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(st["tm"], pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def key_of(text: str) -> str:
+    from symgrad import __version__
+    st = _init()
+    h = hashlib.sha256()
+    for part in (FORMAT, __version__, st["triple"], st["cpu"], st["features"], text):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def load(text: str, symbols: list[str]) -> tuple[str, dict]:
+    """Compile (or fetch) ``text`` and return ``(key, {symbol: address})``.
+
+    Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
+    kernel can live in one execution engine.
+    """
+    st = _init()
+    key = key_of(text)
+    with _lock:
+        hit = st["kernels"].get(key)
+        if hit is not None:
+            STATS["memory_hits"] += 1
+            return key, hit
+        prefix = f"k{key[:20]}_"
+        obj = _read_disk(key)
+        if obj is None:
+            t0 = time.perf_counter()
+            mod = optimize(text.replace('@"sg_', f'@"{prefix}'))
+            obj = st["tm"].emit_object(mod)
+            STATS["compiles"] += 1
+            STATS["compile_seconds"] += time.perf_counter() - t0
+            _write_disk(key, obj)
+        else:
+            STATS["disk_hits"] += 1
+        st["engine"].add_object_file(llvm.ObjectFileRef.from_data(obj))
+        st["engine"].finalize_object()
+        addrs = {s: st["engine"].get_function_address(prefix + s[3:]) for s in symbols}
+        if not all(addrs.values()):
+            raise RuntimeError(f"internal: symbols missing from compiled kernel {key[:12]}")
+        st["kernels"][key] = addrs
+        return key, addrs
+
+
+def _path(key: str) -> str | None:
+    d = cache_dir()
+    return None if d is None else os.path.join(d, key[:2], key + ".o")
+
+
+def _read_disk(key: str) -> bytes | None:
+    path = _path(key)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    head = len(MAGIC) + 64 + 64
+    if (len(data) <= head or data[:len(MAGIC)] != MAGIC
+            or data[len(MAGIC):len(MAGIC) + 64] != key.encode()
+            or hashlib.sha256(data[head:]).hexdigest().encode() != data[len(MAGIC) + 64:head]):
+        STATS["disk_rejects"] += 1      # corrupt, truncated or foreign: recompile
+        return None
+    return data[head:]
+
+
+def _write_disk(key: str, obj: bytes):
+    path = _path(key)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + key.encode() + hashlib.sha256(obj).hexdigest().encode() + obj)
+        os.replace(tmp, path)   # atomic: readers see the old file or the whole new one
+        STATS["disk_writes"] += 1
+    except OSError:
+        pass   # a read-only or full disk only costs a recompile next time
+
+
+def assembly(text: str) -> str:
+    return _init()["tm"].emit_assembly(optimize(text))

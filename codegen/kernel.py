@@ -1,0 +1,410 @@
+"""LLVM IR for a :class:`~codegen.schedule.Schedule`: one loop nest per stage.
+
+Size-generic by construction: every extent, stride and offset the loops use is read from a
+run-time ``i64 params[]`` array, so the IR text (and thus the machine code, which is cached by
+the hash of that text) does not change when only sizes change. What *is* baked in is
+structure: the ops, dtypes, ranks, which strides are zero (broadcasting) and whether the
+innermost stride is one (so the loop vectoriser sees unit-stride loads), and "nice" constants
+(small integers, halves, infinities) whose value matters to instruction selection.
+
+Exported symbols (``sg_`` is renamed to a per-kernel prefix before compilation):
+
+* ``sg_run(i64* ptrs, i64* params)``: every stage, single thread;
+* ``sg_stage<k>(ptrs, params, i64 begin, i64 end)``: stage k over ``[begin, end)`` of its
+  outermost axis (the thread pool splits that range);
+* ``sg_init<k>(ptrs, params)``: fill stage k's reduction outputs with the identity.
+
+``ptrs[b]`` is the address of buffer b. Each stage body is a separate function whose buffer
+arguments are ``noalias`` (the scheduler guarantees distinct buffers never overlap), which is
+what lets LLVM vectorise without run-time overlap checks.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from llvmlite import ir
+
+from symgrad.ir import Node, is_float
+
+from .lower import LOWER, Scalar, is_unsigned, memory_type, value_type
+from .mathlib import MathTarget
+from .schedule import LEAF_INLINE, Schedule, Stage, View
+
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+
+# Reduction op -> (identity for floats, combine kind). Integer identities are computed below.
+REDUCE_KIND = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "matmul": "add"}
+
+
+def baked(value) -> bool:
+    """Constants compiled into the code; any other value is a run-time parameter, so that a
+    function differing only in a constant (a mean's 1/n) reuses the machine code."""
+    if isinstance(value, bool):
+        return True
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        return True
+    return v in (0.5, -0.5) or (v == int(v) and abs(v) <= 8)
+
+
+def _bits(value, dtype: str) -> int:
+    if dtype == "float64":
+        return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+    if dtype == "float32":
+        return struct.unpack("<i", struct.pack("<f", float(value)))[0]
+    v = int(value) & 0xFFFFFFFFFFFFFFFF
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def identity(kind: str, dtype: str):
+    if kind == "add":
+        return 0
+    if kind == "mul":
+        return 1
+    if is_float(dtype):
+        return -math.inf if kind == "max" else math.inf
+    if dtype == "bool":
+        return 0 if kind == "max" else 1
+    bits = int(dtype.lstrip("uint")) if dtype[0] in "iu" else 64
+    if is_unsigned(dtype):
+        return 0 if kind == "max" else (1 << bits) - 1
+    return -(1 << (bits - 1)) if kind == "max" else (1 << (bits - 1)) - 1
+
+
+class KernelModule:
+    """Build with ``KernelModule(schedule, math)``; read ``module``, ``params``, ``stage_info``."""
+
+    def __init__(self, schedule: Schedule, math_target: MathTarget, name="symgrad"):
+        self.s = schedule
+        self.math = math_target
+        self.module = ir.Module(name)
+        self.module.math_calls = set()
+        self.params: list[int] = []
+        self.stage_info = []      # per stage: (extent0 slot or None, partial-reduction buffers)
+        wrappers = []
+        for st in schedule.stages:
+            wrappers.append(self._stage(st))
+        self._run(wrappers)
+
+    # -- parameters ----------------------------------------------------------------------------
+    def param(self, value: int) -> int:
+        self.params.append(int(value))
+        return len(self.params) - 1
+
+    def load_param(self, b: ir.IRBuilder, params, slot: int, name="p") -> ir.Value:
+        return b.load(b.gep(params, [ir.Constant(I64, slot)], source_etype=I64), typ=I64,
+                      name=name)
+
+    def constant(self, b, params, value, dtype: str) -> ir.Value:
+        cx = Scalar(b, self.math)
+        if baked(value):
+            return cx.const(value, dtype)
+        raw = self.load_param(b, params, self.param(_bits(value, dtype)), "const")
+        if dtype == "float64":
+            return b.bitcast(raw, ir.DoubleType())
+        if dtype == "float32":
+            return b.bitcast(b.trunc(raw, ir.IntType(32)), ir.FloatType())
+        return b.trunc(raw, value_type(dtype)) if dtype != "int64" else raw
+
+    # -- one stage -------------------------------------------------------------------------------
+    def _accesses(self, st: Stage):
+        """Every memory view the stage reads or writes, in a deterministic order."""
+        ssa = set(st.ssa)
+        loads: dict[Node, View] = {}
+
+        def read(x):
+            if x in ssa or x.op in LEAF_INLINE or x in loads:
+                return
+            loads[x] = self.s.loc[x].align(st.shape)
+
+        for n in st.ssa:
+            for x in n.inputs:
+                read(x)
+        for sk in st.sinks:
+            if sk.kind in ("store", "accum"):
+                read(sk.node)
+            elif sk.kind == "reduce":
+                read(sk.node.inputs[0])
+        return loads
+
+    def _stage(self, st: Stage):
+        loads = self._accesses(st)
+        views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
+            v for sk in st.sinks for v in sk.operands]
+        bufs = sorted({v.buf for v in views})
+        fty = ir.FunctionType(ir.VoidType(), [PTR] * len(bufs) + [PTR, I64, I64])
+        body = ir.Function(self.module, fty, f"sg_stage{st.index}.body")
+        body.linkage = "internal"
+        body.attributes.add("nounwind")
+        for a in body.args[:len(bufs) + 1]:
+            a.add_attribute("noalias")
+        argmap = {buf: body.args[i] for i, buf in enumerate(bufs)}
+        params, begin, end = body.args[len(bufs):]
+        for i, buf in enumerate(bufs):
+            body.args[i].name = f"buf{buf}"
+        params.name, begin.name, end.name = "params", "begin", "end"
+        b = ir.IRBuilder(body.append_basic_block("entry"))
+        d = len(st.shape)
+        extents = [self.load_param(b, params, self.param(e), f"n{j}") for j, e in enumerate(st.shape)]
+        extent0_slot = len(self.params) - d if d else None
+
+        def prepare(v: View, name):
+            base = argmap[v.buf]
+            if v.offset:
+                off = self.load_param(b, params, self.param(v.offset), f"{name}.off")
+                base = b.gep(base, [off], source_etype=memory_type(self.s.buffers[v.buf].dtype),
+                             name=name)
+            strides = []
+            for j, s in enumerate(v.strides):
+                if s == 0:
+                    strides.append(None)
+                elif j == d - 1 and s == 1:
+                    strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
+                else:
+                    strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
+            return base, strides, self.s.buffers[v.buf].dtype
+
+        acc_loads = {x: prepare(v, f"in{i}") for i, (x, v) in enumerate(loads.items())}
+        acc_sinks = [prepare(sk.dest, f"out{i}") for i, sk in enumerate(st.sinks)]
+        acc_ops = [tuple(prepare(v, f"mm{i}.{j}") for j, v in enumerate(sk.operands))
+                   for i, sk in enumerate(st.sinks)]
+        consts = {}
+        for n in st.ssa + [sk.node for sk in st.sinks]:
+            for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
+                if x.op in LEAF_INLINE and (x.attrs[0], x.dtype) not in consts:
+                    consts[(x.attrs[0], x.dtype)] = self.constant(b, params, x.attrs[0], x.dtype)
+        extra = [self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
+                                                                 else "int64")), "arange")
+                 for n in st.ssa if n.op == "arange" for v in n.attrs[:2]]
+        emit = _StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
+        emit.nest(body, extents, begin, end)
+        b.ret_void()
+
+        # the exported wrappers: load the buffer addresses, call the body
+        partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
+                   if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
+        self.stage_info.append((extent0_slot, partial))
+        wrap = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
+                           f"sg_stage{st.index}")
+        wrap.attributes.add("nounwind")
+        ptrs, wparams, wb, we = wrap.args
+        ptrs.name, wparams.name, wb.name, we.name = "ptrs", "params", "begin", "end"
+        bw = ir.IRBuilder(wrap.append_basic_block("entry"))
+        addrs = [bw.load(bw.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
+                         name=f"buf{buf}") for buf in bufs]
+        bw.call(body, addrs + [wparams, wb, we])
+        bw.ret_void()
+
+        init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
+                           f"sg_init{st.index}")
+        init.attributes.add("nounwind")
+        ptrs, iparams = init.args
+        ptrs.name, iparams.name = "ptrs", "params"
+        bi = ir.IRBuilder(init.append_basic_block("entry"))
+        for sk in st.sinks:
+            if sk.kind in ("reduce", "matmul"):
+                self._fill(init, bi, ptrs, iparams, sk)
+        bi.ret_void()
+        return wrap, init, extent0_slot, d
+
+    def _fill(self, fn, b, ptrs, params, sk):
+        buf = self.s.buffers[sk.dest.buf]
+        ty = memory_type(buf.dtype)
+        value = identity(REDUCE_KIND[sk.node.op], buf.dtype)
+        cx = Scalar(b, self.math)
+        val = cx.const(value, buf.dtype)
+        if buf.dtype == "bool":
+            val = b.zext(val, ty)
+        base = b.load(b.gep(ptrs, [ir.Constant(I64, sk.dest.buf)], source_etype=PTR), typ=PTR)
+        n = self.load_param(b, params, self.param(sk.node.size), "size")
+        pre = b.block
+        head = fn.append_basic_block("fill.head")
+        loop = fn.append_basic_block("fill.body")
+        done = fn.append_basic_block("fill.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, "i")
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", i, n), loop, done)
+        b.position_at_end(loop)
+        b.store(val, b.gep(base, [i], source_etype=ty))
+        i.add_incoming(b.add(i, ir.Constant(I64, 1)), loop)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _run(self, wrappers):
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), "sg_run")
+        fn.attributes.add("nounwind")
+        ptrs, params = fn.args
+        ptrs.name, params.name = "ptrs", "params"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        for wrap, init, slot, d in wrappers:
+            b.call(init, [ptrs, params])
+            end = self.load_param(b, params, slot, "extent") if d else ir.Constant(I64, 1)
+            b.call(wrap, [ptrs, params, ir.Constant(I64, 0), end])
+        b.ret_void()
+
+
+class _StageEmitter:
+    """The loop nest and loop body of one stage."""
+
+    def __init__(self, km: KernelModule, b, st, loads, sinks, ops, consts, arange_params):
+        self.km, self.b, self.st = km, b, st
+        self.loads, self.sinks, self.ops = loads, sinks, ops
+        self.consts = consts
+        self.arange_params = arange_params
+        self.cx = Scalar(b, km.math)
+        d = len(st.shape)
+        # reductions whose innermost axis is reduced accumulate in a register across it
+        self.in_register = [k for k, sk in enumerate(st.sinks) if sk.kind == "reduce" and d
+                            and sk.dest.strides[-1] == 0]
+
+    def address(self, access, idx):
+        base, strides, dtype = access
+        b = self.b
+        off = None
+        for i, s in zip(idx, strides):
+            if s is None:
+                continue
+            term = i if s == 1 else b.mul(i, s)
+            off = term if off is None else b.add(off, term)
+        ty = memory_type(dtype)
+        return base if off is None else b.gep(base, [off], source_etype=ty), ty, dtype
+
+    def load(self, access, idx, name="x"):
+        ptr, ty, dtype = self.address(access, idx)
+        v = self.b.load(ptr, typ=ty, name=name)
+        return self.b.icmp_unsigned("!=", v, ir.Constant(ty, 0)) if dtype == "bool" else v
+
+    def store(self, value, access, idx):
+        ptr, ty, dtype = self.address(access, idx)
+        if dtype == "bool":
+            value = self.b.zext(value, ty)
+        self.b.store(value, ptr)
+
+    def combine(self, kind, dtype, acc, v, fast=False):
+        b = self.b
+        flags = ("reassoc", "nsz") if fast else ()
+        if kind == "add":
+            return b.fadd(acc, v, flags=flags) if is_float(dtype) else (
+                b.or_(acc, v) if dtype == "bool" else b.add(acc, v))
+        if kind == "mul":
+            return b.fmul(acc, v, flags=flags) if is_float(dtype) else (
+                b.and_(acc, v) if dtype == "bool" else b.mul(acc, v))
+        if is_float(dtype):
+            fn = b.module.declare_intrinsic(f"llvm.{kind}imum", [acc.type])
+            return b.call(fn, [acc, v])
+        if dtype == "bool":
+            return (b.or_ if kind == "max" else b.and_)(acc, v)
+        cmp = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
+        return b.select(cmp(">" if kind == "max" else "<", v, acc), v, acc)
+
+    # -- values ----------------------------------------------------------------------------------
+    def values(self, idx):
+        memo = {}
+
+        def value(x):
+            if x in memo:
+                return memo[x]
+            if x.op in LEAF_INLINE:
+                return self.consts[(x.attrs[0], x.dtype)]
+            memo[x] = self.load(self.loads[x], idx)
+            return memo[x]
+
+        k = 0
+        for n in self.st.ssa:
+            if n.op == "arange":
+                memo[n] = self.arange(n, idx, self.arange_params[k:k + 2])
+                k += 2
+                continue
+            memo[n] = LOWER[n.op](self.cx, n, [value(x) for x in n.inputs])
+        return value
+
+    def arange(self, n, idx, params):
+        b = self.b
+        start, step = params
+        i = idx[-1]
+        if is_float(n.dtype):
+            d = ir.DoubleType()
+            v = b.fadd(b.bitcast(start, d), b.fmul(b.bitcast(step, d), b.sitofp(i, d)))
+            return v if n.dtype == "float64" else b.fptrunc(v, value_type(n.dtype))
+        v = b.add(start, b.mul(step, i))
+        return v if n.dtype == "int64" else b.trunc(v, value_type(n.dtype))
+
+    def body(self, idx, accs):
+        """Emit one iteration; returns the updated register accumulators."""
+        value = self.values(idx)
+        new_accs = list(accs)
+        for k, sk in enumerate(self.st.sinks):
+            access = self.sinks[k]
+            dtype = sk.node.dtype
+            if sk.kind == "store":
+                self.store(value(sk.node), access, idx)
+            elif sk.kind == "accum":
+                old = self.load(access, idx)
+                self.store(self.combine("add", dtype, old, value(sk.node)), access, idx)
+            elif sk.kind == "reduce":
+                v = value(sk.node.inputs[0])
+                kind = REDUCE_KIND[sk.node.op]
+                if k in self.in_register:
+                    j = self.in_register.index(k)
+                    new_accs[j] = self.combine(kind, dtype, accs[j], v, fast=True)
+                else:
+                    old = self.load(access, idx)
+                    self.store(self.combine(kind, dtype, old, v), access, idx)
+            else:  # matmul: out[..., i, j] += a[..., i, k] * b[..., k, j]
+                a_acc, b_acc = self.ops[k]
+                prod = LOWER["mul"](self.cx, sk.node, [self.load(a_acc, idx, "a"),
+                                                       self.load(b_acc, idx, "b")])
+                old = self.load(access, idx)
+                self.store(self.combine("add", dtype, old, prod), access, idx)
+        return new_accs
+
+    def nest(self, fn, extents, begin, end):
+        b, st = self.b, self.st
+        d = len(st.shape)
+        if d == 0:
+            self.body([], [])
+            return
+        levels, idx = [], []
+        for j in range(d):
+            lo = begin if j == 0 else ir.Constant(I64, 0)
+            hi = end if j == 0 else extents[j]
+            pre = b.block
+            head = fn.append_basic_block(f"loop{j}.head")
+            body = fn.append_basic_block(f"loop{j}.body")
+            exit_ = fn.append_basic_block(f"loop{j}.exit")
+            b.branch(head)
+            b.position_at_end(head)
+            i = b.phi(I64, f"i{j}")
+            i.add_incoming(lo, pre)
+            accs = []
+            if j == d - 1:
+                for k in self.in_register:
+                    dtype = st.sinks[k].node.dtype
+                    acc = b.phi(value_type(dtype), f"acc{k}")
+                    ident = self.cx.const(identity(REDUCE_KIND[st.sinks[k].node.op], dtype), dtype)
+                    acc.add_incoming(ident, pre)
+                    accs.append(acc)
+            b.cbranch(b.icmp_signed("<", i, hi), body, exit_)
+            b.position_at_end(body)
+            levels.append((head, exit_, i, accs))
+            idx.append(i)
+        new_accs = self.body(idx, levels[-1][3])
+        for j in reversed(range(d)):
+            head, exit_, i, accs = levels[j]
+            i.add_incoming(b.add(i, ir.Constant(I64, 1), name=f"i{j}.next"), b.block)
+            for acc, new in zip(accs, new_accs):
+                acc.add_incoming(new, b.block)
+            b.branch(head)
+            b.position_at_end(exit_)
+            if j == d - 1:
+                for acc, k in zip(accs, self.in_register):
+                    sk = st.sinks[k]
+                    access = self.sinks[k]
+                    inner = idx[:-1] + [ir.Constant(I64, 0)]
+                    old = self.load(access, inner)
+                    self.store(self.combine(REDUCE_KIND[sk.node.op], sk.node.dtype, old, acc),
+                               access, inner)

@@ -1,0 +1,303 @@
+"""The CPU back end's public face: ``run_cpu`` (called by ``symgrad.api``), ``llvm_ir``,
+``assembly`` and ``stats``.
+
+Per argument signature (one ``symgrad.api.Compiled`` entry) a :class:`Native` is prepared
+once: the graph is scheduled (``codegen.schedule``), lowered to LLVM IR with every size as a
+run-time parameter (``codegen.kernel``), and compiled or fetched from the machine-code cache
+(``codegen.jit``), keyed by the IR text, so a new array size reuses the machine code. A call
+then only fills a pointer table, allocates the outputs and calls the kernel through ctypes,
+which releases the GIL. Large stages are split across a thread pool.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from symgrad.ir import Graph
+
+from . import jit
+from .kernel import KernelModule
+from .schedule import Schedule
+
+# Work (loop iterations) below which a stage runs on the calling thread: a thread hand-off
+# costs tens of microseconds, and parallel code collapses when the other core is busy.
+PARALLEL_MIN = int(os.environ.get("SYMGRAD_PARALLEL_MIN", 1 << 16))
+
+_RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_STAGE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_COMBINE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def num_threads() -> int:
+    env = os.environ.get("SYMGRAD_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _executor():
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max(1, num_threads() - 1), thread_name_prefix="symgrad")
+    return _pool
+
+
+def stats() -> dict:
+    """Counters: ``compiles`` (LLVM runs), ``memory_hits``, ``disk_hits``, ``disk_writes``,
+    ``disk_rejects`` (corrupt/foreign cache files), ``compile_seconds``."""
+    return dict(jit.STATS)
+
+
+class Program:
+    """A graph scheduled and lowered: the IR text and its run-time parameters."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.schedule = Schedule(graph)
+        self.km = KernelModule(self.schedule, jit.target()["math"], name=graph.name)
+        self.text = jit.finish_text(self.km.module)
+        self.symbols = ["sg_run"] + [f"sg_{kind}{k}" for k in range(len(self.schedule.stages))
+                                     for kind in ("stage", "init")]
+
+
+class Native:
+    """Everything a call needs for one signature, prepared once."""
+
+    def __init__(self, graph: Graph):
+        prog = Program(graph)
+        self.graph = graph
+        self.program = prog
+        self.key, addrs = jit.load(prog.text, prog.symbols)
+        self.run = _RUN(addrs["sg_run"])
+        sched = prog.schedule
+        self.stages = [(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
+                        st.shape[0] if st.shape else 1, st.size, info[1])
+                       for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
+        self.work = max((st.size for st in sched.stages), default=0)
+        self.params = np.array(prog.km.params or [0], dtype=np.int64)
+        self.params_addr = self.params.ctypes.data
+        bufs = sched.buffers
+        # 0-d arguments and outputs live in 8-byte slots of one scratch array
+        slots = [b.index for b in bufs if b.kind == "scalar" or (b.kind == "out" and
+                                                                 not graph.outputs[b.ref].ndim)]
+        self.slot = {buf: k for k, buf in enumerate(slots)}
+        self.tmp = [(b.index, b.size * np.dtype(b.dtype).itemsize) for b in bufs if b.kind == "tmp"]
+        self.consts = [(b.index, np.ascontiguousarray(b.ref)) for b in bufs if b.kind == "const"]
+        self.array_args = [(b.ref, b.index, graph.inputs[b.ref]) for b in bufs if b.kind == "arg"]
+        self.scalar_args = [(b.ref, self.slot[b.index], np.dtype(b.dtype)) for b in bufs
+                            if b.kind == "scalar"]
+        self.outs = []   # per graph output: (buffer, dtype, shape, slot or None) or None (repeat)
+        for k, buf in enumerate(sched.outputs):
+            if buf is None:
+                self.outs.append(None)
+                continue
+            o = graph.outputs[k]
+            self.outs.append((buf, np.dtype(o.dtype), o.shape, self.slot.get(buf)))
+        self.lock = threading.Lock()
+        self.cached = self._state()
+
+    def _state(self):
+        """A pointer table with its scratch and workspace memory (one per concurrent call)."""
+        nbuf = max(1, len(self.program.schedule.buffers))
+        ptrs = np.zeros(nbuf, dtype=np.int64)
+        scratch = np.zeros(max(1, len(self.slot)), dtype=np.float64)
+        for buf, k in self.slot.items():
+            ptrs[buf] = scratch.ctypes.data + 8 * k
+        total = sum((size + 63) // 64 * 64 for _, size in self.tmp)
+        work = np.empty(max(total, 1) + 64, dtype=np.uint8)
+        base = (work.ctypes.data + 63) // 64 * 64
+        for buf, size in self.tmp:
+            ptrs[buf] = base
+            base += (size + 63) // 64 * 64
+        for buf, arr in self.consts:
+            ptrs[buf] = arr.ctypes.data
+        views = {}
+        return ptrs, scratch, work, views
+
+    # -- calling ---------------------------------------------------------------------------------
+    def __call__(self, values, out=None):
+        if self.lock.acquire(blocking=False):
+            try:
+                return self._call(self.cached, values, out)
+            finally:
+                self.lock.release()
+        return self._call(self._state(), values, out)   # a concurrent call: private memory
+
+    def _call(self, state, values, out):
+        ptrs, scratch, _, views = state
+        keep = []
+        for i, buf, node in self.array_args:
+            a = values[i]
+            if not isinstance(a, np.ndarray) or a.dtype.name != node.dtype or a.shape != node.shape:
+                raise TypeError(f"{self.graph.name}: argument {self.graph.params[i]!r} must be "
+                                f"a {node.dtype} array of shape {node.shape}, got "
+                                f"{getattr(a, 'dtype', type(a).__name__)} {np.shape(a)}")
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+                keep.append(a)
+            ptrs[buf] = a.ctypes.data
+        for i, k, dtype in self.scalar_args:
+            view = views.get(dtype)
+            if view is None:
+                view = views[dtype] = scratch.view(dtype)
+            view[k * (8 // dtype.itemsize)] = values[i]
+        flat_out = self._out_arrays(out, values)
+        results = []
+        for spec, given in zip(self.outs, flat_out):
+            if spec is None:
+                results.append(None)
+                continue
+            buf, dtype, shape, slot = spec
+            if slot is not None:
+                results.append(None)
+                continue
+            arr = given if given is not None else np.empty(shape, dtype)
+            ptrs[buf] = arr.ctypes.data
+            results.append(arr)
+        self._execute(ptrs)
+        for k, spec in enumerate(self.outs):
+            if spec is None:
+                results[k] = _copy(results[self.graph.outputs.index(self.graph.outputs[k])])
+                continue
+            buf, dtype, shape, slot = spec
+            if slot is not None:
+                v = scratch.view(dtype)[slot * (8 // dtype.itemsize)]
+                results[k] = float(v) if dtype == np.float64 else v
+        del keep
+        tree = self.graph.out_tree
+        if out is not None:
+            return _write_back(results, tree, out, flat_out)
+        return _tree(tree, results)
+
+    def _out_arrays(self, out, values):
+        """Caller arrays the kernel may write directly (C-contiguous, exact type, no overlap
+        with an argument); ``None`` entries get fresh arrays and are copied at the end."""
+        n = len(self.outs)
+        if out is None:
+            return [None] * n
+        tree = self.graph.out_tree
+        outs = out if isinstance(out, tuple) else (out,)
+        top = [tree] if isinstance(tree, int) else list(tree)
+        if len(outs) != len(top):
+            raise ValueError(f"out= needs {len(top)} arrays, got {len(outs)}")
+        flat = [None] * n
+        for t, o in zip(top, outs):
+            if not isinstance(t, int):
+                continue
+            spec = self.outs[t]
+            if not isinstance(o, np.ndarray):
+                raise ValueError(f"out= entries must be NumPy arrays, got {type(o).__name__}")
+            want = self.graph.outputs[t]
+            if o.shape != want.shape or o.dtype.name != want.dtype:
+                raise ValueError(f"out= array must have shape {want.shape} and dtype "
+                                 f"{want.dtype}, got {o.shape} {o.dtype}")
+            if spec is None or spec[3] is not None or not o.flags.c_contiguous \
+                    or not o.flags.writeable or any(isinstance(v, np.ndarray) and
+                                                    np.may_share_memory(o, v) for v in values):
+                continue
+            flat[t] = o
+        return flat
+
+    def _execute(self, ptrs):
+        if self.work < PARALLEL_MIN or num_threads() == 1:
+            self.run(ptrs.ctypes.data, self.params_addr)
+            return
+        nt = num_threads()
+        addr = ptrs.ctypes.data
+        for stage, init, extent0, size, partial in self.stages:
+            init(addr, self.params_addr)
+            if size < PARALLEL_MIN or extent0 < 2:
+                stage(addr, self.params_addr, 0, extent0)
+                continue
+            parts = min(nt, extent0)
+            bounds = [extent0 * t // parts for t in range(parts + 1)]
+            tables, extra, keep = [addr], [], []
+            for t in range(1, parts):
+                if partial:   # reductions over axis 0: each thread gets its own accumulators
+                    p = ptrs.copy()
+                    for buf, _ in partial:
+                        spec = self.program.schedule.buffers[buf]
+                        acc = np.empty(spec.size, np.dtype(spec.dtype))
+                        p[buf] = acc.ctypes.data
+                        extra.append((buf, acc))
+                    keep.append(p)
+                    init(p.ctypes.data, self.params_addr)
+                    tables.append(p.ctypes.data)
+                else:
+                    tables.append(addr)
+            futures = [_executor().submit(stage, tables[t], self.params_addr, bounds[t],
+                                          bounds[t + 1]) for t in range(1, parts)]
+            stage(addr, self.params_addr, bounds[0], bounds[1])
+            for f in futures:
+                f.result()
+            for buf, acc in extra:   # fold the other threads' partial reductions in
+                spec = self.program.schedule.buffers[buf]
+                mine = _memory(int(ptrs[buf]), spec.size, spec.dtype)
+                _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
+
+
+def _memory(addr: int, size: int, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    return np.frombuffer((ctypes.c_char * (size * dt.itemsize)).from_address(addr), dt)
+
+
+def _copy(v):
+    return np.array(v) if isinstance(v, np.ndarray) else v
+
+
+def _tree(tree, flat):
+    if isinstance(tree, int):
+        return flat[tree]
+    return tuple(_tree(t, flat) for t in tree)
+
+
+def _write_back(results, tree, out, flat_out):
+    from symgrad.api import _write_out
+    pending = [r for r, given in zip(results, flat_out)]
+    value = _tree(tree, pending)
+    # arrays the kernel wrote in place are already there; the rest are copied
+    outs = out if isinstance(out, tuple) else (out,)
+    vals = value if isinstance(tree, tuple) else (value,)
+    for o, v in zip(outs, vals):
+        if v is not o:
+            _write_out(v, o)
+    return out
+
+
+def _native(entry) -> Native:
+    native = entry.native
+    if native is None:
+        with _entry_lock:
+            native = entry.native
+            if native is None:
+                native = entry.native = Native(entry.graph)
+    return native
+
+
+_entry_lock = threading.Lock()
+
+
+def run_cpu(f, entry, values, out=None):
+    """Evaluate ``entry`` (a ``symgrad.api.Compiled``) on ``values`` with native code."""
+    return _native(entry)(values, out)
+
+
+def llvm_ir(entry, optimized: bool = False) -> str:
+    """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``."""
+    text = Program(entry.graph).text
+    return str(jit.optimize(text)) if optimized else text
+
+
+def assembly(entry) -> str:
+    return jit.assembly(Program(entry.graph).text)

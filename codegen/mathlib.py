@@ -1,0 +1,151 @@
+"""Math functions per target: one table from op name to the C math name, and per-target
+resolvers that turn it into an LLVM call.
+
+The lowering table (``codegen.lower``) never names a math library: it asks the target's
+:class:`MathTarget` for ``exp`` of a ``double`` and gets back a call. The CPU target calls
+glibc's libm under private symbol names (``symgrad_exp``) and tags every call with the
+``vector-function-abi-variant`` attribute pointing at glibc's libmvec SIMD versions
+(``_ZGVdN4v_exp``), so LLVM's loop vectoriser widens the call instead of scalarising it. A
+private name is needed because LLVM recognises ``exp`` and turns a side-effect-free call into
+the ``llvm.exp`` intrinsic, which x86 expands lane by lane into scalar libm calls. The NVPTX
+back end maps the same keys to libdevice (``__nv_exp``/``__nv_expf``).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+from llvmlite import ir
+
+# op name -> C math function name (double version; the float one appends "f").
+MATH_NAMES = {
+    "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt",
+    "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
+    "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
+    "pow": "pow", "arctan2": "atan2",
+}
+
+# Functions the hardware does natively: an LLVM intrinsic beats any library call on every
+# target (NVPTX has sqrt.rn.f64 too), so they are not resolved through a library.
+INTRINSICS = {"sqrt": "llvm.sqrt"}
+
+
+def llvm_type(dtype: str) -> ir.Type:
+    return ir.DoubleType() if dtype == "float64" else ir.FloatType()
+
+
+class MathTarget:
+    """Resolves math calls for one target. Subclasses fill ``symbol``."""
+
+    name = "abstract"
+
+    def symbol(self, cname: str, dtype: str) -> str:
+        raise NotImplementedError
+
+    def attributes(self, cname: str, dtype: str, nargs: int) -> str | None:
+        """Extra call-site attribute text (the CPU uses it for SIMD variants)."""
+        return None
+
+    def call(self, builder: ir.IRBuilder, op: str, dtype: str, args) -> ir.Value:
+        module = builder.module
+        ty = llvm_type(dtype)
+        if op in INTRINSICS:
+            fn = module.declare_intrinsic(INTRINSICS[op], [ty])
+            return builder.call(fn, args, name=op)
+        cname = MATH_NAMES[op]
+        sym = self.symbol(cname, dtype)
+        fn = module.globals.get(sym)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(ty, [ty] * len(args)), sym)
+        call = builder.call(fn, args, name=op)
+        notes = getattr(module, "math_calls", None)
+        if notes is not None:
+            notes.add((cname, dtype, len(args), sym))
+        return call
+
+
+class NVPTXMath(MathTarget):
+    """libdevice names; kept here so both back ends share one math table."""
+
+    name = "nvptx"
+
+    def symbol(self, cname, dtype):
+        return f"__nv_{cname}" + ("f" if dtype == "float32" else "")
+
+
+class CPUMath(MathTarget):
+    """glibc libm for scalars, libmvec for SIMD lanes (when the CPU and glibc have them)."""
+
+    name = "cpu"
+
+    def __init__(self, features: str = ""):
+        self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        try:
+            self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
+                                       mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            self.libmvec = None
+        # ISA letters of the x86 vector function ABI: b=SSE, d=AVX2, e=AVX-512.
+        self.isas = []
+        if "+avx512f" in features:
+            self.isas.append(("e", 8))
+        if "+avx2" in features:
+            self.isas.append(("d", 4))
+        if "+sse4.2" in features or "+sse2" in features:
+            self.isas.append(("b", 2))
+
+    def symbol(self, cname, dtype):
+        return "symgrad_" + cname + ("f" if dtype == "float32" else "")
+
+    def scalar_address(self, sym: str) -> int:
+        return ctypes.cast(getattr(self.libm, sym[len("symgrad_"):]), ctypes.c_void_p).value
+
+    def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
+        """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
+        if self.libmvec is None:
+            return []
+        out = []
+        f32 = dtype == "float32"
+        for isa, lanes64 in self.isas:
+            lanes = lanes64 * 2 if f32 else lanes64
+            name = f"_ZGV{isa}N{lanes}{'v' * nargs}_{cname}{'f' if f32 else ''}"
+            if hasattr(self.libmvec, name):
+                out.append((name, lanes))
+        return out
+
+
+def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
+    """Attach SIMD variants to the math calls of a printed module.
+
+    llvmlite cannot put string attributes on call sites, so this edits the text: every call
+    of ``symgrad_<f>`` gets an attribute group naming its libmvec variants, the variants are
+    declared, and ``llvm.compiler.used`` keeps those declarations alive until the vectoriser
+    runs (global DCE would otherwise drop them as unused, and the mapping is then ignored).
+    """
+    groups, decls, used = [], [], []
+    for k, (cname, dtype, nargs, sym) in enumerate(sorted(calls)):
+        ty = "double" if dtype == "float64" else "float"
+        scalar_call = f'call {ty} @"{sym}"('
+        variants = math.variants(cname, dtype, nargs)
+        attr = f"#{900 + k}"
+        mapping = ",".join(f"{name[:name.index('_', 4) + 1]}{sym}({name})" for name, _ in variants)
+        body = "nounwind willreturn memory(none)"
+        if mapping:
+            body += f' "vector-function-abi-variant"="{mapping}"'
+        groups.append(f"attributes {attr} = {{ {body} }}")
+        lines = []
+        for line in text.split("\n"):
+            if scalar_call in line and line.rstrip().endswith(")"):
+                line = line + " " + attr
+            elif line.startswith(f'declare {ty} @"{sym}"('):
+                line = line + " " + attr
+            lines.append(line)
+        text = "\n".join(lines)
+        for name, lanes in variants:
+            vt = f"<{lanes} x {ty}>"
+            decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
+            used.append(f'ptr @"{name}"')
+    if used:
+        decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
+                     f"[{', '.join(used)}], section \"llvm.metadata\"")
+    return text + "\n" + "\n".join(decls + groups) + "\n"

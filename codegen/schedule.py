@@ -1,0 +1,339 @@
+"""Scheduling: which nodes get memory, which are fused into which loop, in what order.
+
+The result is a list of :class:`Stage`\\ s, each one loop nest over a concrete shape:
+
+* elementwise nodes are computed *in registers* (``stage.ssa``) in the loop of their own shape;
+  a node is inlined into a consumer only when both have the same shape, so broadcasting always
+  happens at a load (a zero stride), never by recomputing an expensive value per element;
+* a node gets a buffer only when something needs memory: an output, a value read by a later
+  stage or at another shape, the operand of a view, a reduction or matmul result;
+* views (transpose, broadcast_to, getitem, reshape of contiguous data) are only strides and
+  an offset over their operand's buffer, computed here in Python from the concrete shapes;
+* sinks say what a loop writes: ``store`` a value into a (strided) view, ``accum`` into one
+  (index_add), ``reduce`` into a reduction's buffer, ``matmul`` (a reduction over the middle
+  axis of an ``(..., m, k, n)`` loop).
+
+Stages are appended in dependency order, and a node joins the *first* compatible loop whose
+inputs are ready, so chains of same-shaped work (a function and its gradient, a reduction of a
+product) share one pass over memory. All sizes, strides and offsets stay concrete numbers here;
+``codegen.kernel`` turns them into run-time parameters so one machine code serves every size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from symgrad.ir import OPS, Graph, Node, toposort
+
+LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Buffer:
+    index: int
+    kind: str       # "arg" (array argument), "scalar" (0-d argument), "const", "out", "tmp"
+    dtype: str
+    size: int       # elements
+    ref: object = None   # parameter index, output index, or the constant's ndarray
+
+
+@dataclass(frozen=True)
+class View:
+    """Elements ``buf[offset + sum(i_k * strides_k)]`` for an index of ``shape``."""
+    buf: int
+    offset: int
+    shape: tuple
+    strides: tuple
+
+    def align(self, loop_shape) -> "View":
+        """The same elements seen from a loop over ``loop_shape`` (NumPy broadcasting)."""
+        lead = len(loop_shape) - len(self.shape)
+        strides = [0] * lead
+        for d, s, e in zip(self.shape, self.strides, loop_shape[lead:]):
+            strides.append(0 if d == 1 and e != 1 else s)
+        return View(self.buf, self.offset, tuple(loop_shape), tuple(strides))
+
+    def is_contiguous(self) -> bool:
+        return all(s == c for d, s, c in zip(self.shape, self.strides,
+                                             contiguous_strides(self.shape)) if d > 1)
+
+
+@dataclass
+class Sink:
+    kind: str            # "store" | "accum" | "reduce" | "matmul"
+    node: Node           # value stored, or the reduction / matmul node
+    dest: View           # aligned to the stage's loop shape
+    operands: tuple = ()  # matmul: (a, b) views aligned to the (..., m, k, n) loop
+
+
+@dataclass
+class Stage:
+    index: int
+    shape: tuple
+    kind: str = "loop"    # "loop" | "matmul" (not joinable by other work)
+    ssa: list = field(default_factory=list)
+    sinks: list = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Schedule:
+    """Build with ``Schedule(graph)``; read ``stages``, ``buffers``, ``home``, ``loc``."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.stages: list[Stage] = []
+        self.buffers: list[Buffer] = []
+        self.home: dict[Node, int] = {}     # elementwise node -> stage computing it
+        self.loc: dict[Node, View] = {}     # node -> where its values live
+        self.ready: dict[Node, int] = {}    # node with a loc -> first stage that may read it
+        self.outputs: list[int] = []        # buffer index per graph output
+        self.out_of: dict[Node, int] = {}   # output node -> output index (first occurrence)
+        for k, o in enumerate(graph.outputs):
+            self.out_of.setdefault(o, k)
+        self._claimed: set = set()              # output indices that have their buffer
+        self.arg_buffers: dict[int, int] = {}   # parameter index -> buffer
+        for i, x in enumerate(graph.inputs):
+            if x is not None:
+                buf = self._buffer("arg" if x.ndim else "scalar", x.dtype, max(x.size, 1), i)
+                self.arg_buffers[i] = buf
+        for n in toposort(graph.outputs):
+            self._schedule(n)
+        self._finish_outputs()
+
+    # -- buffers and locations -----------------------------------------------------------------
+    def _buffer(self, kind, dtype, size, ref=None) -> int:
+        self.buffers.append(Buffer(len(self.buffers), kind, dtype, size, ref))
+        return len(self.buffers) - 1
+
+    def _own_buffer(self, n: Node) -> View:
+        """A fresh contiguous buffer for ``n``: its output array if it is an output."""
+        if n in self.out_of and self.out_of[n] not in self._claimed:
+            k = self.out_of[n]
+            self._claimed.add(k)
+            buf = self._buffer("out", n.dtype, max(n.size, 1), k)
+        else:
+            buf = self._buffer("tmp", n.dtype, max(n.size, 1))
+        return View(buf, 0, n.shape, contiguous_strides(n.shape))
+
+    def ensure_loc(self, n: Node) -> View:
+        """Give ``n`` memory (storing it from its home loop if it is computed in registers)."""
+        if n in self.loc:
+            return self.loc[n]
+        if n.op in LEAF_INLINE:
+            buf = self._buffer("const", n.dtype, 1, np.array(n.attrs[0], dtype=n.dtype))
+            view = View(buf, 0, n.shape, (0,) * n.ndim)   # one element seen everywhere
+            self.loc[n], self.ready[n] = view, 0
+            return view
+        if n not in self.home:
+            raise AssertionError(f"internal: {n} has no value")
+        view = self._own_buffer(n)
+        h = self.home[n]
+        self.stages[h].sinks.append(Sink("store", n, view.align(self.stages[h].shape)))
+        self.loc[n], self.ready[n] = view, h + 1
+        return view
+
+    def ready_at(self, n: Node) -> int:
+        if n.op in LEAF_INLINE:
+            return 0
+        if n in self.loc:
+            return self.ready[n]
+        return self.home[n] + 1
+
+    # -- stage selection -------------------------------------------------------------------------
+    def loop_stage(self, shape, lo: int) -> int:
+        for st in self.stages[lo:]:
+            if st.kind == "loop" and st.shape == shape:
+                return st.index
+        self.stages.append(Stage(len(self.stages), tuple(shape)))
+        return len(self.stages) - 1
+
+    def place(self, value: Node, dest: View, lo: int, kind="store") -> int:
+        """Add a sink writing ``value`` (broadcast) into ``dest`` at a stage >= lo."""
+        shape = dest.shape
+        if value in self.home and value.shape == shape and self.home[value] >= lo \
+                and self.stages[self.home[value]].kind == "loop":
+            k = self.home[value]
+        else:
+            if value.op not in LEAF_INLINE:
+                self.ensure_loc(value)
+            k = self.loop_stage(shape, max(lo, self.ready_at(value)))
+        self.stages[k].sinks.append(Sink(kind, value, dest.align(shape)))
+        return k
+
+    # -- per-op scheduling -------------------------------------------------------------------------
+    def _schedule(self, n: Node):
+        op = n.op
+        kind = OPS[op].kind
+        if op == "arg":
+            buf = self.arg_buffers[n.attrs[0]]
+            self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
+            self.ready[n] = 0
+        elif op == "array":
+            value = n.attrs[0].value
+            buf = self._buffer("const", n.dtype, max(value.size, 1), value)
+            self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
+            self.ready[n] = 0
+        elif op in LEAF_INLINE:
+            pass
+        elif kind == "elementwise" or op == "arange":
+            self._elementwise(n)
+        elif kind == "reduction":
+            x = n.inputs[0]
+            axes, _ = n.attrs
+            view = self._own_buffer(n)
+            keep = View(view.buf, 0, tuple(1 if i in axes else d for i, d in enumerate(x.shape)),
+                        _keepdims_strides(x.shape, axes))
+            dest = View(keep.buf, 0, x.shape, tuple(0 if i in axes else s
+                                                    for i, s in enumerate(keep.strides)))
+            k = self._value_stage(x, x.shape)
+            self.stages[k].sinks.append(Sink("reduce", n, dest))
+            self.loc[n], self.ready[n] = view, k + 1
+        elif op == "matmul":
+            self._matmul(n)
+        elif op in ("transpose", "broadcast_to", "getitem", "reshape"):
+            self._view(n)
+        elif op in ("concatenate", "stack"):
+            view = self._own_buffer(n)
+            last, start = 0, 0
+            (axis,) = n.attrs
+            for i, x in enumerate(n.inputs):
+                if op == "stack":
+                    piece = View(view.buf, i * view.strides[axis], x.shape,
+                                 view.strides[:axis] + view.strides[axis + 1:])
+                else:
+                    piece = View(view.buf, start * view.strides[axis], x.shape, view.strides)
+                    start += x.shape[axis]
+                last = max(last, self.place(x, piece, 0))
+            self.loc[n], self.ready[n] = view, last + 1
+        elif op in ("setitem", "index_add"):
+            base, value = n.inputs
+            view = self._own_buffer(n)
+            k1 = self.place(base, view, 0)
+            region = _index_view(view, n.attrs[0])
+            k2 = self.place(value, region, k1 + 1, "store" if op == "setitem" else "accum")
+            self.loc[n], self.ready[n] = view, k2 + 1
+        else:
+            raise NotImplementedError(f"the CPU back end has no lowering for {op!r}")
+
+    def _value_stage(self, x: Node, shape) -> int:
+        """The stage where a loop over ``shape`` can read ``x`` (its home when it is in
+        registers at that shape)."""
+        if x in self.home and x.shape == tuple(shape) and self.stages[self.home[x]].kind == "loop":
+            return self.home[x]
+        if x.op not in LEAF_INLINE:
+            self.ensure_loc(x)
+        return self.loop_stage(tuple(shape), self.ready_at(x))
+
+    def _elementwise(self, n: Node):
+        lo, ssa_max = 0, -1
+        for x in n.inputs:
+            if x.op in LEAF_INLINE:
+                continue
+            if x in self.home and x.shape == n.shape:
+                ssa_max = max(ssa_max, self.home[x])
+            else:
+                lo = max(lo, self.ready_at(x))
+        if ssa_max >= lo:
+            k = ssa_max
+        else:
+            k = self.loop_stage(n.shape, max(lo, ssa_max))
+        for x in n.inputs:   # inputs computed in another loop are read from memory
+            if x.op not in LEAF_INLINE and not (x in self.home and self.home[x] == k
+                                                and x.shape == n.shape):
+                self.ensure_loc(x)
+        self.home[n] = k
+        self.stages[k].ssa.append(n)
+
+    def _matmul(self, n: Node):
+        a, b = n.inputs
+        va, vb = self.ensure_loc(a), self.ensure_loc(b)
+        view = self._own_buffer(n)
+        batch = n.shape[:-2]
+        m, kk, nn = a.shape[-2], a.shape[-1], b.shape[-1]
+        loop = batch + (m, kk, nn)
+        # a[..., i, k] and b[..., k, j] seen from the (..., i, k, j) loop
+        a4 = View(va.buf, va.offset, a.shape[:-2] + (m, kk, 1), va.strides + (0,)).align(loop)
+        b4 = View(vb.buf, vb.offset, b.shape[:-2] + (1, kk, nn),
+                  vb.strides[:-2] + (0,) + vb.strides[-2:]).align(loop)
+        dest = View(view.buf, 0, loop, view.strides[:-1] + (0, view.strides[-1]))
+        k = len(self.stages)
+        self.stages.append(Stage(k, loop, "matmul", [], [Sink("matmul", n, dest, (a4, b4))]))
+        self.loc[n], self.ready[n] = view, k + 1
+
+    def _view(self, n: Node):
+        x = n.inputs[0]
+        v = self.ensure_loc(x)
+        if n.op == "transpose":
+            (perm,) = n.attrs
+            out = View(v.buf, v.offset, n.shape, tuple(v.strides[p] for p in perm))
+        elif n.op == "broadcast_to":
+            out = v.align(n.shape)
+        elif n.op == "getitem":
+            out = _index_view(v, n.attrs[0])
+        else:  # reshape: only contiguous data can be re-strided; copy anything else first
+            if not v.is_contiguous():
+                copy = self._buffer("tmp", x.dtype, max(x.size, 1))
+                cv = View(copy, 0, x.shape, contiguous_strides(x.shape))
+                k = self.loop_stage(x.shape, self.ready_at(x))
+                self.stages[k].sinks.append(Sink("store", x, cv))
+                self.loc[n] = View(copy, 0, n.shape, contiguous_strides(n.shape))
+                self.ready[n] = k + 1
+                return
+            out = View(v.buf, v.offset, n.shape, contiguous_strides(n.shape))
+        self.loc[n], self.ready[n] = out, self.ready[x]
+
+    def _finish_outputs(self):
+        """Every output ends in its own output buffer (never an argument's memory)."""
+        for k, o in enumerate(self.graph.outputs):
+            if self.out_of[o] != k:
+                self.outputs.append(None)   # a repeated output: the caller copies the first
+                continue
+            if k in self._claimed:
+                self.outputs.append(self.loc[o].buf)
+                continue
+            if o in self.home and o not in self.loc:
+                self.outputs.append(self.ensure_loc(o).buf)
+                continue
+            buf = self._buffer("out", o.dtype, max(o.size, 1), k)
+            self._claimed.add(k)
+            view = View(buf, 0, o.shape, contiguous_strides(o.shape))
+            self.place(o, view, 0)
+            self.outputs.append(buf)
+
+
+def _keepdims_strides(shape, axes) -> tuple:
+    return contiguous_strides(tuple(1 if i in axes else d for i, d in enumerate(shape)))
+
+
+def _index_view(v: View, index) -> View:
+    """A basic-indexing view (the normalised index of ``symgrad.ops.getitem``)."""
+    offset, shape, strides, axis = v.offset, [], [], 0
+    for item in index:
+        if item == ("n",):
+            shape.append(1)
+            strides.append(0)
+            continue
+        if isinstance(item, tuple):
+            _, start, stop, step = item
+            shape.append(len(range(start, stop, step)))
+            strides.append(v.strides[axis] * step)
+            offset += start * v.strides[axis] if shape[-1] else 0
+        else:
+            offset += item * v.strides[axis]
+        axis += 1
+    shape.extend(v.shape[axis:])
+    strides.extend(v.strides[axis:])
+    return View(v.buf, offset, tuple(shape), tuple(strides))
