@@ -17,7 +17,7 @@ from .autodiff import grad_graph
 from .emit_python import compile_python, emit
 from .frontend import trace
 from . import ops
-from .ir import Graph, make
+from .ir import Graph, make, substitute
 from .simplify import simplify
 
 TARGETS = ("cpu", "python", "cuda")
@@ -154,9 +154,19 @@ class Function:
         inner = g.derive(g.name, (ops.reduce("sum", b_x * v),), 0)
         inner.params, inner.inputs = g.params + ("v",), g.inputs + (v,)
         out = grad_graph(inner, (i,), True, False)
+        # Reorder the parameters to (x, v, *rest): new arg nodes whose index is their position.
         order = [i, len(g.params)] + [k for k in range(len(g.params)) if k != i]
+        mapping, inputs = {}, []
+        for position, k in enumerate(order):
+            old = inner.inputs[k]
+            new = None if old is None else make("arg", (), (position,) + old.attrs[1:])
+            if old is not None:
+                mapping[old] = new
+            inputs.append(new)
+        out.outputs = tuple(substitute(out.outputs, mapping))
         out.params = tuple(inner.params[k] for k in order)
-        out.inputs = tuple(inner.inputs[k] for k in order)
+        out.inputs = tuple(inputs)
+        out.names = {mapping.get(n, n): v for n, v in out.names.items()}
         out.name = f"hvp_{self.fn.__name__}"
         return out
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import spelling as sp
 from .ir import OPS, Graph, Node, use_counts, toposort
-from .ops import _index_text
+from .ops import _index_text, full as full_node
 
 # Ops whose result is a fresh array the generated code may update in place.
 _FRESH_KINDS = ("elementwise", "reduction", "linalg")
@@ -113,6 +113,9 @@ class _Emitter:
             if op in ("setitem", "index_add"):
                 self.update_statement(n, counts)
                 continue
+            if op == "scatter_add":
+                self.scatter_statement(n)
+                continue
             args = [self.expr[i] for i in n.inputs]
             text = self.spell_full(n) if op == "full" else OPS[op].python(args, n)
             if op in ("const", "stop_gradient"):
@@ -146,6 +149,14 @@ class _Emitter:
         self.lines.append(f"{var}[{index}] {symbol} {self.expr[value][0]}")
         self.var[n] = var
         self.expr[n] = (var, sp.ATOM)
+
+    def scatter_statement(self, n: Node):
+        """The gradient of a gather: ``t = np.zeros(...); np.add.at(t, (..., idx), g)``."""
+        g, idx = n.inputs
+        axis, _ = n.attrs
+        var = self.statement(n, self.spell_full(full_node(n.shape, 0, n.dtype))[0])
+        where = ", ".join(["slice(None)"] * axis + [self.expr[idx][0]])
+        self.lines.append(f"np.add.at({var}, ({where}{',' if axis == 0 else ''}), {self.expr[g][0]})")
 
     def render_tree(self, tree, top=False) -> str:
         if isinstance(tree, int):

@@ -199,13 +199,16 @@ class Expressions:
         return self.subscript(container, key, node)
 
     def subscript(self, container, key, node):
+        if isinstance(container, np.ndarray) and is_data(key):
+            container = ops.lift(container)      # a constant table indexed by traced labels
         if isinstance(container, Node):
+            gather = gather_axis(key)
+            if gather is not None:
+                return ops.take(container, gather[1], gather[0])
             check_static_key(self, key, node)
             return ops.getitem(container, key)
         if is_data(key) or (isinstance(key, tuple) and any(is_data(k) for k in key)):
             self.fail(node, "indexing a list with a traced value")
-        if isinstance(container, np.ndarray):
-            return container[key]
         return container[key]
 
     def expr_Slice(self, node, frame):
@@ -408,12 +411,34 @@ def _bind(arguments: ast.arguments, env: dict, args, kwargs, defaults, kw_defaul
         raise TypeError(f"{name}() got an unexpected keyword argument '{next(iter(kwargs))}'")
 
 
+def _is_index_array(k) -> bool:
+    if isinstance(k, Node):
+        return k.dtype != "bool" and k.ndim > 0 and not k.dtype.startswith("float")
+    if isinstance(k, list):
+        k = np.asarray(k)
+    return isinstance(k, np.ndarray) and k.dtype.kind in "iu"
+
+
+def gather_axis(key):
+    """``(axis, indices)`` when ``key`` is full slices then one integer index array then
+    full slices (``x[idx]``, ``x[:, idx]``): a gather along that axis. Else None."""
+    items = key if isinstance(key, tuple) else (key,)
+    arrays = [i for i, k in enumerate(items) if _is_index_array(k)]
+    if len(arrays) != 1:
+        return None
+    (axis,) = arrays
+    if not all(isinstance(k, slice) and k == slice(None) for i, k in enumerate(items) if i != axis):
+        return None
+    indices = items[axis]
+    return axis, (np.asarray(indices) if isinstance(indices, list) else indices)
+
+
 def check_static_key(tracer, key, node):
     items = key if isinstance(key, tuple) else (key,)
     for k in items:
         if isinstance(k, Node) or (isinstance(k, (list, np.ndarray)) and not isinstance(k, Node)):
-            tracer.fail(node, "advanced indexing with an array or list of indices "
-                        "(only ints, slices, None and ... are supported)")
+            tracer.fail(node, "advanced indexing with arrays of indices other than a single "
+                        "integer index array along one axis (x[idx], x[:, idx])")
 
 
 class _BoundNodeMethod:

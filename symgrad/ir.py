@@ -157,6 +157,17 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
     return order
 
 
+def substitute(outputs: Iterable[Node], mapping: dict) -> list[Node]:
+    """The same computation with some nodes replaced (rebuilt bottom-up, still interned)."""
+    memo = dict(mapping)
+    for node in toposort(outputs):
+        if node not in memo:
+            inputs = tuple(memo[i] for i in node.inputs)
+            memo[node] = node if all(a is b for a, b in zip(inputs, node.inputs)) else \
+                make(node.op, inputs, node.attrs)
+    return [memo[o] for o in outputs]
+
+
 def use_counts(outputs: Iterable[Node]) -> dict[Node, int]:
     counts: dict[Node, int] = {}
     outputs = list(outputs)

@@ -160,6 +160,7 @@ FUNCTIONS = {
     "logaddexp": (np.logaddexp, _logaddexp), "squeeze": (np.squeeze, _squeeze),
     "expand_dims": (np.expand_dims, _expand_dims), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
+    "take": (np.take, ops.take),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
 ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",

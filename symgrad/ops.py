@@ -727,6 +727,64 @@ def stack(xs, axis=0) -> Node:
     return make("stack", tuple(xs), (axis,))
 
 
+# Gather/scatter with an integer index array (a constant, or traced integer data such as
+# labels) along one axis: ``x[idx]``, ``x[:, idx]``, ``np.take(x, idx, axis)``. The gradient of
+# a gather is a scatter-add (``np.add.at``), and the gradient of that is the gather again.
+
+def _take_infer(inputs, attrs):
+    x, idx = inputs
+    (axis,) = attrs
+    if idx.dtype not in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        raise IndexError("arrays used as indices must be of integer type")
+    return x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+
+
+def _scatter_infer(inputs, attrs):
+    g, idx = inputs
+    axis, size = attrs
+    return g.dtype, g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:]
+
+
+def _scatter_numpy(g, idx, attrs):
+    axis, size = attrs
+    out = np.zeros(g.shape[:axis] + (size,) + g.shape[axis + np.ndim(idx):], dtype=g.dtype)
+    np.add.at(out, (slice(None),) * axis + (idx,), g)
+    return out
+
+
+def _take_spell(args, node):   # np.take without axis= would flatten: always spell it
+    return f"np.take({args[0][0]}, {args[1][0]}, axis={node.attrs[0]})", sp.ATOM
+
+
+register(OpDef("take", "shape", _take_infer,
+               lambda x, idx, attrs: np.take(x, idx, axis=attrs[0]), _take_spell,
+               lambda g, n: (scatter_add(g, n.inputs[1], n.attrs[0], n.inputs[0].shape[n.attrs[0]]), None)))
+# Spelled by the emitter as statements (``t = np.zeros(...); np.add.at(t, (..., idx), g)``).
+register(OpDef("scatter_add", "shape", _scatter_infer, _scatter_numpy, None,
+               lambda g, n: (take(g, n.inputs[1], n.attrs[0]), None)))
+
+
+def take(x, indices, axis=0) -> Node:
+    x = lift(x)
+    if x.ndim == 0:
+        raise IndexError("cannot index a 0-d array with an index array")
+    axis = normalize_axes(axis, x.ndim)[0]
+    if not isinstance(indices, Node):
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu":
+            raise IndexError("arrays used as indices must be of integer type")
+        size = x.shape[axis]
+        if indices.size and (indices.min() < -size or indices.max() >= size):
+            bad = indices.min() if indices.min() < -size else indices.max()
+            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {size}")
+        indices = array_const(np.where(indices < 0, indices + size, indices).astype(np.int64))
+    return make("take", (x, indices), (axis,))
+
+
+def scatter_add(g, indices: Node, axis: int, size: int) -> Node:
+    return make("scatter_add", (lift(g), indices), (axis, size))
+
+
 # ----------------------------------------------------------------------------------------------
 # Linear algebra: matmul on operands of rank >= 2 with NumPy's batch broadcasting. 1-D operands
 # are promoted by the builder (as NumPy does), so the primitive and its VJP stay simple.

@@ -139,6 +139,9 @@ ARRAY_FUNCTIONS = [
     ("where_arrays", lambda x: np.sum(np.where(x > 0, np.sin(x), x * x)), (7,)),
     ("logsumexp", lambda x: np.log(np.sum(np.exp(x))), (6,)),
     ("zeros_like", lambda x: np.sum(x * x + np.ones_like(x) + np.zeros(x.shape)), (5,)),
+    ("gather_rows", lambda x: np.sum(np.sin(x[np.array([2, 0, 2, -1])]) * np.arange(4.0)[:, None]), (3, 4)),
+    ("gather_cols", lambda x: np.sum(np.exp(x[:, [3, 3, 0]]) * x[:, [1, 2, 0]]), (3, 4)),
+    ("np_take", lambda x: np.sum(np.take(x, np.array([[0, 1], [1, 1]]), axis=1) ** 3), (3, 2)),
 ]
 
 
@@ -186,3 +189,17 @@ def test_stop_gradient_is_identity_forward_zero_backward(shape):
     f = sg.differentiate(lambda x: x * sg.stop_gradient(x) + np.sin(sg.stop_gradient(x)), target="python")
     np.testing.assert_allclose(f(x), x * x + np.sin(x))
     np.testing.assert_array_equal(f.grad(x), x)   # d/dx of x * c at c = x
+
+
+def test_gather_with_traced_integer_labels():
+    """Row lookup by integer data (an embedding table), its gradient a scatter-add."""
+    def lookup(table, labels):
+        return np.sum(np.tanh(table[labels]) ** 2)
+    table = np.random.default_rng(7).standard_normal((3, 4))
+    labels = np.array([0, 2, 2, 1])
+    assert sg.check_grad(lookup, table, labels) < 1e-6
+    source = sg.grad(lookup).source_for(table, labels)
+    assert "np.add.at(b_table, (labels,)," in source
+    f = sg.differentiate(lookup, target="python")
+    with pytest.raises(IndexError):
+        f(table, np.array([0, 3]))

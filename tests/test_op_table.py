@@ -8,7 +8,7 @@ from symgrad.ir import OPS
 NOT_DIFFERENTIABLE = {"sign", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
                       "logical_not", "arg", "const", "full", "array", "arange"}
 # Ops the Python emitter writes itself (a namespace name; in-place update statements).
-SPELLED_BY_EMITTER = {"array", "setitem", "index_add"}
+SPELLED_BY_EMITTER = {"array", "setitem", "index_add", "scatter_add"}
 LEAVES = {"arg", "const", "full", "array", "arange"}
 
 
