@@ -138,13 +138,18 @@ class _Emitter:
         reusable = (base in self.var and counts[base] == 1 and base.ndim > 0 and
                     (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS) and
                     base.op != "stop_gradient")
+        fresh_inline = (base not in self.var and counts[base] == 1 and base.ndim > 0 and
+                        (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS) and
+                        base.op not in ("stop_gradient", "full"))
         if reusable:
             var = self.var[base]
+        elif fresh_inline:   # y = <new array>; y[i] += v
+            var = self.statement(base, self.expr[base][0], self.namer.name(hint))
         elif base.op == "full" and base.ndim > 0:
             var = self.statement(n, self.spell_full(base)[0], self.namer.name(hint))
         else:
             var = self.statement(n, f"np.array({self.expr[base][0]})", self.namer.name(hint))
-        index = _index_text(n.attrs[0], base.ndim)
+        index = _index_text(n.attrs[0], base.shape)
         symbol = "+=" if n.op == "index_add" else "="
         self.lines.append(f"{var}[{index}] {symbol} {self.expr[value][0]}")
         self.var[n] = var

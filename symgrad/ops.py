@@ -535,26 +535,36 @@ def _numpy_index(index):
                  if isinstance(it, tuple) else it for it in index)
 
 
-def _index_text(index, ndim) -> str:
-    parts = []
+def _index_text(index, shape) -> str:
+    """NumPy spelling of a normalised index on an array of ``shape``: full slices are ``:``,
+    trailing ones are dropped and a leading run of them becomes ``...``."""
+    parts, axis = [], 0
     for it in index:
         if it == ("n",):
             parts.append("None")
-        elif isinstance(it, tuple):
+            continue
+        if isinstance(it, tuple):
             _, start, stop, step = it
-            s = "" if (start == 0 and step > 0) else str(start)
-            e = "" if stop < 0 else str(stop)
-            parts.append(f"{s}:{e}" + (f":{step}" if step != 1 else ""))
+            if (start, stop, step) == (0, shape[axis], 1):
+                parts.append(":")
+            else:
+                s = "" if (start == 0 and step > 0) else str(start)
+                e = "" if stop < 0 or (step > 0 and stop == shape[axis]) else str(stop)
+                parts.append(f"{s}:{e}" + (f":{step}" if step != 1 else ""))
         else:
             parts.append(str(it))
-    while parts and parts[-1] == ":" and len(parts) > 1:
+        axis += 1
+    while len(parts) > 1 and parts[-1] == ":":
         parts.pop()
+    lead = next((i for i, p in enumerate(parts) if p != ":"), len(parts))
+    if lead >= 2:
+        parts = ["..."] + parts[lead:]
     return ", ".join(parts) if parts else "..."
 
 
 def _getitem_spell(args, node):
     a = sp.paren(args[0], args[0][1] < sp.ATOM)
-    return f"{a}[{_index_text(node.attrs[0], node.inputs[0].ndim)}]", sp.ATOM
+    return f"{a}[{_index_text(node.attrs[0], node.inputs[0].shape)}]", sp.ATOM
 
 
 register(OpDef("getitem", "shape",
@@ -632,11 +642,26 @@ def _is_full_index(shape, index) -> bool:
         for it, d in zip(index, shape))
 
 
+def _only_reshapes(shape, index) -> bool:
+    """Full slices, new axes and 0 on length-1 axes: the index only changes the shape."""
+    axis = 0
+    for it in index:
+        if it == ("n",):
+            continue
+        full = isinstance(it, tuple) and it[1:] == (0, shape[axis], 1)
+        if not (full or (it == 0 and shape[axis] == 1)):
+            return False
+        axis += 1
+    return True
+
+
 def getitem(x, key) -> Node:
     x = lift(x)
     index = key if _is_normalized(key) else normalize_index(x.shape, key)
     if _is_full_index(x.shape, index):
         return x
+    if _only_reshapes(x.shape, index):   # x[:, None], y[..., 0] on a length-1 axis
+        return reshape(x, _index_shape(x.shape, index))
     return make("getitem", (x,), (index,))
 
 
@@ -808,10 +833,31 @@ def _swap_last(x: Node) -> Node:
     return transpose(x, perm)
 
 
+def _rows(x: Node) -> Node:
+    """(..., r, c) -> (r, batch * c): the batch folded into the columns."""
+    perm = (x.ndim - 2,) + tuple(range(x.ndim - 2)) + (x.ndim - 1,)
+    return reshape(transpose(x, perm), (x.shape[-2], -1))
+
+
+def _matmul_vjp(g, n):
+    """d(a @ b): g @ b.T and a.T @ g, summed over broadcast batch axes. When one operand is a
+    plain matrix shared by the whole batch, the batch sum is folded into a single matmul
+    (sum_i g_i @ b_i.T == rows(g) @ rows(b).T) instead of materialising every product."""
+    a, b = n.inputs
+    if a.ndim == 2 and g.ndim > 2:
+        ga = matmul(_rows(g), transpose(_rows(b)))
+    else:
+        ga = unbroadcast(matmul(g, _swap_last(b)), a.shape)
+    if b.ndim == 2 and g.ndim > 2:
+        gb = matmul(transpose(reshape(broadcast_to(a, g.shape[:-2] + a.shape[-2:]), (-1, a.shape[-1]))),
+                    reshape(g, (-1, g.shape[-1])))
+    else:
+        gb = unbroadcast(matmul(_swap_last(a), g), b.shape)
+    return ga, gb
+
+
 register(OpDef("matmul", "linalg", _matmul_infer, lambda a, b, attrs: np.matmul(a, b),
-               sp.infix("@", sp.MUL),
-               lambda g, n: (unbroadcast(matmul(g, _swap_last(n.inputs[1])), n.inputs[0].shape),
-                             unbroadcast(matmul(_swap_last(n.inputs[0]), g), n.inputs[1].shape))))
+               sp.infix("@", sp.MUL), _matmul_vjp))
 
 
 def matmul(a, b) -> Node:

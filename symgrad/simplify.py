@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from .ir import OPS, Graph, Node, make, toposort
-from .ops import broadcast_to, const, full, index_add, neg, sub, add, mul, div
+from .ops import broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div
 
 FOLDABLE = ("elementwise",)
 
@@ -164,6 +164,13 @@ def _fold_shape(n):
     return n if v is None else full(n.shape, v, n.dtype)
 
 
+def _reshape(n):
+    a = n.inputs[0]
+    if a.op == "broadcast_to" and a.inputs[0].size == 1:   # reshape(bcast(s)) -> bcast(s)
+        return broadcast_to(reshape(a.inputs[0], ()), n.shape)
+    return _fold_shape(n)
+
+
 def _pow(n):
     a, b = n.inputs
     if _is(b, 1) and _same_type(a, n):          # x ** 1 -> x
@@ -185,7 +192,7 @@ def _where(n):
 
 
 RULES = {"sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
-         "where": _where, "reshape": _fold_shape, "broadcast_to": _fold_shape,
+         "where": _where, "reshape": _reshape, "broadcast_to": _fold_shape,
          "transpose": _fold_shape, "getitem": _fold_shape}
 
 

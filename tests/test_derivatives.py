@@ -203,3 +203,15 @@ def test_gather_with_traced_integer_labels():
     f = sg.differentiate(lookup, target="python")
     with pytest.raises(IndexError):
         f(table, np.array([0, 3]))
+
+
+def test_matmul_shared_matrix_over_a_batch():
+    """A plain matrix applied to a batch: its gradient folds the batch into one matmul."""
+    def batched(w, x):
+        return np.sum(np.sin(x @ w)) + np.sum(np.cos(w @ np.transpose(x, (0, 2, 1))))
+    rng = np.random.default_rng(8)
+    w, x = rng.standard_normal((3, 3)), rng.standard_normal((4, 2, 3))
+    assert sg.check_grad(batched, w, x, wrt=(0, 1)) < 1e-6
+    source = sg.grad(batched).source_for(w, x)
+    code = [line for line in source.splitlines() if not line.strip().startswith("#")]
+    assert sum(line.count("@") for line in code) == 4   # no per-batch products summed afterwards
