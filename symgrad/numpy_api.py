@@ -161,12 +161,20 @@ FUNCTIONS = {
     "expand_dims": (np.expand_dims, _expand_dims), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
     "take": (np.take, ops.take),
+    "logical_and": (np.logical_and, ops.logical_and), "logical_or": (np.logical_or, ops.logical_or),
+    "logical_not": (np.logical_not, ops.logical_not),
+    "add": (np.add, ops.add), "subtract": (np.subtract, ops.sub), "multiply": (np.multiply, ops.mul),
+    "divide": (np.divide, ops.div), "negative": (np.negative, ops.neg),
+    "less": (np.less, ops.lt), "less_equal": (np.less_equal, ops.le), "greater": (np.greater, ops.gt),
+    "greater_equal": (np.greater_equal, ops.ge), "equal": (np.equal, ops.eq),
+    "not_equal": (np.not_equal, ops.ne),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
 ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",
            "fabs": "abs", "pow": "power", "amax": "max", "amin": "min", "absolute": "abs",
            "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
-           "reduce_mean": "mean", "reduce_prod": "prod", "concat": "concatenate"}
+           "reduce_mean": "mean", "reduce_prod": "prod", "concat": "concatenate",
+           "true_divide": "divide"}
 
 DUALS = {name: _dual(eager, build, name) for name, (eager, build) in FUNCTIONS.items()}
 DUALS.update({alias: DUALS[name] for alias, name in ALIASES.items()})
