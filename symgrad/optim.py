@@ -10,9 +10,17 @@ How a step runs: ``minimize`` gets the loss value and every gradient from one co
 ``value_and_grad`` call; ``apply_gradients`` computes the clipping factors (one reduction per
 gradient for the norm options) and then, for each variable, calls one compiled *update kernel*
 (a symgrad function of the variable, its slots, the gradient and 0-d hyperparameters) that
-clips the gradient and updates the variable and its slots in a single pass, writing the results
-back into the caller's arrays with ``out=``. Variables are NumPy float arrays (0-d included)
-updated in place; slots (moments, accumulators) are arrays of the variable's shape and dtype.
+clips the gradient and updates the variable and its slots in a single pass over memory.
+
+The kernel's outputs never alias its inputs: each slot is double-buffered (the kernel reads the
+current slots and writes, with ``out=``, into the spare ones, which then become current) and the
+new variable goes to a per-variable scratch array that is copied into the caller's array. A
+kernel writing into memory it also reads would make the CPU back end (which declares its
+buffers ``noalias``) fall back to fresh outputs plus a copy per output, which costs 3-4x at 10^5
+elements. The price is memory: twice the slots plus one copy of each variable.
+
+Variables are NumPy float arrays (0-d arrays for scalars, strided views allowed) updated in
+place; slots (moments, accumulators) are arrays of the variable's shape and dtype.
 """
 from __future__ import annotations
 
@@ -170,7 +178,7 @@ class Optimizer:
         self.name = name or type(self).__name__
         self.target = target
         self.iterations = 0
-        self._slots: dict = {}   # id(var) -> (var, tuple of slot arrays)
+        self._state: dict = {}   # id(var) -> _VariableState
 
     # -- public API -----------------------------------------------------------------------------
     def compute_gradients(self, loss, var_list, *data):
@@ -209,13 +217,12 @@ class Optimizer:
             dt = var.dtype
             clip_args = (mode, _scalar(g_mul, dt), _scalar(g_div, dt), _scalar(lo, dt),
                          _scalar(hi, dt))
-            slots = self._slots_for(var)
-            if var.flags.c_contiguous:
-                self._update(var, slots, g, clip_args, float(lr))
-            else:   # a strided view: update a contiguous copy, then write it back
-                work = np.array(var, order="C")
-                self._update(work, slots, g, clip_args, float(lr))
-                var[...] = work
+            state = self._state_for(var)
+            kernel, slot_args, hyper = self._step(state.slots, dt, float(lr))
+            _kernel(kernel, self.target)(var, *slot_args, g, *clip_args, *hyper,
+                                         out=(state.scratch, *state.spare))
+            np.copyto(var, state.scratch)
+            state.slots, state.spare = state.spare, state.slots
         self.iterations += 1
         return self.iterations
 
@@ -227,10 +234,10 @@ class Optimizer:
 
     def get_slot(self, var, name):
         """A slot array of ``var`` by name (``"momentum"``, ``"m"``, ``"v"``, ...)."""
-        entry = self._slots.get(id(var))
-        if entry is None or entry[0] is not var:
+        state = self._state.get(id(var))
+        if state is None or state.var is not var:
             raise KeyError(f"{self.name} has no slots for this variable yet")
-        return dict(zip(self.slot_names(), entry[1]))[name]
+        return dict(zip(self.slot_names(), state.slots))[name]
 
     # -- subclass interface ---------------------------------------------------------------------
     def slot_names(self) -> tuple:
@@ -239,17 +246,19 @@ class Optimizer:
     def _initial_slot_value(self, name) -> float:
         return 0.0
 
-    def _update(self, var, slots, g, clip_args, lr):
+    def _step(self, slots, dtype, lr):
+        """``(kernel, slot arguments, hyperparameters)``: the kernel is called as
+        ``kernel(var, *slot_arguments, g, *clip_args, *hyperparameters)`` and returns the new
+        variable and the new slots, in ``slot_names()`` order."""
         raise NotImplementedError
 
     # -- helpers --------------------------------------------------------------------------------
-    def _slots_for(self, var):
-        entry = self._slots.get(id(var))
-        if entry is None or entry[0] is not var:
-            slots = tuple(np.full(var.shape, self._initial_slot_value(n), dtype=var.dtype)
-                          for n in self.slot_names())
-            entry = self._slots[id(var)] = (var, slots)
-        return entry[1]
+    def _state_for(self, var):
+        state = self._state.get(id(var))
+        if state is None or state.var is not var:   # (an id can be reused after a variable dies)
+            state = self._state[id(var)] = _VariableState(var, self.slot_names(),
+                                                          self._initial_slot_value)
+        return state
 
     def _clip_parameters(self, grads):
         """Per gradient ``(mode, g_mul, g_div, lo, hi)`` for :func:`_effective_grad`."""
@@ -267,6 +276,17 @@ class Optimizer:
         if self.clipvalue is not None and self.clipvalue > 0:
             return [(VALUE, 1.0, 1.0, -float(self.clipvalue), float(self.clipvalue))] * len(grads)
         return off
+
+
+class _VariableState:
+    """A variable's slots, their spare buffers and the scratch array its kernel writes."""
+
+    def __init__(self, var, names, initial):
+        def fresh():
+            return tuple(np.full(var.shape, initial(n), dtype=var.dtype) for n in names)
+        self.var = var
+        self.slots, self.spare = fresh(), fresh()
+        self.scratch = np.empty(var.shape, dtype=var.dtype)
 
 
 def _scalar(value, dtype):
@@ -292,15 +312,11 @@ class SGD(Optimizer):
     def slot_names(self):
         return ("momentum",) if self.momentum != 0 else ()
 
-    def _update(self, var, slots, g, clip_args, lr):
-        dt = var.dtype
+    def _step(self, slots, dt, lr):
         if not slots:
-            _kernel(_sgd_kernel, self.target)(var, g, *clip_args, _scalar(lr, dt), out=var)
-            return
-        (m,) = slots
-        _kernel(_sgd_momentum_kernel, self.target)(
-            var, m, g, *clip_args, _scalar(lr, dt), _scalar(self.momentum, dt), self.nesterov,
-            out=(var, m))
+            return _sgd_kernel, (), (_scalar(lr, dt),)
+        return (_sgd_momentum_kernel, slots,
+                (_scalar(lr, dt), _scalar(self.momentum, dt), self.nesterov))
 
 
 class Adam(Optimizer):
@@ -324,16 +340,14 @@ class Adam(Optimizer):
     def slot_names(self):
         return ("m", "v", "v_hat") if self.amsgrad else ("m", "v")
 
-    def _update(self, var, slots, g, clip_args, lr):
-        dt = var.dtype
+    def _step(self, slots, dt, lr):
         t = float(self.iterations + 1)
         beta_1_power = float(np.power(np.asarray(self.beta_1, dt), np.asarray(t, dt)))
         beta_2_power = float(np.power(np.asarray(self.beta_2, dt), np.asarray(t, dt)))
         alpha = lr * math.sqrt(1 - beta_2_power) / (1 - beta_1_power)
         hyper = (_scalar(alpha, dt), _scalar(1 - self.beta_1, dt), _scalar(1 - self.beta_2, dt),
                  _scalar(self.epsilon, dt))
-        kernel = _adam_amsgrad_kernel if self.amsgrad else _adam_kernel
-        _kernel(kernel, self.target)(var, *slots, g, *clip_args, *hyper, out=(var, *slots))
+        return _adam_amsgrad_kernel if self.amsgrad else _adam_kernel, slots, hyper
 
 
 class RMSProp(Optimizer):
@@ -361,20 +375,15 @@ class RMSProp(Optimizer):
         return (("velocity",) + (("average_gradient",) if self.centered else ())
                 + (("momentum",) if self.momentum > 0 else ()))
 
-    def _update(self, var, slots, g, clip_args, lr):
-        dt = var.dtype
+    def _step(self, slots, dt, lr):
         hyper = (_scalar(lr, dt), _scalar(self.rho, dt), _scalar(1 - self.rho, dt),
                  _scalar(self.epsilon, dt))
         if len(slots) == 1:
-            _kernel(_rmsprop_kernel, self.target)(var, *slots, g, *clip_args, *hyper,
-                                                  out=(var, *slots))
-            return
-        velocity = slots[0]
+            return _rmsprop_kernel, slots, hyper
         average_grad = slots[1] if self.centered else None
         moment = slots[-1] if self.momentum > 0 else None
-        _kernel(_rmsprop_general_kernel, self.target)(
-            var, velocity, average_grad, moment, g, *clip_args, *hyper,
-            _scalar(self.momentum, dt), out=(var, *slots))
+        return (_rmsprop_general_kernel, (slots[0], average_grad, moment),
+                hyper + (_scalar(self.momentum, dt),))
 
 
 RMSprop = RMSProp   # the Keras spelling
@@ -402,7 +411,5 @@ class Adagrad(Optimizer):
     def _initial_slot_value(self, name):
         return self.initial_accumulator_value
 
-    def _update(self, var, slots, g, clip_args, lr):
-        dt = var.dtype
-        _kernel(_adagrad_kernel, self.target)(var, *slots, g, *clip_args, _scalar(lr, dt),
-                                              _scalar(self.epsilon, dt), out=(var, *slots))
+    def _step(self, slots, dt, lr):
+        return _adagrad_kernel, slots, (_scalar(lr, dt), _scalar(self.epsilon, dt))
