@@ -74,8 +74,8 @@ class Tracer(Expressions):
         return graph
 
     def run_body(self, frame: Frame, tree):
-        if isinstance(tree, ast.Lambda):
-            value = self.eval(tree.body, frame)
+        if isinstance(tree, ast.Lambda):   # an expression body: run it like a return statement
+            value = self.located(frame, tree.body, lambda: self.eval(tree.body, frame))
             self.record(frame, tree.body, value)
             return value
         try:
@@ -114,15 +114,19 @@ class Tracer(Expressions):
         method = getattr(self, "stmt_" + type(stmt).__name__, None)
         if method is None:
             self.fail(stmt, describe(stmt))
+        self.located(frame, stmt, lambda: method(stmt, frame, cont))
+
+    def located(self, frame: Frame, node: ast.AST, run):
+        """Run ``run()``; a user-facing error it raises is re-raised citing ``node``'s line."""
         try:
-            method(stmt, frame, cont)
+            return run()
         except (Return, Break, Continue, UnsupportedSyntaxError):
             raise
         except (ValueError, TypeError, IndexError, ZeroDivisionError, NameError,
                 KeyError, AttributeError) as e:
             if getattr(e, "_symgrad_located", False):
                 raise
-            raise _locate(e, frame.source.loc(stmt)) from e
+            raise _locate(e, frame.source.loc(node)) from e
 
     def stmt_Expr(self, stmt, frame, cont):
         if isinstance(stmt.value, ast.Constant):   # docstring
@@ -229,10 +233,7 @@ class Tracer(Expressions):
 
     def exec_if(self, stmt, frame: Frame, cont):
         self.frame = frame
-        try:
-            cond = self.eval(stmt.test, frame)
-        except (ValueError, TypeError, IndexError) as e:
-            raise _locate(e, frame.source.loc(stmt)) from e
+        cond = self.located(frame, stmt, lambda: self.eval(stmt.test, frame))
         if not isinstance(cond, Node):
             self.exec_block(stmt.body if cond else stmt.orelse, frame, cont)
             return
