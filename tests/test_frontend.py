@@ -275,3 +275,10 @@ def test_float32_weak_python_scalars():
     x = np.array([1.0, 2.0], dtype=np.float32)
     f = sg.differentiate(lambda x: x * 2.5 + 1, target="python")
     assert f(x).dtype == np.float32 and f.grad(x).dtype == np.float32
+
+
+def test_lambdas_sharing_a_line_are_told_apart():
+    square, cube = sg.grad(lambda x: x * x, target="python"), sg.grad(lambda x: x * x * x, target="python")
+    assert (square(2.0), cube(2.0)) == (4.0, 12.0)
+    nested = sg.grad(lambda x: (lambda x: x * 5.0)(x) + x, target="python")
+    assert nested(1.0) == 6.0
