@@ -27,7 +27,7 @@ from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
-from .lower import LOWER, Scalar, is_unsigned, memory_type, value_type
+from .lower import LOWER, Scalar, intrinsic, is_unsigned, memory_type, value_type
 from .mathlib import MathTarget
 from .schedule import LEAF_INLINE, Schedule, Stage, View
 
@@ -35,7 +35,8 @@ I64 = ir.IntType(64)
 PTR = ir.PointerType()
 
 # Reduction op -> (identity for floats, combine kind). Integer identities are computed below.
-REDUCE_KIND = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "matmul": "add"}
+REDUCE_KIND = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "matmul": "add",
+               "scatter_add": "add"}
 
 
 def baked(value) -> bool:
@@ -120,20 +121,42 @@ class KernelModule:
             loads[x] = self.s.loc[x].align(st.shape)
 
         for n in st.ssa:
-            for x in n.inputs:
-                read(x)
+            if n.op != "take":   # a gather's operands are read through their own views
+                for x in n.inputs:
+                    read(x)
         for sk in st.sinks:
             if sk.kind in ("store", "accum"):
                 read(sk.node)
-            elif sk.kind == "reduce":
+            elif sk.kind in ("reduce", "scatter"):
                 read(sk.node.inputs[0])
         return loads
 
+    def _gather_views(self, st: Stage) -> dict:
+        """For each gather: x seen from the loop without its indexed axis, and the index."""
+        out = {}
+        d = len(st.shape)
+        for n in st.ssa:
+            if n.op == "take":
+                x, idx = n.inputs
+                (axis,) = n.attrs
+                vx, vi = self.s.loc[x], self.s.loc[idx]
+                r = idx.ndim
+                xs = vx.strides[:axis] + (0,) * r + vx.strides[axis + 1:]
+                out[n] = (View(vx.buf, vx.offset, st.shape, xs),
+                          View(vi.buf, vi.offset, st.shape,
+                               (0,) * axis + vi.strides + (0,) * (d - axis - r)),
+                          vx.strides[axis], x.shape[axis])
+        return out
+
     def _stage(self, st: Stage):
         loads = self._accesses(st)
+        gathers = self._gather_views(st)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
-            v for sk in st.sinks for v in sk.operands]
-        bufs = sorted({v.buf for v in views})
+            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
+        bufs = {v.buf for v in views}
+        if gathers or any(sk.kind == "scatter" for sk in st.sinks):
+            bufs.add(self.s.flag)
+        bufs = sorted(bufs)
         fty = ir.FunctionType(ir.VoidType(), [PTR] * len(bufs) + [PTR, I64, I64])
         body = ir.Function(self.module, fty, f"sg_stage{st.index}.body")
         body.linkage = "internal"
@@ -168,8 +191,19 @@ class KernelModule:
 
         acc_loads = {x: prepare(v, f"in{i}") for i, (x, v) in enumerate(loads.items())}
         acc_sinks = [prepare(sk.dest, f"out{i}") for i, sk in enumerate(st.sinks)]
-        acc_ops = [tuple(prepare(v, f"mm{i}.{j}") for j, v in enumerate(sk.operands))
+        acc_ops = [tuple(prepare(v, f"op{i}.{j}") for j, v in enumerate(sk.operands))
                    for i, sk in enumerate(st.sinks)]
+        for i, sk in enumerate(st.sinks):
+            if sk.kind == "scatter":   # + the output's stride and extent on the indexed axis
+                axis = sk.node.attrs[0]
+                out_strides = self.s.loc[sk.node].strides
+                acc_ops[i] += (self.load_param(b, params, self.param(out_strides[axis]), "sstride"),
+                               self.load_param(b, params, self.param(sk.node.attrs[1]), "ssize"))
+        acc_gathers = {n: (prepare(vx, f"g{i}.x"), prepare(vi, f"g{i}.i"),
+                           self.load_param(b, params, self.param(stride), f"g{i}.stride"),
+                           self.load_param(b, params, self.param(size), f"g{i}.size"))
+                       for i, (n, (vx, vi, stride, size)) in enumerate(gathers.items())}
+        flag = argmap.get(self.s.flag)
         consts = {}
         for n in st.ssa + [sk.node for sk in st.sinks]:
             for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
@@ -179,13 +213,14 @@ class KernelModule:
                                                                  else "int64")), "arange")
                  for n in st.ssa if n.op == "arange" for v in n.attrs[:2]]
         emit = _StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
+        emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
         b.ret_void()
 
         # the exported wrappers: load the buffer addresses, call the body
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
-        self.stage_info.append((extent0_slot, partial))
+        self.stage_info.append((extent0_slot, partial, st.serial))
         wrap = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
                            f"sg_stage{st.index}")
         wrap.attributes.add("nounwind")
@@ -204,7 +239,7 @@ class KernelModule:
         ptrs.name, iparams.name = "ptrs", "params"
         bi = ir.IRBuilder(init.append_basic_block("entry"))
         for sk in st.sinks:
-            if sk.kind in ("reduce", "matmul"):
+            if sk.kind in ("reduce", "matmul", "scatter"):
                 self._fill(init, bi, ptrs, iparams, sk)
         bi.ret_void()
         return wrap, init, extent0_slot, d
@@ -294,7 +329,7 @@ class _StageEmitter:
             return b.fmul(acc, v, flags=flags) if is_float(dtype) else (
                 b.and_(acc, v) if dtype == "bool" else b.mul(acc, v))
         if is_float(dtype):
-            fn = b.module.declare_intrinsic(f"llvm.{kind}imum", [acc.type])
+            fn = intrinsic(b.module, f"llvm.{kind}imum", acc.type, 2)
             return b.call(fn, [acc, v])
         if dtype == "bool":
             return (b.or_ if kind == "max" else b.and_)(acc, v)
@@ -319,8 +354,40 @@ class _StageEmitter:
                 memo[n] = self.arange(n, idx, self.arange_params[k:k + 2])
                 k += 2
                 continue
+            if n.op == "take":
+                memo[n] = self.gather(n, idx)
+                continue
             memo[n] = LOWER[n.op](self.cx, n, [value(x) for x in n.inputs])
         return value
+
+    def checked_index(self, idx_access, idx, size):
+        """The loaded index, wrapped if negative; out of bounds sets the error flag and
+        reads/writes element 0 instead, so memory stays safe (Python raises IndexError)."""
+        b = self.b
+        j = self.load(idx_access, idx, "index")
+        dtype = idx_access[2]
+        if j.type.width < 64:
+            j = (b.zext if is_unsigned(dtype) else b.sext)(j, I64)
+        if not is_unsigned(dtype):
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, size), j)
+        bad = b.icmp_unsigned(">=", j, size, name="oob")
+        fn = self.fn
+        err = fn.append_basic_block("index.error")
+        ok = fn.append_basic_block("index.ok")
+        b.cbranch(bad, err, ok)
+        b.position_at_end(err)
+        b.store(ir.Constant(I64, 1), self.flag)
+        b.branch(ok)
+        b.position_at_end(ok)
+        return b.select(bad, ir.Constant(I64, 0), j, name="index")
+
+    def gather(self, n, idx):
+        x_acc, i_acc, stride, size = self.gathers[n]
+        j = self.checked_index(i_acc, idx, size)
+        ptr, ty, dtype = self.address(x_acc, idx)
+        ptr = self.b.gep(ptr, [self.b.mul(j, stride)], source_etype=ty)
+        v = self.b.load(ptr, typ=ty, name="gather")
+        return self.b.icmp_unsigned("!=", v, ir.Constant(ty, 0)) if dtype == "bool" else v
 
     def arange(self, n, idx, params):
         b = self.b
@@ -354,6 +421,14 @@ class _StageEmitter:
                 else:
                     old = self.load(access, idx)
                     self.store(self.combine(kind, dtype, old, v), access, idx)
+            elif sk.kind == "scatter":   # out[..., index[j], ...] += g[..., j, ...]
+                i_acc, stride, size = self.ops[k]
+                j = self.checked_index(i_acc, idx, size)
+                v = value(sk.node.inputs[0])
+                ptr, ty, _ = self.address(access, idx)
+                ptr = self.b.gep(ptr, [self.b.mul(j, stride)], source_etype=ty)
+                old = self.b.load(ptr, typ=ty)
+                self.b.store(self.combine("add", dtype, old, v), ptr)
             else:  # matmul: out[..., i, j] += a[..., i, k] * b[..., k, j]
                 a_acc, b_acc = self.ops[k]
                 prod = LOWER["mul"](self.cx, sk.node, [self.load(a_acc, idx, "a"),

@@ -82,16 +82,17 @@ class Native:
         self.run = _RUN(addrs["sg_run"])
         sched = prog.schedule
         self.stages = [(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
-                        st.shape[0] if st.shape else 1, st.size, info[1])
+                        st.shape[0] if st.shape else 1, 0 if info[2] else st.size, info[1])
                        for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
         self.work = max((st.size for st in sched.stages), default=0)
         self.params = np.array(prog.km.params or [0], dtype=np.int64)
         self.params_addr = self.params.ctypes.data
         bufs = sched.buffers
         # 0-d arguments and outputs live in 8-byte slots of one scratch array
-        slots = [b.index for b in bufs if b.kind == "scalar" or (b.kind == "out" and
-                                                                 not graph.outputs[b.ref].ndim)]
+        slots = [b.index for b in bufs if b.kind in ("scalar", "flag") or (
+            b.kind == "out" and not graph.outputs[b.ref].ndim)]
         self.slot = {buf: k for k, buf in enumerate(slots)}
+        self.flag = None if sched.flag is None else self.slot[sched.flag]
         self.tmp = [(b.index, b.size * np.dtype(b.dtype).itemsize) for b in bufs if b.kind == "tmp"]
         self.consts = [(b.index, np.ascontiguousarray(b.ref)) for b in bufs if b.kind == "const"]
         self.array_args = [(b.ref, b.index, graph.inputs[b.ref]) for b in bufs if b.kind == "arg"]
@@ -165,7 +166,11 @@ class Native:
             arr = given if given is not None else np.empty(shape, dtype)
             ptrs[buf] = arr.ctypes.data
             results.append(arr)
+        if self.flag is not None:
+            scratch[self.flag] = 0
         self._execute(ptrs)
+        if self.flag is not None and scratch.view(np.int64)[self.flag]:
+            raise IndexError(f"{self.graph.name}: an index array has an entry out of bounds")
         for k, spec in enumerate(self.outs):
             if spec is None:
                 results[k] = _copy(results[self.graph.outputs.index(self.graph.outputs[k])])

@@ -55,6 +55,11 @@ class Scalar:
         return ir.Constant(value_type(dtype), int(value))
 
 
+def intrinsic(module: ir.Module, name: str, ty: ir.Type, nargs: int) -> ir.Function:
+    """An overloaded float intrinsic ``name.<ty>`` taking ``nargs`` operands of type ``ty``."""
+    return module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * nargs))
+
+
 def _float_or_int(fop, iop):
     def rule(cx, n, args):
         fn = getattr(cx.b, fop if is_float(n.dtype) else iop)
@@ -74,7 +79,7 @@ def _neg(cx, n, args):
 def _abs(cx, n, args):
     (x,) = args
     if is_float(n.dtype):
-        return cx.b.call(cx.b.module.declare_intrinsic("llvm.fabs", [x.type]), [x], name="abs")
+        return cx.b.call(intrinsic(cx.b.module, "llvm.fabs", x.type, 1), [x], name="abs")
     if is_unsigned(n.dtype):
         return x
     return cx.b.select(cx.b.icmp_signed("<", x, cx.const(0, n.dtype)), cx.b.neg(x), x, name="abs")
@@ -99,7 +104,7 @@ def _extremum(kind):
     def rule(cx, n, args):
         a, c = args
         if is_float(n.dtype):   # NaN-propagating, as np.maximum / np.minimum
-            fn = cx.b.module.declare_intrinsic(f"llvm.{kind}imum", [a.type])
+            fn = intrinsic(cx.b.module, f"llvm.{kind}imum", a.type, 2)
             return cx.b.call(fn, [a, c], name=kind)
         if n.dtype == "bool":
             return (cx.b.or_ if kind == "max" else cx.b.and_)(a, c, name=kind)
@@ -257,6 +262,8 @@ STRUCTURAL = {
     "setitem": "copy, then a store loop over the region",
     "index_add": "copy, then an accumulate loop over the region",
     "concatenate": "store loops into slices of the output",
+    "take": "gather: a load at an index read from the index array (bounds-checked)",
+    "scatter_add": "accumulate loop at indices read from the index array (bounds-checked)",
     "stack": "store loops into slices of the output",
 }
 

@@ -41,7 +41,7 @@ def contiguous_strides(shape) -> tuple:
 @dataclass
 class Buffer:
     index: int
-    kind: str       # "arg" (array argument), "scalar" (0-d argument), "const", "out", "tmp"
+    kind: str       # "arg" (array), "scalar" (0-d argument), "const", "out", "tmp", "flag"
     dtype: str
     size: int       # elements
     ref: object = None   # parameter index, output index, or the constant's ndarray
@@ -70,10 +70,11 @@ class View:
 
 @dataclass
 class Sink:
-    kind: str            # "store" | "accum" | "reduce" | "matmul"
+    kind: str            # "store" | "accum" | "reduce" | "matmul" | "scatter"
     node: Node           # value stored, or the reduction / matmul node
     dest: View           # aligned to the stage's loop shape
-    operands: tuple = ()  # matmul: (a, b) views aligned to the (..., m, k, n) loop
+    operands: tuple = ()  # matmul: (a, b) views aligned to the (..., m, k, n) loop;
+    #                       scatter: (index view,) aligned to the loop
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Stage:
     index: int
     shape: tuple
     kind: str = "loop"    # "loop" | "matmul" (not joinable by other work)
+    serial: bool = False  # must not be split across threads (a scatter over axis 0)
     ssa: list = field(default_factory=list)
     sinks: list = field(default_factory=list)
 
@@ -103,12 +105,13 @@ class Schedule:
         self.out_of: dict[Node, int] = {}   # output node -> output index (first occurrence)
         for k, o in enumerate(graph.outputs):
             self.out_of.setdefault(o, k)
+        self.flag: int | None = None
         self._claimed: set = set()              # output indices that have their buffer
-        self.arg_buffers: dict[int, int] = {}   # parameter index -> buffer
+        self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
         for i, x in enumerate(graph.inputs):
             if x is not None:
                 buf = self._buffer("arg" if x.ndim else "scalar", x.dtype, max(x.size, 1), i)
-                self.arg_buffers[i] = buf
+                self.arg_buffers[x] = buf   # by node: attrs[0] need not be the position
         for n in toposort(graph.outputs):
             self._schedule(n)
         self._finish_outputs()
@@ -145,6 +148,12 @@ class Schedule:
         self.loc[n], self.ready[n] = view, h + 1
         return view
 
+    def _flag(self) -> int:
+        """The int64 error slot gathers and scatters set on an out-of-bounds index."""
+        if self.flag is None:
+            self.flag = self._buffer("flag", "int64", 1)
+        return self.flag
+
     def ready_at(self, n: Node) -> int:
         if n.op in LEAF_INLINE:
             return 0
@@ -178,7 +187,7 @@ class Schedule:
         op = n.op
         kind = OPS[op].kind
         if op == "arg":
-            buf = self.arg_buffers[n.attrs[0]]
+            buf = self.arg_buffers[n]
             self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
             self.ready[n] = 0
         elif op == "array":
@@ -218,6 +227,37 @@ class Schedule:
                     start += x.shape[axis]
                 last = max(last, self.place(x, piece, 0))
             self.loc[n], self.ready[n] = view, last + 1
+        elif op == "take":
+            # a gather: computed in registers in the loop over its own shape, like an
+            # elementwise node, reading x at an index loaded from the index array
+            x, idx = n.inputs
+            self.ensure_loc(x)
+            self.ensure_loc(idx)
+            self._flag()
+            k = self.loop_stage(n.shape, max(self.ready_at(x), self.ready_at(idx)))
+            self.home[n] = k
+            self.stages[k].ssa.append(n)
+        elif op == "scatter_add":
+            g, idx = n.inputs
+            axis, _ = n.attrs
+            view = self._own_buffer(n)
+            vi = self.ensure_loc(idx)
+            self._flag()
+            lo = self.ready_at(idx)
+            if g in self.home and self.home[g] >= lo and self.stages[self.home[g]].kind == "loop":
+                k = self.home[g]
+            else:
+                if g.op not in LEAF_INLINE:
+                    self.ensure_loc(g)
+                k = self.loop_stage(g.shape, max(lo, self.ready_at(g)))
+            r = idx.ndim
+            dest = View(view.buf, 0, g.shape, view.strides[:axis] + (0,) * r + view.strides[axis + 1:])
+            iview = View(vi.buf, vi.offset, g.shape,
+                         (0,) * axis + vi.strides + (0,) * (g.ndim - axis - r))
+            self.stages[k].sinks.append(Sink("scatter", n, dest, (iview,)))
+            if axis == 0:   # duplicate indices collide across the outer axis: one thread
+                self.stages[k].serial = True
+            self.loc[n], self.ready[n] = view, k + 1
         elif op in ("setitem", "index_add"):
             base, value = n.inputs
             view = self._own_buffer(n)
@@ -270,7 +310,7 @@ class Schedule:
                   vb.strides[:-2] + (0,) + vb.strides[-2:]).align(loop)
         dest = View(view.buf, 0, loop, view.strides[:-1] + (0, view.strides[-1]))
         k = len(self.stages)
-        self.stages.append(Stage(k, loop, "matmul", [], [Sink("matmul", n, dest, (a4, b4))]))
+        self.stages.append(Stage(k, loop, "matmul", sinks=[Sink("matmul", n, dest, (a4, b4))]))
         self.loc[n], self.ready[n] = view, k + 1
 
     def _view(self, n: Node):
