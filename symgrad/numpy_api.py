@@ -134,6 +134,29 @@ def _abs(x):
     return ops.abs_(x)
 
 
+def _norm(x, ord=None, axis=None, keepdims=False):
+    """The 2-norm of vectors and Frobenius norm of matrices (np.linalg.norm's default)."""
+    if ord not in (None, 2, "fro") or (ord == 2 and ops.lift(x).ndim != 1 and axis is None):
+        raise NotImplementedError(f"np.linalg.norm with ord={ord!r}: only the 2-norm of vectors "
+                                  "and the Frobenius norm are supported")
+    x = ops.to_float(x)
+    return ops.sqrt(ops.reduce("sum", x * x, axis, keepdims))
+
+
+def _var(x, axis=None, keepdims=False, ddof=0):
+    x = ops.to_float(x)
+    centered = x - ops.mean(x, axis, keepdims=True)
+    axes = ops.normalize_axes(axis, x.ndim)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    return ops.reduce("sum", centered * centered, axis, keepdims) / (count - ddof)
+
+
+def _std(x, axis=None, keepdims=False, ddof=0):
+    return ops.sqrt(_var(x, axis, keepdims, ddof))
+
+
 def _stop_gradient_eager(x):
     return x
 
@@ -161,6 +184,12 @@ FUNCTIONS = {
     "expand_dims": (np.expand_dims, _expand_dims), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
     "take": (np.take, ops.take),
+    "norm": (np.linalg.norm, _norm), "var": (np.var, _var), "std": (np.std, _std),
+    "log2": (np.log2, lambda x: ops.log(x) / math.log(2.0)),
+    "log10": (np.log10, lambda x: ops.log(x) / math.log(10.0)),
+    "exp2": (np.exp2, lambda x: ops.exp(ops.to_float(x) * math.log(2.0))),
+    "hypot": (np.hypot, lambda a, b: ops.sqrt(ops.to_float(a) * a + ops.to_float(b) * b)),
+    "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "logical_and": (np.logical_and, ops.logical_and), "logical_or": (np.logical_or, ops.logical_or),
     "logical_not": (np.logical_not, ops.logical_not),
     "add": (np.add, ops.add), "subtract": (np.subtract, ops.sub), "multiply": (np.multiply, ops.mul),
@@ -188,6 +217,7 @@ for _name, _dual_fn in DUALS.items():
         if _obj is not None and callable(_obj):
             CALLABLES.setdefault(_obj, _dual_fn)
 CALLABLES[builtins.abs] = DUALS["abs"]
+CALLABLES[np.linalg.norm] = DUALS["norm"]
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
 

@@ -141,6 +141,8 @@ ARRAY_FUNCTIONS = [
     ("zeros_like", lambda x: np.sum(x * x + np.ones_like(x) + np.zeros(x.shape)), (5,)),
     ("gather_rows", lambda x: np.sum(np.sin(x[np.array([2, 0, 2, -1])]) * np.arange(4.0)[:, None]), (3, 4)),
     ("gather_cols", lambda x: np.sum(np.exp(x[:, [3, 3, 0]]) * x[:, [1, 2, 0]]), (3, 4)),
+    ("norm_var_std", lambda x: np.linalg.norm(x) + np.var(x) * np.std(x, axis=0).sum()
+     + np.linalg.norm(x, axis=1).sum() + np.log2(np.hypot(x, 2.0)).sum(), (3, 4)),
     ("np_take", lambda x: np.sum(np.take(x, np.array([[0, 1], [1, 1]]), axis=1) ** 3), (3, 2)),
 ]
 
