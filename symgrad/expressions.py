@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 from . import ops
-from .ir import Node
+from .ir import Node, substitute
 from .numpy_api import CALLABLES, DUALS
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
@@ -300,6 +300,8 @@ class Expressions:
     def call(self, fn, args, kwargs, node):
         from .api import Function   # the decorated form inlines its Python function
         if isinstance(fn, Function):
+            if fn._kind != "trace":   # f.grad, value_and_grad, hvp: fn.fn is the *primal*
+                return self.call_derived(fn, args, kwargs)
             fn = fn.fn
         if isinstance(fn, InterpFunction):
             return self.call_interpreted(fn, args, kwargs, node)
@@ -338,6 +340,20 @@ class Expressions:
         if _is_pure(fn) or fn in SAFE_BUILTINS.values():
             return fn(*args, **kwargs)
         self.fail(node, f"call to {getattr(fn, '__qualname__', repr(fn))}")
+
+    def call_derived(self, fn, args, kwargs):
+        """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:
+        build its graph for these argument types and splice it in, its arguments replaced by
+        ours (so an input gradient can feed, say, an adversarial perturbation)."""
+        values = fn._bind(list(args), kwargs)
+        examples = [np.zeros(v.shape, v.dtype) if isinstance(v, Node) else v for v in values]
+        graph = fn._graph(examples)
+        mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
+        flat = substitute(graph.outputs, mapping)
+
+        def unflatten(tree):
+            return flat[tree] if isinstance(tree, int) else tuple(unflatten(t) for t in tree)
+        return unflatten(graph.out_tree)
 
     def call_python(self, fn, args, kwargs, node):
         source = function_source(fn)
