@@ -99,7 +99,10 @@ def _square(x):
 
 
 def _logaddexp(a, b):
-    m = ops.maximum(a, b)
+    # max(a, b), but a tie is 0.5 a + 0.5 b (the same value) so that the derivative there is
+    # sigmoid(0) = 1/2 to each side, not 1 to one of them (logistic losses start at a tie)
+    a, b = ops.lift(a), ops.lift(b)
+    m = ops.where(ops.gt(a, b), a, ops.where(ops.lt(a, b), b, 0.5 * a + 0.5 * b))
     return m + ops.log1p(ops.exp(-ops.abs_(ops.sub(a, b))))
 
 
