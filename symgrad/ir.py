@@ -136,10 +136,11 @@ def make(op: str, inputs: Iterable[Node] = (), attrs: tuple = ()) -> Node:
     return node
 
 
-def toposort(outputs: Iterable[Node]) -> list[Node]:
-    """Inputs before users, in a deterministic order (iterative DFS, input order)."""
+def toposort(outputs: Iterable[Node], known=()) -> list[Node]:
+    """Inputs before users, in a deterministic order (iterative DFS, input order). Nodes in
+    ``known`` (and everything below them) are treated as already visited."""
     order: list[Node] = []
-    done: set[Node] = set()
+    done = _Visited(known)
     for root in outputs:
         stack = [(root, 0)]
         while stack:
@@ -155,6 +156,17 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
                 done.add(node)
                 order.append(node)
     return order
+
+
+class _Visited(set):
+    """A visited set that also consults a mapping of nodes handled earlier."""
+
+    def __init__(self, known):
+        super().__init__()
+        self.known = known
+
+    def __contains__(self, node):
+        return set.__contains__(self, node) or node in self.known
 
 
 def substitute(outputs: Iterable[Node], mapping: dict) -> list[Node]:

@@ -155,13 +155,19 @@ def _weak_kind(x) -> int:
 
 
 def result_dtype(*operands) -> str:
-    strong = [x.dtype if isinstance(x, Node) else np.asarray(x).dtype.name
-              for x in operands if isinstance(x, (Node, np.ndarray, np.generic))]
-    dtype = np.result_type(*strong).name if strong else None
-    weak = [_weak_kind(x) for x in operands if not isinstance(x, (Node, np.ndarray, np.generic))]
-    kind = max(weak, default=-1)
-    if dtype is None:
+    strong, kind = [], -1
+    for x in operands:
+        if isinstance(x, Node):
+            strong.append(x.dtype)
+        elif isinstance(x, (np.ndarray, np.generic)):
+            strong.append(x.dtype.name)
+        else:
+            kind = max(kind, _weak_kind(x))
+    if not strong:
         return ("bool", "int64", "float64")[kind]
+    dtype = strong[0]
+    if any(d != dtype for d in strong):   # the common case (one dtype) skips NumPy
+        dtype = np.result_type(*strong).name
     if kind == 2 and not is_float(dtype):
         return "float64"
     if kind == 1 and dtype == "bool":

@@ -213,9 +213,7 @@ def _rewrite(n: Node, memo: dict) -> Node:
 def _simplify_node(n: Node, memo: dict) -> Node:
     if n in memo:
         return memo[n]
-    for sub_node in toposort([n]):
-        if sub_node in memo:
-            continue
+    for sub_node in toposort([n], known=memo):   # only the part not simplified yet
         inputs = tuple(memo[i] for i in sub_node.inputs)
         rebuilt = sub_node if all(x is y for x, y in zip(inputs, sub_node.inputs)) else \
             make(sub_node.op, inputs, sub_node.attrs)
