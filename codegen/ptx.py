@@ -766,6 +766,7 @@ def _emit_block_reduce(kb: KernelBuilder, job):
     shared.linkage = "internal"
     shared.initializer = ir.Constant(ir.ArrayType(mty, WARP), None)
     shared.align = 8
+    shared.type = ir.PointerType(addrspace=3)   # opaque, or llvmlite types the gep as the array
     tid = kb.sreg("tid.x")
     lane = b.and_(tid, kb.int(WARP - 1))
     warp = b.lshr(tid, kb.int(5))
