@@ -388,3 +388,41 @@ def test_update_kernels_are_compiled_symgrad_functions():
     assert isinstance(kernel, sg.Function)
     src = kernel.source
     assert "def _adam_kernel(" in src and "np.sqrt" in src
+
+
+@pytest.mark.parametrize("kind,cls,hp", CONFIGS, ids=IDS)
+def test_python_target_matches_cpu_target(kind, cls, hp):
+    rng = np.random.default_rng(11)
+    results = []
+    for target in ("python", "cpu"):
+        opt = cls(**hp, clipnorm=0.5, target=target)
+        w, b = np.linspace(-1.0, 1.0, 7), np.array(0.25)
+        for k in range(3):
+            opt.apply_gradients([(np.sin(w * (k + 1)), w), (np.cos(k), b)])
+        results.append((w, b))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-13, atol=1e-15)
+
+
+def test_update_kernels_never_write_over_their_inputs(monkeypatch):
+    """Outputs aliasing inputs would make the CPU back end fall back to fresh arrays plus a
+    copy per output; the optimizer double-buffers its slots instead."""
+    original = api.Function.__call__
+    checked = []
+
+    def checking(self, *args, **kwargs):
+        out = kwargs.get("out")
+        if out is not None:
+            outs = out if isinstance(out, tuple) else (out,)
+            for o in outs:
+                assert not any(isinstance(a, np.ndarray) and np.may_share_memory(o, a) for a in args)
+            checked.append(self.fn.__name__)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(api.Function, "__call__", checking)
+    for opt in (sg.optim.SGD(0.1), sg.optim.SGD(0.1, momentum=0.5), sg.optim.Adam(amsgrad=True),
+                sg.optim.RMSProp(momentum=0.5, centered=True), sg.optim.Adagrad()):
+        w = np.ones(4)
+        for _ in range(3):
+            opt.apply_gradients([(np.full(4, 0.5), w)])
+    assert len(checked) == 15
