@@ -11,6 +11,7 @@ which releases the GIL. Large stages are split across a thread pool.
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ _pool_lock = threading.Lock()
 
 
 def num_threads() -> int:
+    """Threads for large stages: ``SYMGRAD_NUM_THREADS``, else the CPUs this process may use."""
     env = os.environ.get("SYMGRAD_NUM_THREADS")
     if env:
         return max(1, int(env))
@@ -105,14 +107,28 @@ class Native:
                 continue
             o = graph.outputs[k]
             self.outs.append((buf, np.dtype(o.dtype), o.shape, self.slot.get(buf)))
+        self.array_args = [(i, buf, node, np.dtype(node.dtype)) for i, buf, node in self.array_args]
+        self.array_outs = [(t, spec[0], spec[2], spec[1]) for t, spec in enumerate(self.outs)
+                           if spec is not None and spec[3] is None]
+        self.repeats = [(t, graph.outputs.index(graph.outputs[t]))
+                        for t, spec in enumerate(self.outs) if spec is None]
+        self.parallel = self.work >= PARALLEL_MIN and num_threads() > 1
+        tree = graph.out_tree
+        flat_tuple = isinstance(tree, tuple) and len(tree) > 1 and all(isinstance(t, int) for t in tree)
+        self.pick = (operator.itemgetter(tree) if isinstance(tree, int) else
+                     operator.itemgetter(*tree) if flat_tuple else
+                     (lambda results: _tree(tree, results)))
         self.lock = threading.Lock()
         self.cached = self._state()
 
     def _state(self):
-        """A pointer table with its scratch and workspace memory (one per concurrent call)."""
+        """Pointer table, scratch and workspace memory (one set per concurrent call), with
+        the typed scratch cells a call reads and writes prepared once."""
         nbuf = max(1, len(self.program.schedule.buffers))
         ptrs = np.zeros(nbuf, dtype=np.int64)
-        scratch = np.zeros(max(1, len(self.slot)), dtype=np.float64)
+        # 8-byte cells; a ctypes array because its item access is the cheapest from Python
+        cells = (ctypes.c_double * max(1, len(self.slot)))()
+        scratch = np.frombuffer(cells, dtype=np.float64)
         for buf, k in self.slot.items():
             ptrs[buf] = scratch.ctypes.data + 8 * k
         total = sum((size + 63) // 64 * 64 for _, size in self.tmp)
@@ -123,8 +139,12 @@ class Native:
             base += (size + 63) // 64 * 64
         for buf, arr in self.consts:
             ptrs[buf] = arr.ctypes.data
-        views = {}
-        return ptrs, scratch, work, views
+        def cell(dt):
+            return cells if dt == np.float64 else scratch.view(dt)
+        scalar_in = [(i, cell(dt), k * (8 // dt.itemsize)) for i, k, dt in self.scalar_args]
+        scalar_out = [(t, cell(spec[1]), spec[3] * (8 // spec[1].itemsize))
+                      for t, spec in enumerate(self.outs) if spec is not None and spec[3] is not None]
+        return ptrs, scratch, (work, cells), ptrs.ctypes.data, scalar_in, scalar_out
 
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, values, out=None):
@@ -136,54 +156,49 @@ class Native:
         return self._call(self._state(), values, out)   # a concurrent call: private memory
 
     def _call(self, state, values, out):
-        ptrs, scratch, _, views = state
-        keep = []
-        for i, buf, node in self.array_args:
+        ptrs, scratch, _, ptrs_addr, scalar_in, scalar_out = state
+        keep = None
+        for i, buf, node, dt in self.array_args:
             a = values[i]
-            if not isinstance(a, np.ndarray) or a.dtype.name != node.dtype or a.shape != node.shape:
-                raise TypeError(f"{self.graph.name}: argument {self.graph.params[i]!r} must be "
-                                f"a {node.dtype} array of shape {node.shape}, got "
-                                f"{getattr(a, 'dtype', type(a).__name__)} {np.shape(a)}")
+            if type(a) is not np.ndarray or a.dtype != dt or a.shape != node.shape:
+                a = self._check_array(i, a, node, dt)
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
-                keep.append(a)
-            ptrs[buf] = a.ctypes.data
-        for i, k, dtype in self.scalar_args:
-            view = views.get(dtype)
-            if view is None:
-                view = views[dtype] = scratch.view(dtype)
-            view[k * (8 // dtype.itemsize)] = values[i]
-        flat_out = self._out_arrays(out, values)
-        results = []
-        for spec, given in zip(self.outs, flat_out):
-            if spec is None:
-                results.append(None)
-                continue
-            buf, dtype, shape, slot = spec
-            if slot is not None:
-                results.append(None)
-                continue
-            arr = given if given is not None else np.empty(shape, dtype)
-            ptrs[buf] = arr.ctypes.data
-            results.append(arr)
+                keep = (keep or []) + [a]
+            ptrs[buf] = _address(a)
+        for i, cell, k in scalar_in:
+            cell[k] = values[i]
+        flat_out = self._out_arrays(out, values) if out is not None else None
+        results = [None] * len(self.outs)
+        for t, buf, shape, dt in self.array_outs:
+            arr = flat_out[t] if flat_out is not None and flat_out[t] is not None \
+                else np.empty(shape, dt)
+            ptrs[buf] = _address(arr)
+            results[t] = arr
         if self.flag is not None:
             scratch[self.flag] = 0
-        self._execute(ptrs)
+        if self.parallel:
+            self._execute(ptrs)
+        else:
+            self.run(ptrs_addr, self.params_addr)
         if self.flag is not None and scratch.view(np.int64)[self.flag]:
             raise IndexError(f"{self.graph.name}: an index array has an entry out of bounds")
-        for k, spec in enumerate(self.outs):
-            if spec is None:
-                results[k] = _copy(results[self.graph.outputs.index(self.graph.outputs[k])])
-                continue
-            buf, dtype, shape, slot = spec
-            if slot is not None:
-                v = scratch.view(dtype)[slot * (8 // dtype.itemsize)]
-                results[k] = float(v) if dtype == np.float64 else v
+        for t, cell, k in scalar_out:
+            results[t] = cell[k]    # a Python float from the ctypes cells, else a NumPy scalar
+        for t, first in self.repeats:
+            results[t] = _copy(results[first])
         del keep
         tree = self.graph.out_tree
         if out is not None:
             return _write_back(results, tree, out, flat_out)
-        return _tree(tree, results)
+        return self.pick(results)
+
+    def _check_array(self, i, a, node, dt):
+        if isinstance(a, np.ndarray) and a.dtype == dt and a.shape == node.shape:
+            return a   # an ndarray subclass: its memory is still a plain strided array
+        raise TypeError(f"{self.graph.name}: argument {self.graph.params[i]!r} must be a "
+                        f"{node.dtype} array of shape {node.shape}, got "
+                        f"{getattr(a, 'dtype', type(a).__name__)} {np.shape(a)}")
 
     def _out_arrays(self, out, values):
         """Caller arrays the kernel may write directly (C-contiguous, exact type, no overlap
@@ -250,6 +265,19 @@ class Native:
                 spec = self.program.schedule.buffers[buf]
                 mine = _memory(int(ptrs[buf]), spec.size, spec.dtype)
                 _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
+
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array; the buffer protocol is ~4x cheaper than
+    ``a.ctypes.data`` but needs a writeable, non-empty array."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
 
 
 def _memory(addr: int, size: int, dtype: str) -> np.ndarray:
