@@ -26,6 +26,8 @@ import symgrad as sg
 from symgrad import optim
 
 B1, B2, EPS, LR, MOM = 0.9, 0.999, 1e-7, 1e-3, 0.9
+# the kernels' clipping and weight-decay arguments when both are off
+NO_CLIP = (optim.NO_CLIP, *(np.asarray(x) for x in (1.0, 1.0, -np.inf, np.inf)), None, None)
 
 
 def median_time(fn, repeat):
@@ -84,12 +86,12 @@ def bench(n, repeat):
     rows.append(("adam", "numpy in-place",
                  median_time(lambda: adam_numpy_inplace(w, m, v, g, 3, s1, s2), repeat)))
     kernel = optim._kernel(optim._adam_kernel, "cpu")
-    a = [np.asarray(x) for x in (1.0, 1.0, -np.inf, np.inf, 1e-3, 1 - B1, 1 - B2, EPS)]
+    a = NO_CLIP + tuple(np.asarray(x) for x in (1e-3, 1 - B1, 1 - B2, EPS))
     w2, m2, v2 = w.copy(), m.copy(), v.copy()
     rows.append(("adam", "symgrad kernel", median_time(
-        lambda: kernel(w, m, v, g, optim.NO_CLIP, *a, out=(w2, m2, v2)), repeat)))
+        lambda: kernel(w, m, v, g, *a, out=(w2, m2, v2)), repeat)))
     rows.append(("adam", "kernel, out=in", median_time(
-        lambda: kernel(w, m, v, g, optim.NO_CLIP, *a, out=(w, m, v)), repeat)))
+        lambda: kernel(w, m, v, g, *a, out=(w, m, v)), repeat)))
     opt = sg.optim.Adam(LR)
     rows.append(("adam", "symgrad step", median_time(lambda: opt.apply_gradients([(g, w)]), repeat)))
 
@@ -98,12 +100,12 @@ def bench(n, repeat):
     rows.append(("sgd momentum", "numpy in-place",
                  median_time(lambda: momentum_numpy_inplace(w, vel, g, s1), repeat)))
     kernel = optim._kernel(optim._sgd_momentum_kernel, "cpu")
-    a = [np.asarray(x) for x in (1.0, 1.0, -np.inf, np.inf, LR, MOM)]
+    a = NO_CLIP + (np.asarray(LR), np.asarray(MOM), False)
     vel2 = vel.copy()
     rows.append(("sgd momentum", "symgrad kernel", median_time(
-        lambda: kernel(w, vel, g, optim.NO_CLIP, *a, False, out=(w2, vel2)), repeat)))
+        lambda: kernel(w, vel, g, *a, out=(w2, vel2)), repeat)))
     rows.append(("sgd momentum", "kernel, out=in", median_time(
-        lambda: kernel(w, vel, g, optim.NO_CLIP, *a, False, out=(w, vel)), repeat)))
+        lambda: kernel(w, vel, g, *a, out=(w, vel)), repeat)))
     opt = sg.optim.SGD(LR, momentum=MOM)
     rows.append(("sgd momentum", "symgrad step",
                  median_time(lambda: opt.apply_gradients([(g, w)]), repeat)))

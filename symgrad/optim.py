@@ -34,7 +34,10 @@ from . import api
 from .clip import clip_by_value, global_norm_scale
 
 # -- the compiled kernels: plain NumPy code traced by symgrad ------------------------------------
-# `mode` is a static int (the kernel is specialised on it); the clip parameters are 0-d arrays.
+# Every kernel is ``kernel(var, *slots, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, *hyper)`` and
+# returns the new variable and slots. ``mode`` is a static int and ``wd`` a static None when
+# there is no weight decay (the kernel is specialised on both); the rest are 0-d arrays of the
+# variable's dtype.
 NO_CLIP, SCALE, VALUE = 0, 1, 2
 
 
@@ -49,16 +52,27 @@ def _effective_grad(g, mode, g_mul, g_div, lo, hi):
     return g
 
 
+def _weight_decayed(var, wd, lr):
+    """Keras's decoupled weight decay, ``var - var * weight_decay * learning_rate``, applied
+    before the update; ``wd`` is a static ``None`` when there is none."""
+    if wd is None:
+        return var
+    return var - var * wd * lr
+
+
 def _sum_of_squares(g):
     return np.sum(g * g)
 
 
-def _sgd_kernel(var, g, mode, g_mul, g_div, lo, hi, lr):
+def _sgd_kernel(var, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, lr):
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     return var - g * lr
 
 
-def _sgd_momentum_kernel(var, m, g, mode, g_mul, g_div, lo, hi, lr, momentum, nesterov):
+def _sgd_momentum_kernel(var, m, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, lr, momentum,
+                         nesterov):
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     m = m * momentum - g * lr
     if nesterov:
@@ -66,16 +80,18 @@ def _sgd_momentum_kernel(var, m, g, mode, g_mul, g_div, lo, hi, lr, momentum, ne
     return var + m, m
 
 
-def _adam_kernel(var, m, v, g, mode, g_mul, g_div, lo, hi, alpha, one_minus_beta_1,
+def _adam_kernel(var, m, v, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, alpha, one_minus_beta_1,
                  one_minus_beta_2, epsilon):
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     m = m + (g - m) * one_minus_beta_1
     v = v + (g * g - v) * one_minus_beta_2
     return var - m * alpha / (np.sqrt(v) + epsilon), m, v
 
 
-def _adam_amsgrad_kernel(var, m, v, v_hat, g, mode, g_mul, g_div, lo, hi, alpha,
+def _adam_amsgrad_kernel(var, m, v, v_hat, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, alpha,
                          one_minus_beta_1, one_minus_beta_2, epsilon):
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     m = m + (g - m) * one_minus_beta_1
     v = v + (g * g - v) * one_minus_beta_2
@@ -83,17 +99,19 @@ def _adam_amsgrad_kernel(var, m, v, v_hat, g, mode, g_mul, g_div, lo, hi, alpha,
     return var - m * alpha / (np.sqrt(v_hat) + epsilon), m, v, v_hat
 
 
-def _rmsprop_kernel(var, velocity, g, mode, g_mul, g_div, lo, hi, lr, rho, one_minus_rho,
-                    epsilon):
+def _rmsprop_kernel(var, velocity, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, lr, rho,
+                    one_minus_rho, epsilon):
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     velocity = rho * velocity + one_minus_rho * (g * g)
     return var - lr * g / np.sqrt(velocity + epsilon), velocity
 
 
 def _rmsprop_general_kernel(var, velocity, average_grad, moment, g, mode, g_mul, g_div, lo, hi,
-                            lr, rho, one_minus_rho, epsilon, momentum):
+                            wd, wd_lr, lr, rho, one_minus_rho, epsilon, momentum):
     """RMSProp with ``centered`` (``average_grad`` is not None) and/or momentum (``moment``
     is not None); both Nones are static, so each combination is its own kernel."""
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     velocity = rho * velocity + one_minus_rho * (g * g)
     if average_grad is None:
@@ -110,7 +128,8 @@ def _rmsprop_general_kernel(var, velocity, average_grad, moment, g, mode, g_mul,
     return var - moment, velocity, average_grad, moment
 
 
-def _adagrad_kernel(var, accumulator, g, mode, g_mul, g_div, lo, hi, lr, epsilon):
+def _adagrad_kernel(var, accumulator, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, lr, epsilon):
+    var = _weight_decayed(var, wd, wd_lr)
     g = _effective_grad(g, mode, g_mul, g_div, lo, hi)
     accumulator = accumulator + g * g
     return var - lr * g / np.sqrt(accumulator + epsilon), accumulator
@@ -165,11 +184,15 @@ class Optimizer:
     set ``clipvalue`` is not applied (Keras's ``_clip_gradients`` checks ``clipnorm``, then
     ``global_clipnorm``, then ``clipvalue``); options that are ``None`` or ``<= 0`` are off.
     Clipping happens in ``apply_gradients``, after ``None`` gradients are dropped.
+
+    weight_decay:    Keras's decoupled weight decay: before its update each variable becomes
+                     ``var - var * weight_decay * learning_rate`` (fused into the update kernel);
+                     ``exclude_from_weight_decay(var_list)`` exempts variables (biases, say).
     ``target`` is the symgrad target of the compiled kernels and of the loss gradient.
     """
 
     def __init__(self, learning_rate, *, clipnorm=None, clipvalue=None, global_clipnorm=None,
-                 name=None, target="cpu"):
+                 weight_decay=None, name=None, target="cpu"):
         if clipnorm is not None and global_clipnorm is not None:
             raise ValueError("Only one of `clipnorm` and `global_clipnorm` can be set; got "
                              f"clipnorm={clipnorm}, global_clipnorm={global_clipnorm}")
@@ -177,6 +200,8 @@ class Optimizer:
         self.clipnorm, self.clipvalue, self.global_clipnorm = clipnorm, clipvalue, global_clipnorm
         self.name = name or type(self).__name__
         self.target = target
+        self.weight_decay = None if weight_decay is None else float(weight_decay)
+        self._no_decay: set = set()   # ids of variables exempt from weight decay
         self.iterations = 0
         self._state: dict = {}   # id(var) -> _VariableState
 
@@ -199,7 +224,8 @@ class Optimizer:
         pairs = list(grads_and_vars)
         kept = [(g, v) for g, v in pairs if g is not None]
         if not kept:
-            raise ValueError(f"No gradients provided for any variable: {[v.shape for _, v in pairs]}")
+            raise ValueError("No gradients provided for any variable: "
+                             f"{[np.shape(v) for _, v in pairs]}")
         if len(kept) < len(pairs):
             warnings.warn(f"{self.name}: gradients do not exist for {len(pairs) - len(kept)} "
                           "variable(s); they are not updated", stacklevel=2)
@@ -211,12 +237,15 @@ class Optimizer:
                 raise ValueError(f"gradient of shape {g.shape} for a variable of shape {var.shape}")
             grads.append(g)
             variables.append(var)
-        lr = self.learning_rate(self.iterations) if callable(self.learning_rate) else self.learning_rate
+        lr = self.learning_rate
+        lr = lr(self.iterations) if callable(lr) else lr
         clips = self._clip_parameters(grads)
         for g, var, (mode, g_mul, g_div, lo, hi) in zip(grads, variables, clips):
             dt = var.dtype
+            decay = (None, None) if self.weight_decay is None or id(var) in self._no_decay \
+                else (_scalar(self.weight_decay, dt), _scalar(lr, dt))
             clip_args = (mode, _scalar(g_mul, dt), _scalar(g_div, dt), _scalar(lo, dt),
-                         _scalar(hi, dt))
+                         _scalar(hi, dt), *decay)
             state = self._state_for(var)
             kernel, slot_args, hyper = self._step(state.slots, dt, float(lr))
             _kernel(kernel, self.target)(var, *slot_args, g, *clip_args, *hyper,
@@ -231,6 +260,10 @@ class Optimizer:
         then ``apply_gradients``. Returns the loss value before the step."""
         self.apply_gradients(self.compute_gradients(loss, var_list, *data))
         return self.last_loss
+
+    def exclude_from_weight_decay(self, var_list):
+        """Variables that ``weight_decay`` leaves alone (Keras's method, by variable)."""
+        self._no_decay.update(id(v) for v in var_list)
 
     def get_slot(self, var, name):
         """A slot array of ``var`` by name (``"momentum"``, ``"m"``, ``"v"``, ...)."""
@@ -387,6 +420,19 @@ class RMSProp(Optimizer):
 
 
 RMSprop = RMSProp   # the Keras spelling
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay, Keras ``AdamW`` (defaults ``learning_rate=0.001,
+    weight_decay=0.004``, the rest as :class:`Adam`): each step first does
+    ``w = w - w * weight_decay * learning_rate``, then the Adam update."""
+
+    def __init__(self, learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-7, amsgrad=False, **kwargs):
+        if weight_decay is None:
+            raise ValueError("AdamW needs a weight_decay (use Adam for none)")
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad,
+                         weight_decay=weight_decay, **kwargs)
 
 
 class Adagrad(Optimizer):

@@ -426,3 +426,37 @@ def test_update_kernels_never_write_over_their_inputs(monkeypatch):
         for _ in range(3):
             opt.apply_gradients([(np.full(4, 0.5), w)])
     assert len(checked) == 15
+
+
+# -- weight decay -----------------------------------------------------------------------------
+def test_weight_decay_by_hand():
+    w = np.array(1.0)
+    sg.optim.SGD(0.1, weight_decay=0.5).apply_gradients([(0.5, w)])
+    # Keras: w = w - w * wd * lr first (0.95), then the update (- 0.1 * 0.5)
+    assert float(w) == pytest.approx(0.95 - 0.05, abs=1e-15)
+
+
+@pytest.mark.parametrize("kind,cls,hp", CONFIGS[::2], ids=IDS[::2])
+def test_weight_decay_matches_reference(kind, cls, hp):
+    rng = np.random.default_rng(5)
+    opt, ref = cls(**hp, weight_decay=0.1), Reference(kind, **hp)
+    w = rng.normal(size=6)
+    w_ref = w.copy()
+    for _ in range(4):
+        g = rng.normal(size=6)
+        opt.apply_gradients([(g, w)])
+        w_ref = ref.step(w_ref - w_ref * 0.1 * hp["learning_rate"], g)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
+
+
+def test_adamw_and_exclusions():
+    opt = sg.optim.AdamW(0.1)
+    assert opt.weight_decay == 0.004 and (opt.beta_1, opt.beta_2, opt.epsilon) == (0.9, 0.999, 1e-7)
+    w, b = np.ones(3), np.ones(3)
+    opt.exclude_from_weight_decay([b])
+    opt.apply_gradients([(np.full(3, 0.5), w), (np.full(3, 0.5), b)])
+    step = 0.05 * math.sqrt(0.001) / (math.sqrt(0.00025) + EPS)
+    np.testing.assert_allclose(b, 1.0 - step, rtol=1e-15)
+    np.testing.assert_allclose(w, 1.0 - 0.004 * 0.1 - step, rtol=1e-15)
+    with pytest.raises(ValueError):
+        sg.optim.AdamW(weight_decay=None)
