@@ -201,7 +201,7 @@ class Optimizer:
         self.name = name or type(self).__name__
         self.target = target
         self.weight_decay = None if weight_decay is None else float(weight_decay)
-        self._no_decay: set = set()   # ids of variables exempt from weight decay
+        self._no_decay: dict = {}   # id(var) -> var, for variables exempt from weight decay
         self.iterations = 0
         self._state: dict = {}   # id(var) -> _VariableState
 
@@ -242,8 +242,10 @@ class Optimizer:
         clips = self._clip_parameters(grads)
         for g, var, (mode, g_mul, g_div, lo, hi) in zip(grads, variables, clips):
             dt = var.dtype
-            decay = (None, None) if self.weight_decay is None or id(var) in self._no_decay \
-                else (_scalar(self.weight_decay, dt), _scalar(lr, dt))
+            if self.weight_decay is None or self._no_decay.get(id(var)) is var:
+                decay = (None, None)
+            else:
+                decay = (_scalar(self.weight_decay, dt), _scalar(lr, dt))
             clip_args = (mode, _scalar(g_mul, dt), _scalar(g_div, dt), _scalar(lo, dt),
                          _scalar(hi, dt), *decay)
             state = self._state_for(var)
@@ -263,7 +265,7 @@ class Optimizer:
 
     def exclude_from_weight_decay(self, var_list):
         """Variables that ``weight_decay`` leaves alone (Keras's method, by variable)."""
-        self._no_decay.update(id(v) for v in var_list)
+        self._no_decay.update((id(v), v) for v in var_list)
 
     def get_slot(self, var, name):
         """A slot array of ``var`` by name (``"momentum"``, ``"m"``, ``"v"``, ...)."""
@@ -303,7 +305,7 @@ class Optimizer:
                      -math.inf, math.inf) for n in norms]
         if self.global_clipnorm is not None and self.global_clipnorm > 0:
             sumsq = _kernel(_sum_of_squares, self.target)
-            norm = math.sqrt(math.fsum(sumsq(g) for g in grads))
+            norm = math.sqrt(sum(float(sumsq(g)) for g in grads))   # (fsum raises on overflow)
             scale = float(global_norm_scale(np.float64(norm), float(self.global_clipnorm)))
             return [(SCALE, scale, 1.0, -math.inf, math.inf)] * len(grads)
         if self.clipvalue is not None and self.clipvalue > 0:

@@ -460,3 +460,11 @@ def test_adamw_and_exclusions():
     np.testing.assert_allclose(w, 1.0 - 0.004 * 0.1 - step, rtol=1e-15)
     with pytest.raises(ValueError):
         sg.optim.AdamW(weight_decay=None)
+
+
+def test_global_clipnorm_with_overflowing_finite_norm():
+    # the squared norms overflow although every entry is finite: the norm is inf, so TF and
+    # Keras make every clipped value NaN
+    w = np.ones(2)
+    sg.optim.SGD(0.1, global_clipnorm=1.0).apply_gradients([(np.array([1e200, 1e200]), w)])
+    assert np.all(np.isnan(w))
