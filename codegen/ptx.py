@@ -273,16 +273,21 @@ def _strides(shape):
 class KernelBuilder:
     """Builds one kernel function: parameters, special registers, loops, index expressions."""
 
-    def __init__(self, module: ir.Module, plan_: Plan, kernel: Kernel, math_target):
+    def __init__(self, module: ir.Module, plan_: Plan, kernel: Kernel, math_target, emulate=False):
         self.plan, self.kernel, self.module = plan_, kernel, module
+        # emulate: a CPU function that runs the whole grid as one thread (codegen.ptx_emulate)
+        self.emulate = emulate
+        self.block = 1 if emulate else BLOCK
+        space = 0 if emulate else 1
         sizes = [plan_.buffers[b].size for b in kernel.params] + [kernel.count * BLOCK + 1]
         self.ity = ir.IntType(32 if max(sizes) * 2 < 2 ** 31 else 64)
         types = []
         for b in kernel.params:
             buf = plan_.buffers[b]
-            types.append(value_type(buf.dtype) if buf.kind == "scalar" else ir.PointerType(addrspace=1))
+            types.append(value_type(buf.dtype) if buf.kind == "scalar" else ir.PointerType(addrspace=space))
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types), kernel.name)
-        self.fn.calling_convention = "ptx_kernel"
+        if not emulate:
+            self.fn.calling_convention = "ptx_kernel"
         self.args = {}
         for b, arg in zip(kernel.params, self.fn.args):
             arg.name = f"{plan_.buffers[b].kind}{b}"
@@ -300,6 +305,8 @@ class KernelBuilder:
         return ir.Constant(self.ity, int(v))
 
     def sreg(self, name) -> ir.Value:
+        if self.emulate:   # one block of one thread
+            return self.int(1 if name.startswith("n") else 0)
         fn = self.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(ir.IntType(32), []),
@@ -672,12 +679,16 @@ def _shuffle_down(kb: KernelBuilder, v: ir.Value, delta: int) -> ir.Value:
 
 
 def _warp_reduce(kb, op, dtype, v):
+    if kb.emulate:
+        return v
     for delta in (16, 8, 4, 2, 1):
         v = _combine(kb, op, dtype, v, _shuffle_down(kb, v, delta))
     return v
 
 
 def _barrier(kb):
+    if kb.emulate:
+        return
     name = "llvm.nvvm.barrier0"
     fn = kb.module.globals.get(name) or ir.Function(kb.module, ir.FunctionType(ir.VoidType(), []), name)
     kb.b.call(fn, [])
@@ -762,11 +773,12 @@ def _emit_block_reduce(kb: KernelBuilder, job):
     elem = _element_fn(kb, job)
     b, i32 = kb.b, ir.IntType(32)
     mty = memory_type(dtype)
-    shared = ir.GlobalVariable(kb.module, ir.ArrayType(mty, WARP), f"{kb.kernel.name}_shared", addrspace=3)
+    space = 0 if kb.emulate else 3
+    shared = ir.GlobalVariable(kb.module, ir.ArrayType(mty, WARP), f"{kb.kernel.name}_shared", addrspace=space)
     shared.linkage = "internal"
     shared.initializer = ir.Constant(ir.ArrayType(mty, WARP), None)
     shared.align = 8
-    shared.type = ir.PointerType(addrspace=3)   # opaque, or llvmlite types the gep as the array
+    shared.type = ir.PointerType(addrspace=space)   # opaque, or llvmlite types the gep as the array
     tid = kb.sreg("tid.x")
     lane = b.and_(tid, kb.int(WARP - 1))
     warp = b.lshr(tid, kb.int(5))
@@ -783,8 +795,8 @@ def _emit_block_reduce(kb: KernelBuilder, job):
 
     def body(blk):
         o, p = (blk, None) if parts == 1 else (b.udiv(blk, kb.int(parts)), b.urem(blk, kb.int(parts)))
-        start = tid if p is None else b.add(b.mul(p, kb.int(BLOCK)), tid)
-        (acc,) = kb.loop(start, kb.int(rlen), kb.int(BLOCK * parts),
+        start = tid if p is None else b.add(b.mul(p, kb.int(kb.block)), tid)
+        (acc,) = kb.loop(start, kb.int(rlen), kb.int(kb.block * parts),
                          lambda r, acc: (_combine(kb, op, dtype, acc, elem(o, r)),),
                          carried=(_identity(kb.cx, op, dtype),), name="red")
         acc = _warp_reduce(kb, op, dtype, acc)
@@ -793,7 +805,8 @@ def _emit_block_reduce(kb: KernelBuilder, job):
         _barrier(kb)
         with b.if_then(b.icmp_unsigned("==", warp, kb.int(0))):
             v = from_mem(b.load(slot(lane), typ=mty))
-            v = b.select(b.icmp_unsigned("<", lane, kb.int(BLOCK // WARP)), v, _identity(kb.cx, op, dtype))
+            v = b.select(b.icmp_unsigned("<", lane, kb.int(max(1, kb.block // WARP))), v,
+                         _identity(kb.cx, op, dtype))
             v = _warp_reduce(kb, op, dtype, v)
             with b.if_then(b.icmp_unsigned("==", lane, kb.int(0))):
                 kb.store(dest, blk, v)
@@ -851,14 +864,16 @@ def _kernel_params(p: Plan, k: Kernel) -> tuple:
     return tuple(sorted(reads))
 
 
-def build_module(p: Plan) -> str:
-    """The LLVM IR text of every kernel of a plan (libdevice calls still declarations)."""
+def build_module(p: Plan, emulate_with=None) -> str:
+    """The LLVM IR text of every kernel of a plan (libdevice calls still declarations).
+    ``emulate_with``: a CPU math target; builds the single-thread CPU emulation instead."""
     module = ir.Module(name=p.graph.name)
-    module.triple = "nvptx64-nvidia-cuda"
-    math_target = libdevice.LibdeviceMath()
+    if emulate_with is None:
+        module.triple = "nvptx64-nvidia-cuda"
+    math_target = emulate_with or libdevice.LibdeviceMath()
     for k in p.kernels:
         k.params = _kernel_params(p, k)
-        kb = KernelBuilder(module, p, k, math_target)
+        kb = KernelBuilder(module, p, k, math_target, emulate=emulate_with is not None)
         if k.kind == "map":
             _emit_map(kb)
         elif k.kind == "scatter":
@@ -869,6 +884,8 @@ def build_module(p: Plan) -> str:
             _emit_block_reduce(kb, k.jobs[0])
         kb.b.ret_void()
     text = str(module)
+    if emulate_with is not None:
+        return text
     libdevice.check_intrinsics(text)
     # Flush denormals? No: IEEE semantics, like the CPU and NumPy (libdevice reads this flag).
     text += '\n!llvm.module.flags = !{!0}\n!0 = !{i32 4, !"nvvm-reflect-ftz", i32 0}\n'

@@ -190,8 +190,13 @@ class Function:
         outputs) receives the results in place, unless the function has a parameter ``out``."""
         out = kwargs.pop("out", None) if "out" not in self.params else None
         values = self._bind(args, kwargs)
-        entry = self._compiled(values)
-        self._last_args = values
+        if self.target == "cuda":   # device arrays (__cuda_array_interface__) trace by shape/dtype
+            from codegen.cuda import host_standins
+            entry = self._compiled(host_standins(values))
+            self._last_args = host_standins(values)
+        else:
+            entry = self._compiled(values)
+            self._last_args = values
         if self.target == "python":
             result = _finish(entry.python(*values), entry.graph, values)
             return _write_out(result, out) if out is not None else result

@@ -98,7 +98,7 @@ def _graph(name, spec, build, dtype):
     args = [make("arg", (), (i, f"a{i}", kinds[k], tuple(shape))) for i, (shape, k) in enumerate(spec)]
     outs = tuple(build(*args))
     g = Graph(f"{name}_{dtype}", tuple(f"a{i}" for i in range(len(spec))), tuple(args), outs,
-              tuple(range(len(outs))))
+              0 if len(outs) == 1 else tuple(range(len(outs))))
     return g
 
 

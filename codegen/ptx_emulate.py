@@ -1,0 +1,101 @@
+"""Run a CUDA plan on the CPU, one thread for the whole grid: a check of the GPU back end's
+kernels without a GPU.
+
+The kernels are built by the same code as the PTX (``codegen.ptx.build_module``), with the
+special registers fixed to one block of one thread (every grid-stride loop then covers all the
+work), no barriers or warp shuffles, address space 0, and glibc math instead of libdevice. Buffers,
+kernel order, parameter lists, split reductions, index maps, region branches, gathers and atomic
+scatters are exactly those the GPU runs, so the tests compare this against ``target="python"``
+for every op. What it cannot check: warp shuffles, shared memory across threads, barriers, and
+libdevice's own accuracy.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from . import ptx as ptxmod
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _init():
+    with _lock:
+        if not _state:
+            import llvmlite.binding as llvm
+            from .mathlib import MATH_NAMES, CPUMath
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            math = CPUMath("")
+            for cname in MATH_NAMES.values():
+                for dtype in ("float32", "float64"):
+                    sym = math.symbol(cname, dtype)
+                    llvm.add_symbol(sym, math.scalar_address(sym))
+            tm = llvm.Target.from_default_triple().create_target_machine(opt=2, codemodel="jitdefault")
+            _state.update(llvm=llvm, math=math, tm=tm, engines=[])
+    return _state
+
+
+_CTYPES = {"float64": ctypes.c_double, "float32": ctypes.c_float, "int64": ctypes.c_int64,
+           "int32": ctypes.c_int32, "int16": ctypes.c_int16, "int8": ctypes.c_int8,
+           "uint64": ctypes.c_uint64, "uint32": ctypes.c_uint32, "uint16": ctypes.c_uint16,
+           "uint8": ctypes.c_uint8, "bool": ctypes.c_bool}
+
+
+def compile_plan(graph):
+    """(plan, {kernel name: ctypes function}) for a graph."""
+    st = _init()
+    llvm = st["llvm"]
+    p = ptxmod.plan(graph)
+    text = ptxmod.build_module(p, emulate_with=st["math"])
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    engine = llvm.create_mcjit_compiler(mod, st["tm"])
+    engine.finalize_object()
+    st["engines"].append(engine)   # keep the machine code alive
+    fns = {}
+    for k in p.kernels:
+        types = [_CTYPES[p.buffers[b].dtype] if p.buffers[b].kind == "scalar" else ctypes.c_void_p
+                 for b in k.params]
+        fns[k.name] = ctypes.CFUNCTYPE(None, *types)(engine.get_function_address(k.name))
+    return p, fns
+
+
+def run(graph, values, compiled=None):
+    """Evaluate ``graph`` on ``values`` through the CUDA plan; NumPy results as target='python'
+    returns them (via ``symgrad.api._finish``)."""
+    from symgrad.api import _finish
+    p, fns = compiled or compile_plan(graph)
+    store = {}
+    for buf in p.buffers:
+        dt = np.dtype("uint8" if buf.dtype == "bool" else buf.dtype)
+        if buf.kind == "arg":
+            a = np.ascontiguousarray(values[buf.ref], dtype=bool if buf.dtype == "bool" else buf.dtype)
+            store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
+        elif buf.kind == "scalar":
+            v = np.asarray(values[buf.ref]).astype(bool if buf.dtype == "bool" else buf.dtype)
+            store[buf.index] = _CTYPES[buf.dtype](v.item())
+        elif buf.kind == "const":
+            a = np.ascontiguousarray(buf.ref)
+            store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
+        else:   # garbage, as on the GPU: a kernel that forgets to write shows up
+            store[buf.index] = np.full(buf.size, 0x5A, np.uint8).view(dt) if dt.itemsize == 1 else \
+                np.frombuffer(np.full(buf.size * dt.itemsize, 0x7F, np.uint8).tobytes(), dt).copy()
+    for k in p.kernels:
+        for z in k.zero:
+            store[z][...] = 0
+        args = [store[b] if p.buffers[b].kind == "scalar" else store[b].ctypes.data for b in k.params]
+        fns[k.name](*args)
+    outs = []
+    for node, b in zip(graph.outputs, p.outputs):
+        a = store[b][:max(node.size, 1)]
+        a = a.view(bool) if node.dtype == "bool" else a
+        outs.append(a.reshape(node.shape).copy())
+    it = iter(outs)
+
+    def unflatten(tree):
+        return next(it) if isinstance(tree, int) else tuple(unflatten(t) for t in tree)
+    return _finish(unflatten(graph.out_tree), graph, values)
