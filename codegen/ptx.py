@@ -201,6 +201,8 @@ def plan(graph: Graph) -> Plan:
         maps[key].jobs.append(("store", n, dest))
 
     for n in mat:
+        if n.size == 0:
+            continue      # nothing to compute (its buffer still exists, of one element)
         if n.op in REDUCTIONS or n.op == "matmul":
             for k in _reduction_kernels(n, source, buffers, new):
                 staged.append((level[n], k))
@@ -211,7 +213,8 @@ def plan(graph: Graph) -> Plan:
         else:
             store(level[n], n, source[n])
     for n in copies:
-        store(1, n, out_of[n])
+        if n.size:
+            store(1, n, out_of[n])
     staged.sort(key=lambda lk: lk[0])   # stable: toposort order within a level
     for i, (_, k) in enumerate(staged):
         k.name = f"{base}_k{i}"
@@ -768,7 +771,8 @@ def _emit_thread_reduce(kb: KernelBuilder, job):
 
 
 def _emit_block_reduce(kb: KernelBuilder, job):
-    _, n, dest, op, parts = job[:5]
+    _, n, dest, op = job[:4]
+    parts = job[4] if job[0] == "reduce" else 1   # a finishing job's job[4] is its length
     dtype, rlen = n.dtype, _reduce_length(job)
     elem = _element_fn(kb, job)
     b, i32 = kb.b, ir.IntType(32)

@@ -1,0 +1,136 @@
+"""target="cuda": clear errors without a GPU; on a GPU (marker ``gpu``), results equal
+target="python" for the examples and every op case, with NumPy and device-array inputs."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _gpu_arch():
+    from codegen.cuda import device_arch
+    return device_arch()
+
+
+HAVE_GPU = _gpu_arch() is not None
+requires_gpu = pytest.mark.skipif(not HAVE_GPU, reason="needs an NVIDIA GPU, its driver and cuda-bindings")
+
+
+def w1(x, y):
+    return x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(x * y)
+
+
+def rosen(x):
+    return sg.reduce_sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="a GPU is present")
+def test_no_gpu_is_a_clear_runtime_error():
+    f = sg.grad(w1, wrt=(0, 1), target="cuda")
+    x = np.linspace(0.1, 1, 5)
+    with pytest.raises(RuntimeError, match="cuda-bindings|driver|GPU"):
+        f(x, x)
+    # and the failure is remembered, not retried into a crash
+    with pytest.raises(RuntimeError, match="cuda-bindings|driver|GPU"):
+        f(x, x)
+    # PTX is still available for inspection, for the default architecture
+    assert ".target sm_80" in f.ptx(x, x)
+
+
+def test_device_array_standins_trace_by_shape():
+    from codegen.cuda import host_standins
+
+    class Fake:
+        __cuda_array_interface__ = {"shape": (4, 3), "typestr": "<f4", "data": (0, False), "version": 3}
+    (s,) = host_standins([Fake()])
+    assert s.shape == (4, 3) and s.dtype == np.float32 and s.strides == (0, 0)
+
+
+def _compare(f_cuda, f_py, *args, rtol):
+    got, want = f_cuda(*args), f_py(*args)
+    flat = lambda t: [x for e in t for x in flat(e)] if isinstance(t, tuple) else [t]  # noqa: E731
+    for a, b in zip(flat(got), flat(want)):
+        assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [1, 1000, 300001])
+def test_w1_value_and_gradient(dtype, n):
+    x = np.linspace(-2, 2, n).astype(dtype)
+    y = np.linspace(0.5, 3, n).astype(dtype)
+    rtol = 2e-5 if dtype == "float32" else 1e-12
+    _compare(sg.value_and_grad(w1, wrt=(0, 1), target="cuda"),
+             sg.value_and_grad(w1, wrt=(0, 1), target="python"), x, y, rtol=rtol)
+    _compare(sg.differentiate(w1, target="cuda"), sg.differentiate(w1, target="python"), x, y, rtol=rtol)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_and_rosenbrock(dtype):
+    from examples import stable_softmax
+    rtol = 1e-4 if dtype == "float32" else 1e-10
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=5000).astype(dtype)
+    t = rng.random(5000).astype(dtype)
+    for fn in stable_softmax.VARIANTS[1:]:
+        _compare(sg.value_and_grad(fn, target="cuda"), sg.value_and_grad(fn, target="python"), x, t, rtol=rtol)
+    z = np.linspace(-1.5, 1.5, 1000).astype(dtype)
+    _compare(sg.value_and_grad(rosen, target="cuda"), sg.value_and_grad(rosen, target="python"), z, rtol=rtol)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_op_case(dtype):
+    import test_ptx
+    from test_ptx_emulate import _flat, _values
+    from codegen.cuda import run_cuda
+    from symgrad.api import _finish
+    from symgrad.emit_python import compile_python
+    tol = 3e-5 if dtype == "float32" else 1e-11
+    for name, graph in test_ptx._graphs(dtype):
+        values = _values(graph)
+        got = _flat(run_cuda(None, test_ptx._Entry(graph), values))
+        fn, _ = compile_python(graph)
+        want = _flat(_finish(fn(*values), graph, values))
+        for i, (a, b) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol, err_msg=f"{name} {i}")
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_device_arrays_zero_copy_and_out():
+    from codegen.cuda import DeviceArray
+    x = np.linspace(-2, 2, 10000)
+    y = np.linspace(0.5, 3, 10000)
+    g = sg.grad(w1, wrt=(0, 1), target="cuda")
+    want = sg.grad(w1, wrt=(0, 1), target="python")(x, y)
+    dx, dy = DeviceArray.from_host(x), DeviceArray.from_host(y)
+    gx, gy = g(dx, dy)
+    assert isinstance(gx, DeviceArray) and gx.shape == x.shape
+    np.testing.assert_allclose(gx.get(), want[0], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gy), want[1], rtol=1e-12)
+    ox, oy = DeviceArray.from_host(np.zeros_like(x)), DeviceArray.from_host(np.zeros_like(y))
+    assert g(dx, dy, out=(ox, oy)) == (ox, oy)
+    np.testing.assert_allclose(ox.get(), want[0], rtol=1e-12)
+    hx, hy = np.empty_like(x), np.empty_like(y)
+    g(x, y, out=(hx, hy))
+    np.testing.assert_allclose(hy, want[1], rtol=1e-12)
+    try:
+        import cupy
+    except ImportError:
+        return
+    cx, cy = cupy.asarray(x), cupy.asarray(y)
+    rx, _ = g(cx, cy)
+    assert isinstance(rx, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(rx), want[0], rtol=1e-12)
