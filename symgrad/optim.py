@@ -268,7 +268,8 @@ class Optimizer:
         self._no_decay.update((id(v), v) for v in var_list)
 
     def get_slot(self, var, name):
-        """A slot array of ``var`` by name (``"momentum"``, ``"m"``, ``"v"``, ...)."""
+        """The current slot array of ``var`` by name (``"momentum"``, ``"m"``, ``"v"``, ...).
+        Slots are double-buffered, so ask again after a step rather than keeping the array."""
         state = self._state.get(id(var))
         if state is None or state.var is not var:
             raise KeyError(f"{self.name} has no slots for this variable yet")
