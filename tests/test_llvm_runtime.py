@@ -1,0 +1,216 @@
+"""The CPU back end's run-time contract: size-generic machine code, threads, out=, inputs
+never mutated, non-contiguous inputs, result types, errors before native code runs,
+inspection (llvm_ir / asm), SIMD math in the optimised IR."""
+import threading
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from codegen import llvm as cpu
+
+
+def softplus_sum(x):
+    return np.mean(np.log1p(np.exp(x)) * x)
+
+
+def w1(x, y):
+    return x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(x * y)
+
+
+def test_new_size_reuses_machine_code():
+    g = sg.grad(softplus_sum)
+    g(np.linspace(-1, 1, 10))
+    before = cpu.stats()["compiles"]
+    for n in (11, 1000, 3):
+        x = np.linspace(-2, 2, n)
+        ref = sg.grad(softplus_sum, target="python")(x)
+        np.testing.assert_allclose(g(x), ref, rtol=1e-14, atol=1e-16)
+    assert cpu.stats()["compiles"] == before   # the mean's 1/n is a run-time parameter
+
+
+def test_new_2d_shape_reuses_machine_code():
+    def f(a, b):
+        return np.sum(np.tanh(a @ b) * 2.0, axis=1)
+    g = sg.grad(f, wrt=(0, 1))
+    rng = np.random.default_rng(0)
+    g(rng.normal(size=(3, 4)), rng.normal(size=(4, 5)))
+    before = cpu.stats()["compiles"]
+    a, b = rng.normal(size=(7, 2)), rng.normal(size=(2, 9))
+    for x, y in zip(g(a, b), sg.grad(f, wrt=(0, 1), target="python")(a, b)):
+        np.testing.assert_allclose(x, y, rtol=1e-13)
+    assert cpu.stats()["compiles"] == before
+
+
+def test_structure_change_compiles():
+    g = sg.grad(softplus_sum)
+    g(np.ones(4))
+    before = cpu.stats()["compiles"] + cpu.stats()["disk_hits"]
+    g(np.ones((2, 3)))     # a new rank is a new loop nest
+    assert cpu.stats()["compiles"] + cpu.stats()["disk_hits"] > before
+
+
+def test_threads_match_single_thread(monkeypatch):
+    rng = np.random.default_rng(1)
+    x, y = rng.uniform(-2, 2, 200_001), rng.uniform(-2, 2, 200_001)
+    f = sg.differentiate(lambda x, y: np.sum(w1(x, y)), wrt=(0, 1))
+    monkeypatch.setattr(cpu, "PARALLEL_MIN", 1 << 40)
+    single = f.value_and_grad(x, y)
+    monkeypatch.setattr(cpu, "PARALLEL_MIN", 1000)
+    f2 = sg.differentiate(lambda x, y: np.sum(w1(x, y)), wrt=(0, 1))
+    multi = f2.value_and_grad(x, y)
+    assert f2.value_and_grad._compiled([x, y]).native.parallel or cpu.num_threads() == 1
+    np.testing.assert_allclose(multi[0], single[0], rtol=1e-12)
+    for a, b in zip(multi[1], single[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parallel_reductions_over_the_split_axis(monkeypatch):
+    monkeypatch.setattr(cpu, "PARALLEL_MIN", 64)
+
+    def f(x):
+        return np.sum(np.max(x, axis=0) + np.min(x, axis=0)) + np.sum(np.prod(x * 0.0 + 1.0, axis=0)) \
+            + np.sum(np.sum(x, axis=1))
+    def gather(x):
+        return np.sum(np.take(x, np.array([0, 2, 2, 299]), axis=0) ** 2)
+    x = np.random.default_rng(2).normal(size=(300, 7))
+    for fn in (f, gather):
+        cpu_f = sg.differentiate(fn)
+        py_f = sg.differentiate(fn, target="python")
+        np.testing.assert_allclose(cpu_f(x), py_f(x), rtol=1e-12)
+        np.testing.assert_allclose(cpu_f.grad(x), py_f.grad(x), rtol=1e-12)
+
+
+def test_out_writes_into_preallocated_arrays():
+    g = sg.grad(w1, wrt=(0, 1))
+    x, y = np.linspace(0, 1, 50), np.linspace(1, 2, 50)
+    ox, oy = np.empty(50), np.empty(50)
+    res = g(x, y, out=(ox, oy))
+    assert res[0] is ox and res[1] is oy
+    ref = sg.grad(w1, wrt=(0, 1), target="python")(x, y)
+    np.testing.assert_allclose(ox, ref[0], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(oy, ref[1], rtol=1e-13, atol=1e-15)
+    xc = x.copy()
+    g(x, y, out=(x, oy))            # out aliasing an input: computed first, then copied
+    np.testing.assert_allclose(x, ref[0], rtol=1e-13, atol=1e-15)
+    with pytest.raises(ValueError):
+        g(xc, y, out=(np.empty(49), oy))
+    with pytest.raises(ValueError):
+        g(xc, y, out=(np.empty(50, np.float32), oy))
+    with pytest.raises(ValueError):
+        g(xc, y, out=ox)
+
+
+def test_caller_arrays_are_never_mutated_or_returned():
+    def f(x):
+        y = x * 1.0
+        y[0] = 5.0
+        return y, x, x[1:]
+    fc = sg.differentiate(f)
+    x = np.arange(4.0)
+    keep = x.copy()
+    a, b, c = fc(x)
+    np.testing.assert_array_equal(x, keep)
+    assert not np.shares_memory(a, x) and not np.shares_memory(b, x) and not np.shares_memory(c, x)
+    np.testing.assert_array_equal(b, x)
+    np.testing.assert_array_equal(c, x[1:])
+
+
+def test_non_contiguous_and_readonly_inputs():
+    g = sg.grad(lambda x: np.sum(np.sin(x) * x))
+    base = np.linspace(0, 3, 40).reshape(8, 5)
+    view = base.T                        # Fortran order
+    ref = sg.grad(lambda x: np.sum(np.sin(x) * x), target="python")(view)
+    np.testing.assert_allclose(g(view), ref, rtol=1e-14)
+    ro = np.linspace(0, 1, 9)
+    ro.setflags(write=False)
+    np.testing.assert_allclose(g(ro), np.sin(ro) + ro * np.cos(ro), rtol=1e-14)
+    empty = np.zeros(0)
+    assert g(empty).shape == (0,)
+
+
+def test_result_types():
+    f = sg.differentiate(lambda x, y: x * y + np.sin(x), wrt=(0, 1))
+    v = f(1.5, 2.0)
+    assert type(v) is float
+    gx, gy = f.grad(1.5, 2.0)
+    assert type(gx) is float and type(gy) is float
+    v32 = f(np.float32(1.5), np.float32(2.0))
+    assert isinstance(v32, np.float32)
+    arr = f(np.ones(3), 2.0)
+    assert isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.flags.owndata
+    assert isinstance(sg.differentiate(lambda x: np.sum(x))(np.ones(3, np.float32)), np.float32)
+
+
+def test_bad_calls_raise_before_native_code():
+    f = sg.differentiate(lambda x, y: np.sum(x * y))
+    with pytest.raises(TypeError):
+        f(np.ones(3))
+    with pytest.raises(TypeError):
+        f(np.ones(3), np.ones(3), np.ones(3))
+    with pytest.raises(ValueError):
+        f(np.ones(3), np.ones(4))
+    with pytest.raises(TypeError):
+        f([1.0, 2.0], np.ones(2))
+    with pytest.raises(TypeError):
+        f(np.ones(3), "a")
+    g = sg.differentiate(lambda x, idx: np.sum(np.take(x, idx)))
+    with pytest.raises(IndexError):
+        g(np.ones(3), np.array([0, 3]))
+    with pytest.raises(IndexError):
+        g(np.ones(3), np.array([-4]))
+    assert g(np.ones(3), np.array([-3, 2])) == 2.0
+
+
+def test_native_entry_rejects_mismatched_arrays_directly():
+    g = sg.grad(lambda x: np.sum(x * x))
+    x = np.ones(5)
+    g(x)
+    native = g._compiled([x]).native
+    with pytest.raises(TypeError):
+        native([np.ones(6)])
+    with pytest.raises(TypeError):
+        native([np.ones(5, np.float32)])
+    with pytest.raises(TypeError):
+        native([[1.0] * 5])
+
+
+def test_concurrent_calls_from_threads():
+    g = sg.grad(lambda x: np.sum(np.exp(x) * x))
+    xs = [np.linspace(0, 1, 257) * k for k in range(8)]
+    want = [np.exp(x) * (1 + x) for x in xs]
+    got = [None] * 8
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(50):
+                got[k] = g(xs[k])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-14)
+
+
+def test_llvm_ir_asm_and_simd_math():
+    g = sg.grad(w1, wrt=(0, 1))
+    x = np.linspace(0, 1, 8)
+    text = g.llvm_ir(x, x)
+    assert "define void @\"sg_run\"" in text and "symgrad_exp" in text
+    assert "1000" not in text and ", 8" not in text.split("declare")[0].replace("i8", "")
+    opt = g.llvm_ir(x, x, optimized=True)
+    for fn in ("exp", "sin", "cos", "log1p", "tanh"):
+        assert f"v_{fn}(<" in opt, fn       # libmvec vector calls: the loop vectorised
+    assert "vmovupd" in g.asm(x, x) or "vmovups" in g.asm(x, x)
+
+
+def test_float32_vectorises_too():
+    g = sg.grad(lambda x: np.sum(np.exp(x) * np.sin(x)))
+    opt = g.llvm_ir(np.ones(4, np.float32), optimized=True)
+    assert "_expf(<" in opt and "_sinf(<" in opt
