@@ -313,6 +313,8 @@ class Expressions:
             return handler(*args, **kwargs)
         if fn in _UNSAFE_CALLS:
             self.fail(node, _UNSAFE_CALLS[fn])
+        if fn is builtins.len and args and isinstance(args[0], (list, tuple, dict)):
+            return len(args[0])   # static, even when the container holds traced values
         if fn is builtins.len and args and isinstance(args[0], Node):
             if args[0].ndim == 0:
                 raise TypeError("len() of unsized object")
@@ -320,6 +322,8 @@ class Expressions:
         if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
             self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
         if isinstance(fn, types.FunctionType):
+            if _is_pure(fn) and not any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
+                return fn(*args, **kwargs)   # e.g. np.broadcast_shapes on shapes: just run it
             return self.call_python(fn, args, kwargs, node)
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
             return self.call_python(fn.__func__, [fn.__self__] + list(args), kwargs, node)
