@@ -72,6 +72,7 @@ def test_scipy_rosenbrock(capsys):
     ("em_gmm.py", ["--iterations", "3", "--quiet"]),
     ("fgsm.py", ["--steps", "5", "--quiet"]),
     ("scipy_rosenbrock.py", ["--n", "4", "--methods", "BFGS,trust-ncg"]),
+    ("clipping.py", []),
 ])
 def test_runs_as_a_script(script, args):
     proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True,
