@@ -91,6 +91,11 @@ def _fake_driver(calls):
         "cuStreamSynchronize": lambda s: (ok,),
         "cuCtxSynchronize": lambda: (ok,),
         "cuLaunchKernel": launch,
+        "cuEventCreate": lambda flags: (ok, object()),
+        "cuEventRecord": lambda ev, s: (ok,),
+        "cuEventSynchronize": lambda ev: (ok,),
+        "cuEventElapsedTime": lambda a, b: (ok, 1.5),
+        "cuDriverGetVersion": lambda: (ok, 12080),
     }.items():
         setattr(d, name, log(name, fn))
     d.CUstream = lambda h: h
@@ -179,3 +184,17 @@ def test_device_arrays_zero_copy_and_device_out(fake_gpu):
     allocs = fake_gpu.count("cuMemAlloc")
     g(dx, dy, out=(ox, oy))
     assert fake_gpu.count("cuMemAlloc") == allocs
+
+
+def test_gpu_bench_script_end_to_end(fake_gpu, tmp_path, monkeypatch):
+    """benchmarks/gpu_bench.py (run by gpu_check.sh) on the stand-in: checks results against
+    NumPy, times, and appends a Markdown table; peers that are not installed are noted."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import gpu_bench
+    results = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(sys, "argv", ["gpu_bench.py", "--n", "3000", "--reps", "2",
+                                      "--results", str(results), "--tests", "9 passed"])
+    gpu_bench.main()
+    text = results.read_text()
+    assert "| symgrad target=cuda | float32 |" in text and "| symgrad target=cuda | float64 |" in text
+    assert "device-to-device copy" in text and "GPU tests: 9 passed" in text and "Fake H200" in text
