@@ -780,7 +780,7 @@ def _emit_block_reduce(kb: KernelBuilder, job):
     space = 0 if kb.emulate else 3
     shared = ir.GlobalVariable(kb.module, ir.ArrayType(mty, WARP), f"{kb.kernel.name}_shared", addrspace=space)
     shared.linkage = "internal"
-    shared.initializer = ir.Constant(ir.ArrayType(mty, WARP), None)
+    shared.initializer = ir.Constant(ir.ArrayType(mty, WARP), ir.Undefined)   # .shared has no initial value
     shared.align = 8
     shared.type = ir.PointerType(addrspace=space)   # opaque, or llvmlite types the gep as the array
     tid = kb.sreg("tid.x")
