@@ -2,7 +2,6 @@
 independent NumPy reference, every clip option, in-place updates (0-d, float32, strided
 views), the API contract (compute_gradients / apply_gradients / minimize) and convergence."""
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -392,7 +391,6 @@ def test_update_kernels_are_compiled_symgrad_functions():
 
 @pytest.mark.parametrize("kind,cls,hp", CONFIGS, ids=IDS)
 def test_python_target_matches_cpu_target(kind, cls, hp):
-    rng = np.random.default_rng(11)
     results = []
     for target in ("python", "cpu"):
         opt = cls(**hp, clipnorm=0.5, target=target)
