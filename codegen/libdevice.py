@@ -61,6 +61,7 @@ def _candidates() -> list[str]:
     for base in sys.path:
         nv = os.path.join(base, "nvidia")
         if os.path.isdir(nv):
+            found += sorted(glob.glob(os.path.join(nv, "nvvm", "libdevice", "libdevice*.bc")))
             found += sorted(glob.glob(os.path.join(nv, "*", "nvvm", "libdevice", "libdevice*.bc")))
             found += sorted(glob.glob(os.path.join(nv, "*", "*", "nvvm", "libdevice", "libdevice*.bc")))
     return found

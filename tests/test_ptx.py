@@ -274,6 +274,17 @@ def test_missing_libdevice_is_a_clear_error(tmp_path):
     assert r.stdout.startswith("OK") and "CUDA_HOME" in r.stdout
 
 
+def test_libdevice_found_through_cuda_home(tmp_path):
+    lib = tmp_path / "nvvm" / "libdevice"
+    lib.mkdir(parents=True)
+    (lib / "libdevice.10.bc").write_bytes(b"BC")
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from codegen import libdevice\nprint(libdevice.find_libdevice())\n") % ROOT
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "CUDA_HOME": str(tmp_path)})
+    assert r.stdout.strip() == str(lib / "libdevice.10.bc"), r.stderr
+
+
 def test_function_ptx_api():
     import symgrad as sg
     from examples.quickstart_defs import f
