@@ -69,9 +69,10 @@ def global_norm(t_list):
     if not isinstance(t_list, (list, tuple)):
         raise TypeError("global_norm: t_list should be a list or tuple of arrays")
     squares = [np.sum(np.asarray(v) * v) for v in t_list if v is not None]
-    if not squares:
-        return _safe_norm(np.asarray(0.0))
-    return _safe_norm(np.sum(np.stack(squares)))
+    norm = _safe_norm(np.sum(np.stack(squares)) if squares else np.asarray(0.0))
+    if isinstance(norm, np.ndarray):   # eagerly: a NumPy scalar, as np.sum gives (static test)
+        norm = norm[()]
+    return norm
 
 
 def clip_by_global_norm(t_list, clip_norm, use_norm=None):
