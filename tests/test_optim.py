@@ -466,3 +466,17 @@ def test_global_clipnorm_with_overflowing_finite_norm():
     w = np.ones(2)
     sg.optim.SGD(0.1, global_clipnorm=1.0).apply_gradients([(np.array([1e200, 1e200]), w)])
     assert np.all(np.isnan(w))
+
+
+def test_large_variable_takes_the_threaded_path():
+    """2e5 elements: above the CPU back end's parallel threshold, the kernel is split across
+    threads; the update must still equal the reference."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=200_000)
+    w_ref = w.copy()
+    opt, ref = sg.optim.Adam(0.01, global_clipnorm=50.0), Reference("adam", learning_rate=0.01)
+    for _ in range(2):
+        g = rng.normal(size=w.size)
+        opt.apply_gradients([(g, w)])
+        w_ref = ref.step(w_ref, clip_by_global_norm([g], 50.0)[0][0])
+    np.testing.assert_allclose(w, w_ref, rtol=1e-10, atol=1e-13)
