@@ -208,7 +208,7 @@ def plan(graph: Graph) -> Plan:
                 staged.append((level[n], k))
         elif n.op == "scatter_add":
             g = n.inputs[0]
-            staged.append((level[n], Kernel("", "scatter", max(g.size, 1), zero=(source[n],),
+            staged.append((level[n], Kernel("", "scatter", g.size, zero=(source[n],),
                                             jobs=[("scatter", n, source[n])])))
         else:
             store(level[n], n, source[n])

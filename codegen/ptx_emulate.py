@@ -91,7 +91,7 @@ def run(graph, values, compiled=None):
         fns[k.name](*args)
     outs = []
     for node, b in zip(graph.outputs, p.outputs):
-        a = store[b][:max(node.size, 1)]
+        a = store[b][:node.size]
         a = a.view(bool) if node.dtype == "bool" else a
         outs.append(a.reshape(node.shape).copy())
     it = iter(outs)

@@ -73,3 +73,14 @@ def test_long_reductions_split_over_blocks():
     kinds = [k.kind for k in ptx.plan(g).kernels]
     assert kinds.count("block") >= 2 and len(kinds) >= 4
     _check("long", g, _values(g))
+
+
+def test_zero_size_arrays():
+    from symgrad import ops
+    from symgrad.ir import Graph, make
+    g = make("arg", (), (0, "g", "float64", (0, 3)))
+    k = make("arg", (), (1, "k", "int64", (0,)))
+    x = make("arg", (), (2, "x", "float64", (0,)))
+    graph = Graph("empty", ("g", "k", "x"), (g, k, x),
+                  (ops.scatter_add(g, k, 0, 4), ops.reduce("sum", x), ops.exp(x)), (0, 1, 2))
+    _check("empty", graph, [np.zeros((0, 3)), np.zeros(0, np.int64), np.zeros(0)])
