@@ -108,6 +108,7 @@ class Plan:
     kernels: list
     outputs: tuple        # buffer index of each graph output
     source: dict          # node -> buffer it is read from
+    sincos: dict = field(default_factory=dict)   # sin(x) <-> cos(x) pairs, computed together
 
 
 def _reads(root: Node, source: dict, skip_root=True) -> list:
@@ -219,7 +220,10 @@ def plan(graph: Graph) -> Plan:
     for i, (_, k) in enumerate(staged):
         k.name = f"{base}_k{i}"
         kernels.append(k)
-    return Plan(graph, buffers, kernels, tuple(outs), source)
+    trig = {(n.op, n.inputs[0]): n for n in order if n.op in ("sin", "cos") and is_float(n.dtype)}
+    sincos = {n: trig[("cos" if op == "sin" else "sin", x)] for (op, x), n in trig.items()
+              if ("cos" if op == "sin" else "sin", x) in trig}
+    return Plan(graph, buffers, kernels, tuple(outs), source, sincos)
 
 
 def _reduction_kernels(n: Node, source, buffers, new) -> list:
@@ -498,6 +502,8 @@ class KernelBuilder:
             v = b.add(b.mul(b.zext(i, ir.IntType(64)) if self.ity.width < 64 else i,
                             ir.Constant(ir.IntType(64), step)), ir.Constant(ir.IntType(64), start))
             return v if value_type(dtype).width == 64 else b.trunc(v, value_type(dtype))
+        if op in ("sin", "cos") and not self.emulate and node in self.plan.sincos:
+            return self._sincos(node, idx)
         if op in LOWER:
             args = [self.value(x, self.broadcast(idx, x.shape)) for x in node.inputs]
             return LOWER[op](self.cx, node, args)
@@ -526,6 +532,23 @@ class KernelBuilder:
         if op == "stack":
             return self._stack(node, idx)
         raise NotImplementedError(f"op {op!r} cannot be computed inside a CUDA kernel")
+
+    def _sincos(self, node, idx):
+        """sin(x) and cos(x) of the same x from one libdevice ``__nv_sincos[f]`` call: one
+        range reduction instead of two (W1's gradient needs both)."""
+        b, x = self.b, node.inputs[0]
+        ty = value_type(node.dtype)
+        name = "__nv_sincosf" if node.dtype == "float32" else "__nv_sincos"
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [ty, ir.PointerType(), ir.PointerType()]), name)
+        here = b.block
+        b.position_at_start(self.fn.entry_basic_block)   # allocas in the entry block promote to registers
+        sp, cp = b.alloca(ty, name="sin.slot"), b.alloca(ty, name="cos.slot")
+        b.position_at_end(here)
+        b.call(fn, [self.value(x, idx), sp, cp])
+        s, c = b.load(sp, typ=ty, name="sin"), b.load(cp, typ=ty, name="cos")
+        self.remember(("v", self.plan.sincos[node], id(idx)), c if node.op == "sin" else s)
+        return s if node.op == "sin" else c
 
     def _getitem(self, idx, node):
         d, src, k = self.dims(idx), [], 0
@@ -823,8 +846,8 @@ def _emit_map(kb: KernelBuilder):
     stride = kb.b.mul(kb.sreg("ntid.x"), kb.sreg("nctaid.x"))
 
     def body(i):
+        idx = kb.index(kb.kernel.jobs[0][1].shape, flat=i)   # one position: outputs share work
         for _, n, dest in kb.kernel.jobs:
-            idx = kb.index(n.shape, flat=i)
             v = kb.compute(n, idx) if kb.plan.source.get(n) == dest else kb.value(n, idx)
             kb.store(dest, i, v)
     kb.loop(gid, kb.int(kb.kernel.count), stride, body, name="elem")
