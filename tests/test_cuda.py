@@ -22,6 +22,20 @@ HAVE_GPU = _gpu_arch() is not None
 requires_gpu = pytest.mark.skipif(not HAVE_GPU, reason="needs an NVIDIA GPU, its driver and cuda-bindings")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ptx_compiles_in_a_child(tmp_path_factory):
+    """On a GPU machine, first compile every case for the device's architecture in a child
+    process: an LLVM abort then fails a test instead of killing pytest; the in-process
+    compilations below repeat the same deterministic inputs."""
+    if not HAVE_GPU:
+        return
+    import subprocess
+    d = tmp_path_factory.mktemp("ptx_gpu")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "test_ptx.py"), "--emit", str(d),
+                        _gpu_arch()], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
 def w1(x, y):
     return x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(x * y)
 
@@ -39,8 +53,6 @@ def test_no_gpu_is_a_clear_runtime_error():
     # and the failure is remembered, not retried into a crash
     with pytest.raises(RuntimeError, match="cuda-bindings|driver|GPU"):
         f(x, x)
-    # PTX is still available for inspection, for the default architecture
-    assert ".target sm_80" in f.ptx(x, x)
 
 
 def test_device_array_standins_trace_by_shape():

@@ -105,9 +105,14 @@ def _fake_driver(calls):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    from codegen import cuda
+    from codegen import cuda, ptx
     calls = []
     monkeypatch.setattr(cuda, "_driver", lambda: _fake_driver(calls))
+    # No NVPTX code generation in this process (it can abort; test_ptx runs it in a child):
+    # the stand-in driver runs the emulation, so PTX is only a unique name for the program.
+    counter = iter(range(10 ** 9))
+    monkeypatch.setattr(ptx, "compile_ptx", lambda text, arch, kernels: f"// {arch} {kernels} #{next(counter)}")
+    monkeypatch.setattr(ptx, "_programs", __import__("weakref").WeakKeyDictionary())
     monkeypatch.setattr(cuda.Device, "_instance", None)
     monkeypatch.setattr(cuda.Device, "_failure", None)
     yield calls
