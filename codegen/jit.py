@@ -21,7 +21,7 @@ import llvmlite.binding as llvm
 
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-3"
+FORMAT = "symgrad-cpu-4"
 MAGIC = b"SYMGRADO"
 
 _lock = threading.RLock()
@@ -85,7 +85,9 @@ def optimize(text: str):
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_interleaving = True
-    pto.loop_unrolling = True
+    # Runtime unrolling doubles compile time and code size for no measured gain on top of the
+    # vectoriser's own interleaving (GMM gradient: 6.3 s -> 2.9 s to compile).
+    pto.loop_unrolling = False
     pb = llvm.create_pass_builder(st["tm"], pto)
     pb.getModulePassManager().run(mod, pb)
     return mod

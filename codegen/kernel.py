@@ -20,6 +20,7 @@ what lets LLVM vectorise without run-time overlap checks.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 
@@ -29,7 +30,7 @@ from symgrad.ir import Node, is_float
 
 from .lower import LOWER, Scalar, intrinsic, is_unsigned, memory_type, value_type
 from .mathlib import MathTarget
-from .schedule import LEAF_INLINE, Schedule, Stage, View
+from .schedule import LEAF_INLINE, Schedule, Stage, View, merge_axes
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
@@ -148,9 +149,25 @@ class KernelModule:
                           vx.strides[axis], x.shape[axis])
         return out
 
+    def _merged(self, st: Stage, loads: dict, gathers: dict):
+        """The stage with its loop axes collapsed where every view allows (merge_axes)."""
+        views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
+            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
+        if len(st.shape) < 2 or any(n.op == "arange" for n in st.ssa):
+            return st, loads, gathers
+        shape, views = _reduction_order(st, views)
+        shape, merged = merge_axes(shape, views)
+        it = iter(merged)
+        loads = {x: next(it) for x in loads}
+        sinks = [dataclasses.replace(sk, dest=next(it)) for sk in st.sinks]
+        sinks = [dataclasses.replace(sk, operands=tuple(next(it) for _ in sk.operands)) for sk in sinks]
+        gathers = {n: (next(it), next(it)) + g[2:] for n, g in gathers.items()}
+        return dataclasses.replace(st, shape=shape, sinks=sinks), loads, gathers
+
     def _stage(self, st: Stage):
         loads = self._accesses(st)
         gathers = self._gather_views(st)
+        st, loads, gathers = self._merged(st, loads, gathers)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
             v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
         bufs = {v.buf for v in views}
@@ -172,6 +189,88 @@ class KernelModule:
         d = len(st.shape)
         extents = [self.load_param(b, params, self.param(e), f"n{j}") for j, e in enumerate(st.shape)]
         extent0_slot = len(self.params) - d if d else None
+
+        if d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
+                                    for sk in st.sinks):
+            self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
+        else:
+            self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)
+        b.ret_void()
+        return self._wrappers(st, bufs, body, extent0_slot, d)
+
+    def _copies(self, b, st, loads, argmap, params, extent0_slot, begin, end):
+        """A stage that only moves data (concatenate pieces, index_add regions, copies) calls
+        one shared strided-copy loop per (dtype, rank, mode) instead of a loop of its own:
+        such stages are numerous in gradients of shape code and would dominate compile time."""
+        for sk in st.sinks:
+            src, dst = loads[sk.node], sk.dest
+            dtype = self.s.buffers[dst.buf].dtype
+            helper = self._copy_helper(dtype, len(st.shape), sk.kind)
+            ptrs = []
+            for v in (dst, src):
+                base = argmap[v.buf]
+                if v.offset:
+                    off = self.load_param(b, params, self.param(v.offset), "off")
+                    base = b.gep(base, [off], source_etype=memory_type(dtype))
+                ptrs.append(base)
+            slots = [ir.Constant(I64, [self.param(x) for x in v.strides][0]) for v in (dst, src)]
+            b.call(helper, ptrs + [params, ir.Constant(I64, extent0_slot)] + slots + [begin, end])
+
+    def _copy_helper(self, dtype: str, d: int, mode: str) -> ir.Function:
+        name = f"sg_copy.{dtype}.{d}.{mode}"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [I64] * 5),
+                         name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")   # one copy of the loop, however many stages call it
+        dst, src, params, ext_slot, dst_slot, src_slot, begin, end = fn.args
+        for a, nm in zip(fn.args, ("dst", "src", "params", "ext", "dstride", "sstride", "begin", "end")):
+            a.name = nm
+        dst.add_attribute("noalias")
+        src.add_attribute("noalias")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+        def row(slot, name):
+            return [b.load(b.gep(params, [b.add(slot, ir.Constant(I64, j))], source_etype=I64),
+                           typ=I64, name=f"{name}{j}") for j in range(d)]
+        ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
+        ty = memory_type(dtype)
+        levels, idx = [], []
+        for j in range(d):
+            pre = b.block
+            head, loop, done = (fn.append_basic_block(f"copy{j}.{s}") for s in ("head", "body", "exit"))
+            b.branch(head)
+            b.position_at_end(head)
+            i = b.phi(I64, f"i{j}")
+            i.add_incoming(begin if j == 0 else ir.Constant(I64, 0), pre)
+            b.cbranch(b.icmp_signed("<", i, end if j == 0 else ext[j]), loop, done)
+            b.position_at_end(loop)
+            levels.append((head, done, i))
+            idx.append(i)
+        offs = []
+        for strides in (ds, ss):
+            off = ir.Constant(I64, 0)
+            for i, s in zip(idx, strides):
+                off = b.add(off, b.mul(i, s))
+            offs.append(off)
+        pd = b.gep(dst, [offs[0]], source_etype=ty)
+        v = b.load(b.gep(src, [offs[1]], source_etype=ty), typ=ty)
+        if mode == "accum":
+            old = b.load(pd, typ=ty)
+            v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
+                 else b.add(old, v))
+        b.store(v, pd)
+        for head, done, i in reversed(levels):
+            i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+            b.branch(head)
+            b.position_at_end(done)
+        b.ret_void()
+        return fn
+
+    def _loops(self, b, body, st, loads, gathers, argmap, params, extents, begin, end):
+        d = len(st.shape)
 
         def prepare(v: View, name):
             base = argmap[v.buf]
@@ -215,12 +314,12 @@ class KernelModule:
         emit = _StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
-        b.ret_void()
 
-        # the exported wrappers: load the buffer addresses, call the body
+    def _wrappers(self, st, bufs, body, extent0_slot, d):
+        """The exported entry points of a stage: load the buffer addresses, call the body."""
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
-        self.stage_info.append((extent0_slot, partial, st.serial))
+        self.stage_info.append((extent0_slot, partial, st.serial, st.shape))
         wrap = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
                            f"sg_stage{st.index}")
         wrap.attributes.add("nounwind")
@@ -280,6 +379,25 @@ class KernelModule:
             end = self.load_param(b, params, slot, "extent") if d else ir.Constant(I64, 1)
             b.call(wrap, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
+
+
+def _reduction_order(st: Stage, views):
+    """Loop order for stages that reduce: axes no reduction sums over go outermost (the
+    innermost axis stays put, for vectorisation). Accumulators then stay in cache while the
+    reduced axes run (GMM's (n, K, d, d) gradient loop sums over n into a (K, d, d) buffer:
+    with K outermost that buffer's slice is 32 KB instead of 6.5 MB), and the outer axis the
+    threads split is not reduced, so they need no private copies."""
+    d = len(st.shape)
+    red = [sk for sk in st.sinks if sk.kind == "reduce"]
+    if d < 3 or not red:
+        return st.shape, views
+    reduced = {j for sk in red for j in range(d) if sk.dest.strides[j] == 0 and st.shape[j] != 1}
+    perm = [j for j in range(d - 1) if j not in reduced] + [j for j in range(d - 1) if j in reduced]
+    perm.append(d - 1)
+    if perm == list(range(d)):
+        return st.shape, views
+    shape = tuple(st.shape[j] for j in perm)
+    return shape, [View(v.buf, v.offset, shape, tuple(v.strides[j] for j in perm)) for v in views]
 
 
 class _StageEmitter:

@@ -83,8 +83,10 @@ class Native:
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])
         sched = prog.schedule
+        # (stage, init, outer extent, work if splittable else 0, partial reductions); the
+        # loop shape is the one after axis merging
         self.stages = [(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
-                        st.shape[0] if st.shape else 1, 0 if info[2] else st.size, info[1])
+                        info[3][0] if info[3] else 1, 0 if info[2] else st.size, info[1])
                        for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
         self.work = max((st.size for st in sched.stages), default=0)
         self.params = np.array(prog.km.params or [0], dtype=np.int64)

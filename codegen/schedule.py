@@ -354,6 +354,27 @@ class Schedule:
             self.outputs.append(buf)
 
 
+def merge_axes(shape, views):
+    """Collapse adjacent loop axes that every view walks as one axis (``s[j] == s[j+1] *
+    n[j+1]`` for all of them, e.g. everything contiguous), and axes of extent 1. Fewer, longer
+    loops vectorise better and compile faster; the result depends on sizes only through
+    extent-1 axes, which are rare."""
+    shape = list(shape)
+    strides = [list(v.strides) for v in views]
+    j = len(shape) - 2
+    while j >= 0:
+        outer, inner = shape[j], shape[j + 1]
+        if inner == 1 or outer == 1 or all(s[j] == s[j + 1] * inner for s in strides):
+            for s in strides:
+                s[j] = s[j] if inner == 1 and outer != 1 else s[j + 1]
+                del s[j + 1]
+            shape[j] = outer * inner
+            del shape[j + 1]
+        j -= 1
+    shape = tuple(shape)
+    return shape, [View(v.buf, v.offset, shape, tuple(s)) for v, s in zip(views, strides)]
+
+
 def _keepdims_strides(shape, axes) -> tuple:
     return contiguous_strides(tuple(1 if i in axes else d for i, d in enumerate(shape)))
 
