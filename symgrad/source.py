@@ -53,7 +53,8 @@ def function_source(fn) -> Source:
         tree = _find_lambda(code, module, start - 1, indent, wrapped)
         if tree is None:
             raise UnsupportedSyntaxError("a lambda that cannot be told apart from another lambda "
-                                         "on its line (give it a name with def)",
+                                         "on its line (give it a name with def; Python 3.11+ "
+                                         "tells them apart by source positions)",
                                          filename, start, 0, lines[0])
     else:
         tree = next(n for n in ast.walk(module)

@@ -1,5 +1,6 @@
 """The supported Python subset (DESIGN.md §3), each construct traced, run and differentiated."""
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -277,6 +278,8 @@ def test_float32_weak_python_scalars():
     assert f(x).dtype == np.float32 and f.grad(x).dtype == np.float32
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="needs code positions (Python 3.11+); "
+                    "3.10 reports such lambdas as ambiguous")
 def test_lambdas_sharing_a_line_are_told_apart():
     square, cube = sg.grad(lambda x: x * x, target="python"), sg.grad(lambda x: x * x * x, target="python")
     assert (square(2.0), cube(2.0)) == (4.0, 12.0)
