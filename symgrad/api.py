@@ -267,8 +267,11 @@ class Function:
 
     @functools.cached_property
     def _hessp(self) -> "Function":
-        # built once: a fresh hvp Function per call would retrace and recompile every call
-        return hvp(self)
+        # built once: a fresh hvp Function per call would retrace and recompile every call.
+        # x is this function's (single) wrt argument.
+        if not self._single:
+            raise ValueError(f"{self.__name__}.hessp needs a single wrt argument, not {self.wrt}")
+        return hvp(self, wrt=self.wrt[0])
 
     def __repr__(self):
         return f"<symgrad.Function {self.__name__} wrt={self.wrt if not self._single else self.wrt[0]} target={self.target}>"

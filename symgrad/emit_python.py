@@ -8,6 +8,7 @@ Output is deterministic (nodes are visited in topological order, names come from
 from __future__ import annotations
 
 import keyword
+import os
 import re
 
 import numpy as np
@@ -77,12 +78,15 @@ class _Emitter:
         return f"np.full({self.shape_text(shape)}, {sp.number(value)[0]}{tail})", sp.ATOM
 
     def comment_for(self, n: Node) -> str | None:
-        loc = self.graph.locs.get(n)
-        if loc is not None:
-            return f"# line {loc.lineno}: {loc.text}"
-        origin = self.graph.grad_origin.get(n)
-        loc = self.graph.locs.get(origin) if origin is not None else None
-        return f"# grad of line {loc.lineno}: {loc.text}" if loc is not None else None
+        loc, prefix = self.graph.locs.get(n), ""
+        if loc is None:
+            origin = self.graph.grad_origin.get(n)
+            loc, prefix = (self.graph.locs.get(origin) if origin is not None else None), "grad of "
+        if loc is None:
+            return None
+        # Lines of inlined helpers in other files name their file.
+        where = "" if loc.filename == self.graph.filename else f"{os.path.basename(loc.filename)} "
+        return f"# {prefix}{where}line {loc.lineno}: {loc.text}"
 
     def statement(self, n: Node, text: str, name: str | None = None) -> str:
         comment = self.comment_for(n)

@@ -166,3 +166,16 @@ def test_command_line_shows_source_and_ir(capsys):
                  "--show", "source,ir"]) == 0
     out = capsys.readouterr().out
     assert "def grad_stop_gradient_max(x, t):" in out and "graph grad_stop_gradient_max" in out
+
+
+def test_hessp_uses_the_functions_wrt():
+    def f(a, x):
+        return np.sum(a * x ** 3)
+    x, v = np.array([1.0, 2.0]), np.array([1.0, -1.0])
+    h = sg.differentiate(f, wrt=1).hessp(x, v, 2.0)   # x first, then v, then the rest
+    np.testing.assert_allclose(h, 6 * 2.0 * x * v)
+
+
+def test_inlined_helper_from_another_file_is_named_in_comments():
+    source = sg.grad(lambda t: sg.clip_by_norm(t, 1.0)).source_for(np.ones(3))
+    assert "clip.py line" in source
