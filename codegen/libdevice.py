@@ -48,22 +48,23 @@ class LibdeviceMath(MathTarget):
         raise NotImplementedError(f"no libdevice function for {cname!r}")
 
 
-def _candidates() -> list[str]:
-    roots = []
-    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
-        if os.environ.get(var):
-            roots.append(os.environ[var])
-    roots += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True) + ["/opt/cuda"]
+def _toolkit_roots() -> list[str]:
+    roots = [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT") if os.environ.get(v)]
+    return roots + ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True) + ["/opt/cuda"]
+
+
+def _candidates(roots=None, search_path=None) -> list[str]:
+    """libdevice files in CUDA toolkits (``roots``), then in the nvidia wheels installed on
+    ``search_path`` (default sys.path): nvidia-nvvm puts it in ``nvidia/cu13/nvvm/libdevice``,
+    nvidia-cuda-nvcc-cu12 in ``nvidia/cuda_nvcc/nvvm/libdevice``."""
     found = []
-    for root in roots:
+    for root in _toolkit_roots() if roots is None else roots:
         found += sorted(glob.glob(os.path.join(root, "nvvm", "libdevice", "libdevice*.bc")))
-    # pip wheels: nvidia/cuda_nvcc/nvvm/libdevice, nvidia/nvvm/libdevice, nvidia/cu13/nvvm/...
-    for base in sys.path:
+    for base in sys.path if search_path is None else search_path:
         nv = os.path.join(base, "nvidia")
         if os.path.isdir(nv):
-            found += sorted(glob.glob(os.path.join(nv, "nvvm", "libdevice", "libdevice*.bc")))
-            found += sorted(glob.glob(os.path.join(nv, "*", "nvvm", "libdevice", "libdevice*.bc")))
-            found += sorted(glob.glob(os.path.join(nv, "*", "*", "nvvm", "libdevice", "libdevice*.bc")))
+            for depth in ("", "*", os.path.join("*", "*")):
+                found += sorted(glob.glob(os.path.join(nv, depth, "nvvm", "libdevice", "libdevice*.bc")))
     return found
 
 

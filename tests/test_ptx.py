@@ -286,6 +286,16 @@ def test_libdevice_found_through_cuda_home(tmp_path):
     assert r.stdout.strip() == str(lib / "libdevice.10.bc"), r.stderr
 
 
+def test_libdevice_found_in_nvidia_wheels(tmp_path):
+    from codegen import libdevice
+    for wheel in ("cu13", "cuda_nvcc"):   # nvidia-nvvm (CUDA 13), nvidia-cuda-nvcc-cu12
+        lib = tmp_path / wheel / "nvidia" / wheel / "nvvm" / "libdevice"
+        lib.mkdir(parents=True)
+        (lib / "libdevice.10.bc").write_bytes(b"BC")
+        assert libdevice._candidates(roots=[], search_path=[str(tmp_path / wheel)]) == \
+            [str(lib / "libdevice.10.bc")]
+
+
 def _child(code: str) -> str:
     """Run ``code`` in a fresh interpreter (LLVM aborts must not take pytest down)."""
     r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n" + code],
