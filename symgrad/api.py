@@ -23,20 +23,29 @@ from .simplify import simplify
 TARGETS = ("cpu", "python", "cuda")
 
 
+_FLOAT_KEY = ("f",)
+
+
 def _arg_key(value):
+    """What a trace is specialised on: dtype and shape of arrays, values of static ints."""
+    kind = type(value)
+    if kind is float:
+        return _FLOAT_KEY
+    if kind is np.ndarray:
+        return ("a", value.dtype, value.shape)
     if isinstance(value, np.ndarray):
-        return ("a", value.dtype.str, value.shape)
+        return ("a", value.dtype, value.shape)
     if isinstance(value, np.generic):
-        return ("s", value.dtype.str)
+        return ("s", value.dtype)
     if isinstance(value, bool):
         return ("b", value)
     if isinstance(value, numbers.Integral):
         return ("i", int(value))
     if isinstance(value, numbers.Real):
-        return ("f",)
+        return _FLOAT_KEY
     if value is None or isinstance(value, (str, tuple)):
         return ("static", value)
-    raise TypeError(f"expected a float, int, bool or NumPy array argument, got {type(value).__name__}")
+    raise TypeError(f"expected a float, int, bool or NumPy array argument, got {kind.__name__}")
 
 
 class Compiled:
@@ -292,22 +301,22 @@ def _write_out(result, out):
     return out
 
 
-def _python_runner(f, entry, values, out):
-    result = _finish(entry.python(*values), entry.graph, values)
-    return _write_out(result, out) if out is not None else result
+_RUNNERS: dict = {}
 
 
 def _backend(target):
-    if target == "cpu":
-        try:
-            from codegen.llvm import run_cpu
-        except ImportError:   # the LLVM back end is optional until it lands
-            return _python_runner
-        return run_cpu
-    if target == "cuda":
-        from codegen.cuda import run_cuda
-        return run_cuda
-    raise ValueError(target)
+    """The run function of a native target, imported once (symgrad itself never imports
+    llvmlite: codegen does, on first use)."""
+    runner = _RUNNERS.get(target)
+    if runner is None:
+        if target == "cpu":
+            from codegen.llvm import run_cpu as runner
+        elif target == "cuda":
+            from codegen.cuda import run_cuda as runner
+        else:
+            raise ValueError(target)
+        _RUNNERS[target] = runner
+    return runner
 
 
 def _finish(outputs, graph: Graph, values):
