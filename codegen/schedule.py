@@ -28,6 +28,7 @@ import numpy as np
 from symgrad.ir import OPS, Graph, Node, toposort
 
 LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
+CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
 
 
 def contiguous_strides(shape) -> tuple:
@@ -106,6 +107,7 @@ class Schedule:
         for k, o in enumerate(graph.outputs):
             self.out_of.setdefault(o, k)
         self.flag: int | None = None
+        self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
         for i, x in enumerate(graph.inputs):
@@ -290,12 +292,46 @@ class Schedule:
             k = ssa_max
         else:
             k = self.loop_stage(n.shape, max(lo, ssa_max))
-        for x in n.inputs:   # inputs computed in another loop are read from memory
-            if x.op not in LEAF_INLINE and not (x in self.home and self.home[x] == k
-                                                and x.shape == n.shape):
+        for x in n.inputs:   # inputs computed in another loop: recompute them here, or load
+            if x.op in LEAF_INLINE or self._in_stage(x, k):
+                continue
+            plan: list = []
+            if x not in self.loc and self._clonable(x, k, plan):
+                for c in plan:
+                    self.clones.setdefault(k, set()).add(c)
+                    self.stages[k].ssa.append(c)
+                    for y in c.inputs:
+                        if y.op not in LEAF_INLINE and not self._in_stage(y, k):
+                            self.ensure_loc(y)
+            if not self._in_stage(x, k):
                 self.ensure_loc(x)
         self.home[n] = k
         self.stages[k].ssa.append(n)
+
+    def _in_stage(self, x: Node, k: int) -> bool:
+        """Is x computed in registers in stage k (its home, or recomputed there)?"""
+        return x in self.home and x.shape == self.stages[k].shape and (
+            self.home[x] == k or x in self.clones.get(k, ()))
+
+    def _clonable(self, x: Node, k: int, plan: list) -> bool:
+        """Can stage k recompute x (appending what it must recompute to ``plan``, inputs
+        first) instead of reading it from memory? Recomputing a few elementwise ops beats
+        storing an array in one pass and loading it in the next (softmax: exp(x - max) is
+        needed by the sum and again by the gradient)."""
+        if x.op in LEAF_INLINE or self._in_stage(x, k) or x in plan:
+            return True
+        if x in self.loc:
+            return self.ready[x] <= k
+        if x not in self.home or x.op in ("arange", "take") or OPS[x.op].kind != "elementwise":
+            return False
+        if x.shape != self.stages[k].shape:
+            return self.home[x] < k        # read from memory with broadcasting, as usual
+        if len(plan) >= CLONE_BUDGET:
+            return False
+        if not all(self._clonable(y, k, plan) for y in x.inputs):
+            return False
+        plan.append(x)
+        return True
 
     def _matmul(self, n: Node):
         a, b = n.inputs
