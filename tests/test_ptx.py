@@ -56,6 +56,9 @@ def _cases():
         ("bool_data", ([((4,), F), ((4,), "b")], lambda x, m: [o.where(m, x, -x), o.logical_not(m)])),
         ("int_ops", ([((6,), "i")], lambda k: [k * k - k, o.abs_(k), o.sign(k), o.maximum(k, 2),
                                                k ** 3, o.reduce("sum", k), o.reduce("max", k)])),
+        ("int_bool_long", ([((3000,), "i"), ((3000,), "b"), ((3000,), F)], lambda k, m, x: [
+            o.reduce("sum", k), o.reduce("max", k), o.reduce("min", o.cast(k, "int32")),
+            o.reduce("max", m), o.reduce("min", m), o.reduce("sum", o.where(m, x, 0.0))])),
         ("sum_all", ([((7, 5), F)], lambda x: [o.reduce("sum", x)])),
         ("sum_axes", ([((3, 4, 50), F)], lambda x: [o.reduce("sum", x, 0), o.reduce("sum", x, 2, True),
                                                    o.reduce("sum", x, (0, 2))])),
