@@ -78,7 +78,10 @@ class CPUMath(MathTarget):
 
     name = "cpu"
 
-    def __init__(self, features: str = ""):
+    def __init__(self, features: str = "", precise: bool = False):
+        # precise: scalar glibc libm only (< 1 ulp, no SIMD). libmvec trades up to ~3.5 ulp
+        # (measured, f64 sin/cos) for 3-5x throughput; SYMGRAD_PRECISE_MATH=1 selects this.
+        self.precise = precise
         self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         try:
             self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
@@ -102,7 +105,7 @@ class CPUMath(MathTarget):
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
-        if self.libmvec is None:
+        if self.libmvec is None or self.precise:
             return []
         out = []
         f32 = dtype == "float32"

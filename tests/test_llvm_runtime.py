@@ -214,3 +214,30 @@ def test_float32_vectorises_too():
     g = sg.grad(lambda x: np.sum(np.exp(x) * np.sin(x)))
     opt = g.llvm_ir(np.ones(4, np.float32), optimized=True)
     assert "_expf(<" in opt and "_sinf(<" in opt
+
+
+PRECISE = '''
+import numpy as np
+import symgrad as sg
+
+def f(x):
+    return np.sum(np.exp(x) * np.sin(x))
+
+g = sg.grad(f)
+x = np.linspace(-3, 3, 1001)
+assert "_ZGV" not in g.llvm_ir(x, optimized=True)       # scalar libm calls only
+np.testing.assert_allclose(g(x), np.exp(x) * (np.sin(x) + np.cos(x)), rtol=1e-15, atol=1e-15)
+print("ok")
+'''
+
+
+def test_precise_math_mode_uses_scalar_libm(tmp_path):
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "precise.py"
+    path.write_text(PRECISE)
+    env = dict(os.environ, SYMGRAD_PRECISE_MATH="1", SYMGRAD_NO_CACHE="1", PYTHONPATH=os.getcwd())
+    proc = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
