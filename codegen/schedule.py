@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import OPS, Graph, Node, toposort
+from symgrad.ir import OPS, Graph, Node, toposort, use_counts
 
 LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
@@ -108,6 +108,7 @@ class Schedule:
             self.out_of.setdefault(o, k)
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
+        self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
         for i, x in enumerate(graph.inputs):
@@ -262,13 +263,38 @@ class Schedule:
             self.loc[n], self.ready[n] = view, k + 1
         elif op in ("setitem", "index_add"):
             base, value = n.inputs
-            view = self._own_buffer(n)
-            k1 = self.place(base, view, 0)
+            view = self._update_in_place(n, base)
+            if view is not None:
+                k1 = self.ready[base] - 1
+            else:
+                view = self._own_buffer(n)
+                k1 = self.place(base, view, 0)
             region = _index_view(view, n.attrs[0])
             k2 = self.place(value, region, k1 + 1, "store" if op == "setitem" else "accum")
             self.loc[n], self.ready[n] = view, k2 + 1
         else:
             raise NotImplementedError(f"the CPU back end has no lowering for {op!r}")
+
+    def _update_in_place(self, n: Node, base: Node):
+        """The base's own buffer, when setitem/index_add may overwrite it instead of copying:
+        nothing else reads the base (gradients of slicing chain index_adds on a zeros array),
+        and it lives in a scratch buffer of exactly its shape. The buffer becomes the output
+        array when the update is an output."""
+        if self.uses.get(base, 0) != 1 or base in self.out_of or base.op in LEAF_INLINE:
+            return None
+        if base not in self.loc and base in self.home:
+            self.ensure_loc(base)
+        view = self.loc.get(base)
+        if view is None or view.offset or view.shape != n.shape or not view.is_contiguous():
+            return None
+        buf = self.buffers[view.buf]
+        if buf.kind != "tmp" or buf.size != max(n.size, 1):
+            return None
+        if n in self.out_of and self.out_of[n] not in self._claimed:
+            k = self.out_of[n]
+            self._claimed.add(k)
+            buf.kind, buf.ref = "out", k
+        return view
 
     def _value_stage(self, x: Node, shape) -> int:
         """The stage where a loop over ``shape`` can read ``x`` (its home when it is in
