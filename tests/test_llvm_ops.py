@@ -223,3 +223,21 @@ def test_every_op_has_a_cpu_lowering():
         assert (name in lower.LOWER) + (name in lower.STRUCTURAL) + (name in lower.UNSUPPORTED) == 1, name
     assert not set(lower.LOWER) - set(OPS)
     assert not set(lower.STRUCTURAL) - set(OPS)
+
+
+def _update_shared_base(x):
+    y = np.sin(x)
+    z = y * 1.0
+    z[0] = 5.0          # z's buffer may be updated in place: nothing else reads it
+    w = np.cos(x)
+    v = w + 0.0
+    v[1:3, :] += x[:2, :]
+    return z + y, v * w    # w is read after the update of v: v must not overwrite w
+
+
+def test_in_place_updates_never_clobber_a_shared_base():
+    x = np.random.default_rng(4).uniform(-2, 2, (5, 6))
+    cpu, py = both(_update_shared_base)
+    for a, b in zip(cpu(x), py(x)):
+        close(a, b)
+    close(cpu.grad(x), py.grad(x))
