@@ -7,6 +7,15 @@ run-time parameter (``codegen.kernel``), and compiled or fetched from the machin
 (``codegen.jit``), keyed by the IR text, so a new array size reuses the machine code. A call
 then only fills a pointer table, allocates the outputs and calls the kernel through ctypes,
 which releases the GIL. Large stages are split across a thread pool.
+
+Environment (read when a kernel is first prepared or the back end initialises):
+
+* ``SYMGRAD_CACHE_DIR``: machine-code cache directory (default ``~/.cache/symgrad``; delete it
+  to clear the cache); ``SYMGRAD_NO_CACHE=1`` disables the disk cache;
+* ``SYMGRAD_NUM_THREADS``: threads for large stages (default: the CPUs this process may use);
+* ``SYMGRAD_PARALLEL_MIN``: loop iterations below which a stage stays on the calling thread
+  (default 65536);
+* ``SYMGRAD_PRECISE_MATH=1``: scalar glibc libm (< 1 ulp) instead of SIMD libmvec (see jit).
 """
 from __future__ import annotations
 
