@@ -10,6 +10,8 @@ import sys
 import symgrad
 from codegen import jit
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
+
 PROGRAM = r'''
 import json, sys
 import numpy as np
@@ -35,7 +37,7 @@ def script(cache_dir, prefix=""):
 
 
 def run(cache_dir, extra_env=None, wait=True, prefix=""):
-    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(cache_dir), PYTHONPATH=os.getcwd())
+    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
     env.pop("SYMGRAD_NO_CACHE", None)
     env.update(extra_env or {})
     proc = subprocess.Popen([sys.executable, script(cache_dir, prefix)], env=env,

@@ -239,7 +239,8 @@ def test_precise_math_mode_uses_scalar_libm(tmp_path):
     import sys
     path = tmp_path / "precise.py"
     path.write_text(PRECISE)
-    env = dict(os.environ, SYMGRAD_PRECISE_MATH="1", SYMGRAD_NO_CACHE="1", PYTHONPATH=os.getcwd())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, SYMGRAD_PRECISE_MATH="1", SYMGRAD_NO_CACHE="1", PYTHONPATH=root)
     proc = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
