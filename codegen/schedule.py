@@ -210,7 +210,7 @@ class Schedule:
                         _keepdims_strides(x.shape, axes))
             dest = View(keep.buf, 0, x.shape, tuple(0 if i in axes else s
                                                     for i, s in enumerate(keep.strides)))
-            k = self._reduction_stage(x, axes)
+            k = self._value_stage(x, x.shape)
             self.stages[k].sinks.append(Sink("reduce", n, dest))
             self.loc[n], self.ready[n] = view, k + 1
         elif op == "matmul":
@@ -338,24 +338,6 @@ class Schedule:
                 if y.op not in LEAF_INLINE and not self._in_stage(y, k):
                     self.ensure_loc(y)
 
-    def _reduction_stage(self, x: Node, axes) -> int:
-        """The loop for a reduction of x. A loop already summing over other axes would force a
-        loop order bad for one of the two (GMM's backward (n, K, d, d) loop summed over n and
-        over i ran 3x slower than either alone), so a cheap x is recomputed in a loop of its
-        own instead."""
-        k = self._value_stage(x, x.shape)
-        if not any(sk.kind == "reduce" and _reduced_axes(sk.dest) != set(axes)
-                   for sk in self.stages[k].sinks):
-            return k
-        fresh = len(self.stages)
-        self.stages.append(Stage(fresh, tuple(x.shape)))
-        plan: list = []
-        if self._in_stage(x, k) and self._clonable(x, fresh, plan):
-            self._recompute(plan, fresh)
-            return fresh
-        self.stages.pop()
-        return k
-
     def _in_stage(self, x: Node, k: int) -> bool:
         """Is x computed in registers in stage k (its home, or recomputed there)?"""
         return x in self.home and x.shape == self.stages[k].shape and (
@@ -457,10 +439,6 @@ def merge_axes(shape, views):
         j -= 1
     shape = tuple(shape)
     return shape, [View(v.buf, v.offset, shape, tuple(s)) for v, s in zip(views, strides)]
-
-
-def _reduced_axes(dest: View) -> set:
-    return {j for j, (d, s) in enumerate(zip(dest.shape, dest.strides)) if s == 0 and d != 1}
 
 
 def _keepdims_strides(shape, axes) -> tuple:
