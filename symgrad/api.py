@@ -321,19 +321,19 @@ def _backend(target):
 
 def _finish(outputs, graph: Graph, values):
     """Python floats for 0-d float64 results; never hand back an argument's own memory."""
-    def fix(v):
+    def fix(v, dtype: str):
         if isinstance(v, np.ndarray) and v.ndim and (
                 not v.flags.owndata or any(v is a for a in values)):
             return np.array(v)
-        if isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0:
-            if v.dtype == np.float64:
+        if np.ndim(v) == 0:   # generated code may return a Python number for a constant
+            if dtype == "float64":
                 return float(v)
-            return v[()] if isinstance(v, np.ndarray) else v
+            return np.asarray(v, dtype=dtype)[()]
         return v
 
     def walk(tree, flat):
         if isinstance(tree, int):
-            return fix(flat[tree])
+            return fix(flat[tree], graph.outputs[tree].dtype)
         return tuple(walk(t, flat) for t in tree)
 
     flat = [outputs] if isinstance(graph.out_tree, int) else _flatten_out(outputs, graph.out_tree)

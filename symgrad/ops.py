@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from . import spelling as sp
-from .ir import ArrayConst, Node, OpDef, is_float, make, register
+from .ir import INT_DTYPES, ArrayConst, Node, OpDef, is_float, make, register
 
 # ----------------------------------------------------------------------------------------------
 # Shape/dtype rules
@@ -270,6 +270,14 @@ def _b(name, fn, vjp, spell, out_dtype=None, float_only=False):
     return build
 
 
+def power(a, b) -> Node:
+    """``a ** b``; like NumPy, integers to negative integer powers are an error."""
+    if isinstance(b, numbers.Integral) and not isinstance(b, bool) and b < 0 and \
+            not is_float(result_dtype(a, b)):
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return _pow_build(a, b)
+
+
 def _pow_vjp(g, n):
     a, b = n.inputs
     ga = g * b * (a ** (b - 1)) if b.op != "const" or b.attrs[0] != 0 else None
@@ -289,7 +297,8 @@ mul = _b("mul", np.multiply, lambda g, n: (g * n.inputs[1], g * n.inputs[0]), sp
 div = _b("div", np.true_divide,
          lambda g, n: (g / n.inputs[1], -g * n.inputs[0] / (n.inputs[1] * n.inputs[1])),
          sp.infix("/", sp.MUL), float_only=True)
-pow_ = _b("pow", np.power, _pow_vjp, sp.infix("**", sp.POW, right_assoc=True))
+_pow_build = _b("pow", np.power, _pow_vjp, sp.infix("**", sp.POW, right_assoc=True))
+pow_ = power
 arctan2 = _b("arctan2", np.arctan2, _atan2_vjp, sp.call("np.arctan2"), float_only=True)
 # Kinks: maximum/minimum give the whole cotangent to the first operand on ties (documented).
 maximum = _b("maximum", np.maximum, lambda g, n: (
@@ -405,8 +414,9 @@ register(OpDef("min", "reduction", _check_nonempty("minimum"), _reduce_numpy(np.
 
 def reduce(op: str, x, axis=None, keepdims=False) -> Node:
     x = lift(x)
-    if op == "sum" and x.dtype == "bool":
-        x = cast(x, "int64")
+    if op in ("sum", "prod") and (x.dtype == "bool" or x.dtype in INT_DTYPES):
+        # NumPy accumulates small integers (and bools) in the platform's 64-bit integer
+        x = cast(x, "uint64" if x.dtype.startswith("uint") else "int64")
     axes = normalize_axes(axis, x.ndim)
     if not axes and not keepdims:
         return x

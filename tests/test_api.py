@@ -179,3 +179,15 @@ def test_hessp_uses_the_functions_wrt():
 def test_inlined_helper_from_another_file_is_named_in_comments():
     source = sg.grad(lambda t: sg.clip_by_norm(t, 1.0)).source_for(np.ones(3))
     assert "clip.py line" in source
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_numpy_result_types(target):
+    """0-d float32 results stay np.float32; small integer sums accumulate in 64 bits; integers
+    to negative integer powers raise, as in NumPy."""
+    g = sg.grad(lambda x: 3.0 * x, target=target)(np.float32(2.0))
+    assert type(g) is np.float32 and g == 3.0
+    total = sg.differentiate(lambda x, b: x + np.sum(b), target=target)(1.0, np.array([200, 100], dtype=np.uint8))
+    assert total == 301.0
+    with pytest.raises(ValueError, match="negative integer powers"):
+        sg.differentiate(lambda x, k: x * np.sum(k ** -1), target=target)(1.0, np.array([2, 3]))
