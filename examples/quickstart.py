@@ -43,7 +43,9 @@ compiled_ms, numpy_ms = median_ms(f.grad), median_ms(reference)
 print(f"\nf.grad on 10^6 points: compiled (target={f.target!r}) {compiled_ms:.1f} ms, "
       f"generated NumPy {numpy_ms:.1f} ms ({numpy_ms / compiled_ms:.1f}x); "
       f"max |difference| {max(np.max(np.abs(gx - rx)), np.max(np.abs(gy - ry))):.1e}")
-vector_calls = [line.strip() for line in f.grad.llvm_ir(x, y, optimized=True).splitlines()
-                if "call <" in line]
+optimized = f.grad.llvm_ir(x, y, optimized=True).splitlines()
+vector_calls = [line.strip() for line in optimized if "call <" in line and "@_ZGV" in line]
+fused_multiply_adds = sum("@llvm.fmuladd.v" in line for line in optimized)
 print("\nSIMD math calls in the optimised LLVM IR of the compiled gradient (f.grad.llvm_ir):")
 print("\n".join("  " + line for line in vector_calls[:6]))
+print(f"  ... and exp inlined as {fused_multiply_adds} vector fused multiply-adds")
