@@ -26,6 +26,18 @@ TARGETS = ("cpu", "python", "cuda")
 _FLOAT_KEY = ("f",)
 
 
+def _standin(key):
+    """A zero-memory value with the signature ``key`` (arrays: a broadcast zero)."""
+    kind = key[0]
+    if kind == "a":
+        return np.broadcast_to(np.zeros((), dtype=key[1]), key[2])
+    if kind == "s":
+        return key[1].type(0)
+    if kind == "f":
+        return 0.0
+    return key[1]
+
+
 def _arg_key(value):
     """What a trace is specialised on: dtype and shape of arrays, values of static ints."""
     kind = type(value)
@@ -89,7 +101,7 @@ class Function:
         self.wrt, self._single = self._normalize_wrt(wrt)
         self._cache: dict = {}
         self._lock = threading.Lock()
-        self._last_args = None
+        self._last_key = None   # signature of the latest call, for .source/.ir
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
         self.__wrapped__ = self.fn
@@ -184,6 +196,7 @@ class Function:
 
     def _compiled(self, values) -> Compiled:
         key = tuple([_arg_key(v) for v in values])
+        self._last_key = key
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
@@ -202,10 +215,8 @@ class Function:
         if self.target == "cuda":   # device arrays (__cuda_array_interface__) trace by shape/dtype
             from codegen.cuda import host_standins
             entry = self._compiled(host_standins(values))
-            self._last_args = host_standins(values)
         else:
             entry = self._compiled(values)
-            self._last_args = values
         if self.target == "python":
             result = _finish(entry.python(*values), entry.graph, values)
             return _write_out(result, out) if out is not None else result
@@ -213,17 +224,15 @@ class Function:
 
     # -- inspection ------------------------------------------------------------------------------
     def _example_values(self, args, kwargs):
+        """Arguments to show code for: the given ones, else stand-ins for the latest call of this
+        function or of one it derives from (no reference to the caller's arrays is kept)."""
         if args or kwargs:
             return self._bind(args, kwargs)
-        if self._last_args is not None:
-            return self._last_args
-        root = self
-        while root._parent is not None:
-            if root._last_args is not None:
-                return root._last_args
-            root = root._parent
-        if root._last_args is not None:
-            return root._last_args
+        f = self
+        while f is not None:
+            if f._last_key is not None:
+                return [_standin(k) for k in f._last_key]
+            f = f._parent
         return None
 
     def _inspect_entry(self, *args, **kwargs) -> Compiled:
