@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	# Byte-compile ahead: machines that set PYTHONDONTWRITEBYTECODE would otherwise recompile
+	# every module in every process (part of W4's decorator-to-first-result time).
+	$(PY) -m compileall -q symgrad codegen
 	touch $(STAMP)
 
 demo: $(STAMP)
