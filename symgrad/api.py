@@ -98,6 +98,7 @@ class Function:
                 raise TypeError(f"{self.fn.__name__}: *args, **kwargs and keyword-only "
                                 "parameters are not supported in a differentiated function")
         self.params = tuple(self._signature.parameters)
+        self._arity = len(self.params) + (1 if _kind == "hvp" else 0)   # hvp takes (x, v, *rest)
         self.wrt, self._single = self._normalize_wrt(wrt)
         self._cache: dict = {}
         self._lock = threading.Lock()
@@ -210,13 +211,24 @@ class Function:
     def __call__(self, *args, **kwargs):
         """Evaluate on the function's target. ``out=`` (an array, or a tuple matching the
         outputs) receives the results in place, unless the function has a parameter ``out``."""
-        out = kwargs.pop("out", None) if "out" not in self.params else None
-        values = self._bind(args, kwargs)
+        out = None
+        if kwargs:
+            if "out" in kwargs and "out" not in self.params:
+                out = kwargs.pop("out")
+            values = self._bind(args, kwargs)
+        elif len(args) == self._arity:
+            values = args        # the hot path: positional arguments, nothing to bind
+        else:
+            values = self._bind(args, kwargs)
         if self.target == "cuda":   # device arrays (__cuda_array_interface__) trace by shape/dtype
             from codegen.cuda import host_standins
-            entry = self._compiled(host_standins(values))
+            entry = self._compiled(host_standins(list(values)))
         else:
-            entry = self._compiled(values)
+            key = tuple([_arg_key(v) for v in values])
+            self._last_key = key
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._compiled(values)
         if self.target == "python":
             result = _finish(entry.python(*values), entry.graph, values)
             return _write_out(result, out) if out is not None else result
