@@ -7,7 +7,7 @@ is seeded with ones of its shape. Broadcasting is undone in one place (``unbroad
 """
 from __future__ import annotations
 
-from .ir import OPS, Graph, Node, is_float, toposort
+from .ir import OPS, Graph, Node, is_float, label_new, toposort
 from .ops import add, cast, full, unbroadcast, zeros_like
 
 
@@ -31,7 +31,7 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
 
     def accumulate(node: Node, g: Node, source: Node):
         g = cast(unbroadcast(g, node.shape), node.dtype)
-        _record_origin(g, source, origin, graph)
+        label_new(g, origin, source, known=graph.locs)
         cotangent[node] = g if node not in cotangent else add(cotangent[node], g)
         origin.setdefault(cotangent[node], source)
 
@@ -51,16 +51,6 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
                 accumulate(inp, gi, node)
     return [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt], origin
 
-
-def _record_origin(g: Node, source: Node, origin: dict, graph: Graph):
-    """Mark the new derivative nodes under ``g`` as coming from forward node ``source``."""
-    stack = [g]
-    while stack:
-        n = stack.pop()
-        if n in origin or n in graph.locs or n.op in ("arg", "const"):
-            continue
-        origin[n] = source
-        stack.extend(n.inputs)
 
 
 def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Graph:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedSyntaxError
-from .ir import Graph, Loc, Node, make
+from .ir import Graph, Loc, Node, label_new, make
 from .expressions import Expressions, check_static_key, describe
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, closure_of, first_seen,
                     fork, is_data, walk_nodes)
@@ -91,13 +91,7 @@ class Tracer(Expressions):
         for root in walk_nodes(value):
             if name is not None and root.op not in ("arg", "const", "full", "array"):
                 self.names.setdefault(root, name)
-            stack = [root]
-            while stack:
-                n = stack.pop()
-                if n in self.locs or n.op in ("arg", "const"):
-                    continue
-                self.locs[n] = loc
-                stack.extend(n.inputs)
+            label_new(root, self.locs, loc)
 
     # -- statements --------------------------------------------------------------------------
     def exec_block(self, stmts, frame: Frame, cont: tuple):

@@ -158,6 +158,19 @@ def toposort(outputs: Iterable[Node], known=()) -> list[Node]:
     return order
 
 
+def label_new(root: Node, table: dict, value, known=()) -> None:
+    """Set ``table[n] = value`` for ``root`` and everything below it not labelled yet (nor in
+    ``known``): how source locations and derivative origins reach the nodes a statement, a
+    derivative rule or a rewrite created. Arguments and scalar constants stay unlabelled."""
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in table or n in known or n.op in ("arg", "const"):
+            continue
+        table[n] = value
+        stack.extend(n.inputs)
+
+
 class _Visited(set):
     """A visited set that also consults a mapping of nodes handled earlier."""
 

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from .ir import OPS, Graph, Node, make, toposort
+from .ir import OPS, Graph, Node, label_new, make, toposort
 from .ops import broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div
 
 FOLDABLE = ("elementwise",)
@@ -236,20 +236,10 @@ def simplify(graph: Graph) -> Graph:
         for old, value in list(table.items()):
             new = memo.get(old)
             if new is not None and new is not old:
-                _spread(new, value, table)
+                label_new(new, table, value)
     for old, value in list(result.names.items()):
         new = memo.get(old)
         if new is not None and new is not old:
             result.names.setdefault(new, value)
     return result
 
-
-def _spread(node: Node, value, table: dict):
-    """Nodes a rewrite created inherit the location of the node they replaced."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n in table or n.op in ("arg", "const"):
-            continue
-        table[n] = value
-        stack.extend(n.inputs)
