@@ -139,15 +139,13 @@ class _Emitter:
         """``y[i] = v`` / ``y[i] += v`` on a private copy (never on an argument's array)."""
         base, value = n.inputs
         hint = self.graph.names.get(n)
-        reusable = (base in self.var and counts[base] == 1 and base.ndim > 0 and
-                    (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS) and
-                    base.op != "stop_gradient")
-        fresh_inline = (base not in self.var and counts[base] == 1 and base.ndim > 0 and
-                        (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS) and
-                        base.op not in ("stop_gradient", "full"))
-        if reusable:
+        # A base used only here whose value is a new array (not a view, not an argument) can
+        # be updated in place: by its own variable, or named now (y = <new array>; y[i] += v).
+        private = (counts[base] == 1 and base.ndim > 0 and base.op != "stop_gradient" and
+                   (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS))
+        if private and base in self.var:
             var = self.var[base]
-        elif fresh_inline:   # y = <new array>; y[i] += v
+        elif private and base.op != "full":
             var = self.statement(base, self.expr[base][0], self.namer.name(hint))
         elif base.op == "full" and base.ndim > 0:
             var = self.statement(n, self.spell_full(base)[0], self.namer.name(hint))
