@@ -67,4 +67,4 @@ def check_grad(fn, *args, wrt=0, eps=None, directions=8, seed=0) -> float:
         for a, n in pairs:
             err = abs(a - n) / max(1.0, abs(a), abs(n))
             worst = max(worst, err if np.isfinite(err) else np.inf)
-    return worst
+    return float(worst)
