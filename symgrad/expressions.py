@@ -39,9 +39,9 @@ _CMPOPS = {ast.Lt: (operator.lt, ops.lt), ast.LtE: (operator.le, ops.le),
 _STATIC_CMPOPS = {ast.Is: operator.is_, ast.IsNot: operator.is_not,
                   ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 
-_STRUCTURAL_BUILTINS = {builtins.zip, builtins.enumerate, builtins.list, builtins.tuple,
-                        builtins.reversed, builtins.dict, builtins.isinstance, builtins.sum,
-                        builtins.iter, builtins.next}
+_STRUCTURAL_BUILTINS = {builtins.len, builtins.zip, builtins.enumerate, builtins.list,
+                        builtins.tuple, builtins.reversed, builtins.dict, builtins.isinstance,
+                        builtins.sum, builtins.iter, builtins.next}
 
 _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
@@ -249,8 +249,6 @@ class Expressions:
         if gen.is_async:
             self.fail(gen, "async comprehension")
         iterable = self.eval(gen.iter, frame)
-        if isinstance(iterable, Node):
-            iterable = [ops.getitem(iterable, i) for i in range(iterable.shape[0])]
         for item in list(iterable):
             inner = Frame(self, frame.source, frame.globals, frame, {}, frame.name)
             dummy = ast.Assign(targets=[gen.target], value=None, lineno=gen.target.lineno,
@@ -313,12 +311,6 @@ class Expressions:
             return handler(*args, **kwargs)
         if fn in _UNSAFE_CALLS:
             self.fail(node, _UNSAFE_CALLS[fn])
-        if fn is builtins.len and args and isinstance(args[0], (list, tuple, dict)):
-            return len(args[0])   # static, even when the container holds traced values
-        if fn is builtins.len and args and isinstance(args[0], Node):
-            if args[0].ndim == 0:
-                raise TypeError("len() of unsized object")
-            return args[0].shape[0]
         if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
             self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
         if isinstance(fn, types.FunctionType):

@@ -182,11 +182,7 @@ class Tracer(Expressions):
             self.fail(target, f"assignment to {describe(target)}")
 
     def unpack(self, target, value, frame, stmt):
-        if isinstance(value, Node):
-            if value.ndim == 0:
-                raise TypeError("cannot unpack a scalar")
-            value = [ops.getitem(value, i) for i in range(value.shape[0])]
-        items = list(value)
+        items = list(value)   # a traced array unpacks into its rows
         starred = [i for i, t in enumerate(target.elts) if isinstance(t, ast.Starred)]
         if starred:
             k = starred[0]
@@ -292,11 +288,7 @@ class Tracer(Expressions):
     def stmt_For(self, stmt, frame, cont):
         if stmt.orelse:
             self.fail(stmt, "for ... else")
-        iterable = self.eval(stmt.iter, frame)
-        if isinstance(iterable, Node):
-            if iterable.ndim == 0:
-                raise TypeError("iteration over a 0-d array")
-            iterable = [ops.getitem(iterable, i) for i in range(iterable.shape[0])]
+        iterable = self.eval(stmt.iter, frame)   # a traced array iterates over its rows
         try:
             items = iter(iterable)
         except TypeError:

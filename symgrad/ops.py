@@ -452,6 +452,22 @@ for _name, _fn in (("add", add), ("sub", sub), ("mul", mul), ("truediv", div), (
     setattr(Node, f"__{_name}__", _fn)
     setattr(Node, f"__r{_name}__", _rev(_fn))
 Node.__neg__ = neg
+
+
+def _iter_rows(x: Node):
+    """Iterating a traced array gives its rows (so for loops, zip, enumerate, sum work)."""
+    if x.ndim == 0:
+        raise TypeError("iteration over a 0-d array")
+    return iter([getitem(x, i) for i in range(x.shape[0])])
+
+
+def _length(x: Node) -> int:
+    if x.ndim == 0:
+        raise TypeError("len() of unsized object")
+    return x.shape[0]
+
+
+Node.__iter__, Node.__len__ = _iter_rows, _length
 Node.__lt__, Node.__le__, Node.__gt__, Node.__ge__ = lt, le, gt, ge
 Node.__array_ufunc__ = None  # numpy arrays defer to the node's reflected operators
 Node.__bool__ = lambda self: (_ for _ in ()).throw(TypeError(

@@ -285,3 +285,20 @@ def test_lambdas_sharing_a_line_are_told_apart():
     assert (square(2.0), cube(2.0)) == (4.0, 12.0)
     nested = sg.grad(lambda x: (lambda x: x * 5.0)(x) + x, target="python")
     assert nested(1.0) == 6.0
+
+
+def rows_with_builtins(x, y):
+    s = 0.0
+    for i, xi in enumerate(x):
+        s = s + xi * i
+    for a, b in zip(x, y):
+        s = s + a * b
+    first, *rest = x
+    return s + sum(x) + max(x[0], x[1]) + len(list(x)) + first * len(rest)
+
+
+def test_traced_arrays_iterate_over_rows_with_builtins():
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    f = sg.differentiate(rows_with_builtins, wrt=(0, 1), target="python")
+    assert f(x, y) == pytest.approx(rows_with_builtins(x, y))
+    assert sg.check_grad(f, x, y, wrt=(0, 1)) < 1e-8
