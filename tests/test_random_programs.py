@@ -23,23 +23,25 @@ _counter = itertools.count()
 @st.composite
 def program_text(draw):
     """A function of x (an array of 4) and y (a scalar) built from statements."""
-    names = ["x", "y"]
+    names, arrays = ["x", "y"], {"x"}
     lines = []
     for k in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce"]))
         pick = lambda: draw(st.sampled_from(names))   # noqa: E731
         if kind == "unary":
-            expr = draw(st.sampled_from(UNARY)).format(pick())
+            operands = [pick()]
+            expr = draw(st.sampled_from(UNARY)).format(*operands)
         elif kind == "binary":
-            expr = draw(st.sampled_from(BINARY)).format(pick(), pick())
+            operands = [pick(), pick()]
+            expr = draw(st.sampled_from(BINARY)).format(*operands)
         else:
-            template = draw(st.sampled_from(REDUCE))
-            arrays = [n for n in names if not n.startswith("s") and n != "y"]
-            a = draw(st.sampled_from(arrays))
-            expr = template.format(a)
+            operands = []
+            expr = draw(st.sampled_from(REDUCE)).format(draw(st.sampled_from(sorted(arrays))))
         name = f"{'s' if kind == 'reduce' else 'v'}{k}"
         lines.append(f"    {name} = {expr}")
         names.append(name)
+        if any(o in arrays for o in operands):
+            arrays.add(name)
     lines.append(f"    return np.sum({names[-1]}) + 0.5 * np.sum({draw(st.sampled_from(names))})")
     return "import numpy as np\n\n\ndef program(x, y):\n" + "\n".join(lines) + "\n"
 
