@@ -303,6 +303,15 @@ class Function:
             raise ValueError(f"{self.__name__}.hessp needs a single wrt argument, not {self.wrt}")
         return hvp(self, wrt=self.wrt[0])
 
+    def __get__(self, obj, objtype=None):
+        """Decorating a method would make ``self`` an argument: its attributes would be baked
+        into the compiled code as constants and go stale silently, so it is refused clearly."""
+        if obj is None:
+            return self
+        raise TypeError(f"{self.__name__} is a symgrad.Function used as a method of "
+                        f"{type(obj).__name__}: self cannot be an argument of a differentiated "
+                        "function. Decorate a plain function and pass the arrays it needs.")
+
     def __repr__(self):
         return f"<symgrad.Function {self.__name__} wrt={self.wrt if not self._single else self.wrt[0]} target={self.target}>"
 

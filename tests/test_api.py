@@ -191,3 +191,13 @@ def test_numpy_result_types(target):
     assert total == 301.0
     with pytest.raises(ValueError, match="negative integer powers"):
         sg.differentiate(lambda x, k: x * np.sum(k ** -1), target=target)(1.0, np.array([2, 3]))
+
+
+def test_method_decoration_is_refused_clearly():
+    class Model:
+        @sg.differentiate
+        def loss(self, x):
+            return x * x
+    assert isinstance(Model.loss, sg.Function)
+    with pytest.raises(TypeError, match="method of Model"):
+        Model().loss(1.0)
