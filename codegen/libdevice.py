@@ -24,6 +24,7 @@ from .mathlib import INTRINSICS, MATH_NAMES, MathTarget
 # op -> (float64 function, float32 function): the one libdevice table, derived from the shared
 # C-name table so that a new math op needs one entry in codegen.mathlib and nothing here.
 LIBDEVICE = {op: (f"__nv_{c}", f"__nv_{c}f") for op, c in MATH_NAMES.items() if op not in INTRINSICS}
+_BY_C_NAME = {MATH_NAMES[op]: names for op, names in LIBDEVICE.items()}
 
 # LLVM intrinsics that the NVPTX back end lowers for both float32 and float64 (checked with
 # ptxas for sm_80 and sm_90 by tests/test_ptx.py). Anything else is refused before LLVM sees it.
@@ -42,10 +43,10 @@ class LibdeviceMath(MathTarget):
     name = "libdevice"
 
     def symbol(self, cname: str, dtype: str) -> str:
-        for op, c in MATH_NAMES.items():
-            if c == cname:
-                return LIBDEVICE[op][dtype == "float32"]
-        raise NotImplementedError(f"no libdevice function for {cname!r}")
+        names = _BY_C_NAME.get(cname)
+        if names is None:
+            raise NotImplementedError(f"no libdevice function for {cname!r}")
+        return names[dtype == "float32"]
 
 
 def _toolkit_roots() -> list[str]:

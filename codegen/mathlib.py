@@ -8,7 +8,7 @@ glibc's libm under private symbol names (``symgrad_exp``) and tags every call wi
 (``_ZGVdN4v_exp``), so LLVM's loop vectoriser widens the call instead of scalarising it. A
 private name is needed because LLVM recognises ``exp`` and turns a side-effect-free call into
 the ``llvm.exp`` intrinsic, which x86 expands lane by lane into scalar libm calls. The NVPTX
-back end maps the same keys to libdevice (``__nv_exp``/``__nv_expf``).
+back end maps the same keys to libdevice (``codegen.libdevice.LibdeviceMath``).
 """
 from __future__ import annotations
 
@@ -62,15 +62,6 @@ class MathTarget:
         if notes is not None:
             notes.add((cname, dtype, len(args), sym))
         return call
-
-
-class NVPTXMath(MathTarget):
-    """libdevice names; kept here so both back ends share one math table."""
-
-    name = "nvptx"
-
-    def symbol(self, cname, dtype):
-        return f"__nv_{cname}" + ("f" if dtype == "float32" else "")
 
 
 class CPUMath(MathTarget):
