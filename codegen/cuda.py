@@ -270,13 +270,12 @@ def is_device_array(value) -> bool:
 def host_standins(values) -> list:
     """Device arrays replaced by zero-memory NumPy arrays of the same shape and dtype: the
     tracer needs only shapes and dtypes, and must not copy device data to the host."""
+    from symgrad.api import zero_standin
     out = []
     for v in values:
         if is_device_array(v):
             cai = v.__cuda_array_interface__
-            dt = np.dtype(cai["typestr"])
-            v = np.lib.stride_tricks.as_strided(np.zeros((), dt), shape=tuple(cai["shape"]),
-                                                strides=(0,) * len(cai["shape"]), writeable=False)
+            v = zero_standin(np.dtype(cai["typestr"]), cai["shape"])
         out.append(v)
     return out
 

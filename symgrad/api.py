@@ -26,11 +26,17 @@ TARGETS = ("cpu", "python", "cuda")
 _FLOAT_KEY = ("f",)
 
 
+def zero_standin(dtype, shape) -> np.ndarray:
+    """A read-only array of this dtype and shape that takes no memory (one broadcast zero):
+    tracing needs only shapes and dtypes."""
+    return np.broadcast_to(np.zeros((), dtype=dtype), tuple(shape))
+
+
 def _standin(key):
-    """A zero-memory value with the signature ``key`` (arrays: a broadcast zero)."""
+    """A zero-memory value with the signature ``key``."""
     kind = key[0]
     if kind == "a":
-        return np.broadcast_to(np.zeros((), dtype=key[1]), key[2])
+        return zero_standin(key[1], key[2])
     if kind == "s":
         return key[1].type(0)
     if kind == "f":
