@@ -39,7 +39,9 @@ from llvmlite import ir
 from symgrad.ir import Graph, Node, is_float, toposort
 
 from . import libdevice
+from .kernel import REDUCE_KIND, identity
 from .lower import LOWER, Scalar, is_unsigned, memory_type, value_type
+from .schedule import contiguous_strides
 
 DEFAULT_ARCH = "sm_80"
 # Architectures LLVM's NVPTX target is asked for; PTX for an older one JITs on newer GPUs.
@@ -269,13 +271,6 @@ class Index:
         self.shape, self.flat, self.dims = tuple(shape), flat, dims
 
 
-def _strides(shape):
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return out[::-1]
-
 
 class KernelBuilder:
     """Builds one kernel function: parameters, special registers, loops, index expressions."""
@@ -343,7 +338,7 @@ class KernelBuilder:
         hit = self.lookup(key)
         if hit is None:
             acc = self.int(0)
-            for d, s, v in zip(idx.shape, _strides(idx.shape), idx.dims):
+            for d, s, v in zip(idx.shape, contiguous_strides(idx.shape), idx.dims):
                 if d != 1:
                     acc = self.b.add(acc, self.b.mul(v, self.int(s)) if s != 1 else v)
             hit = self.remember(key, acc)
@@ -356,7 +351,7 @@ class KernelBuilder:
         hit = self.lookup(key)
         if hit is None:
             f, out = idx.flat, []
-            for k, (d, s) in enumerate(zip(idx.shape, _strides(idx.shape))):
+            for k, (d, s) in enumerate(zip(idx.shape, contiguous_strides(idx.shape))):
                 if d == 1:
                     out.append(self.int(0))
                     continue
@@ -654,16 +649,8 @@ class KernelBuilder:
 # -- reductions -------------------------------------------------------------------------------
 
 def _identity(cx: Scalar, op: str, dtype: str):
-    if op == "sum":
-        return cx.const(0, dtype)
-    if op == "prod":
-        return cx.const(1, dtype)
-    if is_float(dtype):
-        return cx.const(-math.inf if op == "max" else math.inf, dtype)
-    if dtype == "bool":
-        return cx.const(op == "min", dtype)
-    info = np.iinfo(dtype)
-    return cx.const(info.min if op == "max" else info.max, dtype)
+    """The reduction's starting value (the CPU back end's table)."""
+    return cx.const(identity(REDUCE_KIND[op], dtype), dtype)
 
 
 def _combine(kb: KernelBuilder, op: str, dtype: str, a, c):
