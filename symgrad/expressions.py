@@ -341,8 +341,9 @@ class Expressions:
         """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:
         build its graph for these argument types and splice it in, its arguments replaced by
         ours (so an input gradient can feed, say, an adversarial perturbation)."""
+        from .api import zero_standin
         values = fn._bind(list(args), kwargs)
-        examples = [np.zeros(v.shape, v.dtype) if isinstance(v, Node) else v for v in values]
+        examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
         graph = fn._graph(examples)
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
         flat = substitute(graph.outputs, mapping)
