@@ -64,7 +64,7 @@ class Expressions:
         return method(node, frame)
 
     def expr_Constant(self, node, frame):
-        if isinstance(node.value, (bytes, complex)) or node.value is Ellipsis and False:
+        if isinstance(node.value, (bytes, complex)):
             self.fail(node, f"{type(node.value).__name__} literal")
         return node.value
 

@@ -66,8 +66,8 @@ class Tracer(Expressions):
             result = self.run_body(frame, tree)
         except RecursionError:
             self.fail(self.node or tree, "expression nesting or recursion too deep to trace")
-        outputs, tree_shape = [], _flatten(result, [], self, tree)
-        _flatten_into(result, outputs)
+        outputs = []
+        tree_shape = _flatten(result, outputs, self, tree)
         graph = Graph(name or fn.__name__, tuple(params), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename)
@@ -363,25 +363,18 @@ def _arg_node(i: int, name: str, value):
                     f"got {type(value).__name__}")
 
 
-def _flatten_into(value, out: list):
+def _flatten(value, outputs: list, tracer, tree):
+    """Append the leaves of a return value to ``outputs``; return its out_tree (ints index
+    ``outputs``)."""
     if isinstance(value, (tuple, list)):
-        for v in value:
-            _flatten_into(v, out)
-    else:
-        out.append(value)
-
-
-def _flatten(value, counter: list, tracer, tree):
-    """The out_tree of a return value (ints index the flattened outputs)."""
-    if isinstance(value, (tuple, list)):
-        return tuple(_flatten(v, counter, tracer, tree) for v in value)
+        return tuple(_flatten(v, outputs, tracer, tree) for v in value)
     if value is None:
         raise TypeError(f"{tracer.frame.source.loc(tree)}: the function returned None; "
                         "a differentiated function must return a number or an array")
     if not isinstance(value, (Node, numbers.Number, np.ndarray, np.generic)):
         raise TypeError(f"the function returned a {type(value).__name__}; expected numbers/arrays")
-    counter.append(None)
-    return len(counter) - 1
+    outputs.append(value)
+    return len(outputs) - 1
 
 
 def _locate(e: Exception, loc: Loc) -> Exception:
