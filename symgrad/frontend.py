@@ -369,6 +369,28 @@ class Tracer(Expressions):
                 self.record(frame, stmt, frame.env[name], name)
 
     def merge(self, cond, a, b, stmt, what):
+        """The value of a data-dependent choice between ``a`` and ``b``: a select of arrays
+        and numbers, item by item for tuples and lists of one length (iterative, so deeply
+        nested values cannot exhaust the stack), the value itself where both sides agree."""
+        top: list = []
+        stack = [(a, b, top)]
+        sequences = []          # (kind, items), outermost first
+        while stack:
+            x, y, into = stack.pop()
+            if x is not y and isinstance(x, (list, tuple)) and type(x) is type(y) and len(x) == len(y):
+                items: list = []
+                sequences.append((type(x), items))
+                into.append(_Merged(len(sequences) - 1))
+                stack.extend((p, q, items) for p, q in reversed(list(zip(x, y))))
+            else:
+                into.append(self.merge_leaf(cond, x, y, stmt, what))
+        built: list = [None] * len(sequences)
+        for i in reversed(range(len(sequences))):   # inner sequences first
+            kind, items = sequences[i]
+            built[i] = kind(built[v.index] if isinstance(v, _Merged) else v for v in items)
+        return built[top[0].index] if isinstance(top[0], _Merged) else top[0]
+
+    def merge_leaf(self, cond, a, b, stmt, what):
         if a is b:
             return a
         if isinstance(a, Undefined) or isinstance(b, Undefined):
@@ -379,9 +401,6 @@ class Tracer(Expressions):
         if leaves and (is_data(a) or is_data(b) or isinstance(a, (numbers.Number, np.ndarray))):
             self.check_branch_shapes(cond, a, b, stmt, what)
             return ops.where(cond, a, b)
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) \
-                and type(a) is type(b):
-            return type(a)(self.merge(cond, x, y, stmt, what) for x, y in zip(a, b))
         try:
             if a == b:
                 return a
@@ -470,6 +489,14 @@ class Tracer(Expressions):
     # -- unsupported statements with a clear name ---------------------------------------------
     def stmt_While(self, stmt, frame, cont):
         self.fail(stmt, "while loop", "use a for loop over a static range()")
+
+
+class _Merged:
+    """A placeholder, while merging, for the sequence built at ``index``."""
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
 
 
 def _arg_node(i: int, name: str, value):

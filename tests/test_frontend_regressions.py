@@ -194,3 +194,19 @@ def test_2000_term_expression_traces(tmp_path):
     f = sg.differentiate(namespace["chain"], target="python")
     assert f(1.0) == pytest.approx(sum(range(2000)))
     assert f.grad(1.0) == pytest.approx(sum(range(2000)))
+
+
+def nested_values_through_a_branch(x, s):
+    a, b = x, x * 2.0
+    for _ in range(1200):
+        a, b = [a], [b]
+    v = a if s > 0 else b
+    for _ in range(1200):
+        v = v[0]
+    return v
+
+
+@pytest.mark.parametrize("s", [1.0, -1.0])
+def test_deeply_nested_values_merge_across_a_data_branch(s):
+    f = sg.differentiate(nested_values_through_a_branch, target="python")
+    assert f(1.5, s) == (1.5 if s > 0 else 3.0)
