@@ -4,7 +4,9 @@ The tracer walks the function's syntax tree with concrete values for static thin
 bools, shapes, Python lists) and IR nodes for data. So loops over static ranges unroll, ``if``
 on static values is decided while tracing, ``if`` on data becomes a select between both
 branches, helper functions are inlined (their own source is read and interpreted), and lists
-built while tracing are ordinary Python lists of nodes.
+built while tracing are ordinary Python lists of nodes. In-place writes (``a[i] = v``,
+``a += v`` on an array) are functional updates of arrays the function owns alone; a write
+that another live name, an argument or a global could see is refused (see symgrad.aliases).
 
 Anything outside the supported subset raises :class:`UnsupportedSyntaxError` naming the file,
 line, column, the source line and the construct.
