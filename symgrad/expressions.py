@@ -216,10 +216,13 @@ class Expressions:
     def expr_Subscript(self, node, frame):
         container = self.eval(node.value, frame)
         key = self.eval(node.slice, frame)
-        gather = (isinstance(container, np.ndarray) and is_data(key)) or \
-            (isinstance(container, Node) and gather_axis(key) is not None)
-        self.origins[node] = NO_BUFFERS if gather else (node.value,)   # basic indexing: a view
-        return self.subscript(container, key, node)
+        value = self.subscript(container, key, node)
+        if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
+            copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
+        else:
+            copied = isinstance(container, Node) and gather_axis(key) is not None
+        self.origins[node] = NO_BUFFERS if copied else (node.value,)   # basic indexing: a view
+        return value
 
     def subscript(self, container, key, node):
         if isinstance(container, np.ndarray) and is_data(key):

@@ -305,3 +305,20 @@ def test_item_write_into_a_global_array_is_refused():
     with pytest.raises(sg.UnsupportedSyntaxError, match="global 'TABLE'"):
         sg.differentiate(global_array_item_write, target="python")(np.ones(3))
     np.testing.assert_array_equal(TABLE, [1.0, 2.0, 3.0])
+
+
+def gathered_rows_are_copies(x, idx):
+    v = x[idx]              # an index array copies (NumPy): v is private
+    v[0] = 10.0
+    t = TABLE[[0, 2]]       # likewise for a constant table
+    t[1] = 0.0
+    return np.sum(v * x[:2]) + np.sum(t)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gathers_make_private_arrays(target):
+    x, idx = np.array([0.3, -1.2, 2.0]), np.array([2, 0])
+    f = sg.differentiate(gathered_rows_are_copies, target=target)
+    assert f(x, idx) == pytest.approx(gathered_rows_are_copies(x.copy(), idx))
+    np.testing.assert_allclose(f.grad(x, idx), [10.0 + x[1], x[0], 0.0])   # 10 x0 + x0 x1
+    np.testing.assert_array_equal(TABLE, [1.0, 2.0, 3.0])
