@@ -458,11 +458,7 @@ class Expressions:
         examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
         graph = fn._graph(examples)
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
-        flat = substitute(graph.outputs, mapping)
-
-        def unflatten(tree):
-            return flat[tree] if isinstance(tree, int) else tuple(unflatten(t) for t in tree)
-        return unflatten(graph.out_tree)
+        return _unflatten(graph.out_tree, substitute(graph.outputs, mapping))
 
     def call_python(self, fn, args, kwargs, node):
         source = function_source(fn)
@@ -546,6 +542,21 @@ def _binop_origin(node, value):
     if isinstance(node.op, ast.Mult) and holds_array(value):
         return (node.left, node.right, frozenset((Buffer("an item repeated by a list * n"),)))
     return (node.left, node.right)
+
+
+def _unflatten(tree, flat: list):
+    """An out_tree (ints index ``flat``, tuples nest) filled in, without recursion."""
+    if isinstance(tree, int):
+        return flat[tree]
+    order, stack = [], [tree]
+    while stack:                 # every tuple, parents before children
+        t = stack.pop()
+        order.append(t)
+        stack.extend(c for c in t if not isinstance(c, int))
+    built: dict = {}
+    for t in reversed(order):    # children before parents
+        built[id(t)] = tuple(flat[c] if isinstance(c, int) else built[id(c)] for c in t)
+    return built[id(tree)]
 
 
 def _is_pure(fn) -> bool:

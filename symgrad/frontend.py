@@ -21,7 +21,7 @@ import numpy as np
 from . import ops
 from .aliases import NO_BUFFERS, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
-from .ir import Graph, Loc, Node, label_new, make
+from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
 from .expressions import Expressions, check_static_key, describe
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, closure_of, first_seen,
                     fork, is_data, walk_nodes)
@@ -255,7 +255,7 @@ class Tracer(Expressions):
             updated = container.copy()         # a constant array written with a constant:
             updated[key] = value               # NumPy's own semantics, still a constant
         else:
-            updated = ops.setitem(container, value, key)   # a constant array is lifted here
+            updated = ops.setitem(_lift_constant(container), value, key)
         frame.env[name] = updated
         self.record(frame, stmt, updated, name)
 
@@ -491,6 +491,19 @@ class Tracer(Expressions):
     # -- unsupported statements with a clear name ---------------------------------------------
     def stmt_While(self, stmt, frame, cont):
         self.fail(stmt, "while loop", "use a for loop over a static range()")
+
+
+def _lift_constant(array):
+    """A constant array written with traced values becomes a node at that first write: a
+    ``full`` node when every element is one value (np.zeros(n), np.ones(n), np.full), so the
+    generated code reads np.zeros(n) rather than a table."""
+    if not isinstance(array, np.ndarray):
+        return array
+    if array.size and array.dtype.name in ("float32", "float64", "bool") + INT_DTYPES \
+            and bool(np.all(array == array.flat[0])) \
+            and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
+        return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
+    return ops.lift(array)
 
 
 class _Merged:

@@ -322,3 +322,20 @@ def test_gathers_make_private_arrays(target):
     assert f(x, idx) == pytest.approx(gathered_rows_are_copies(x.copy(), idx))
     np.testing.assert_allclose(f.grad(x, idx), [10.0 + x[1], x[0], 0.0])   # 10 x0 + x0 x1
     np.testing.assert_array_equal(TABLE, [1.0, 2.0, 3.0])
+
+
+def zeros_written(x):
+    y = np.zeros(4)
+    y[1] = x[0]
+    z = np.array([0.0, -0.0, 0.0])
+    z[0] = x[1]
+    return np.sum(y * x), z[1:] * 1.0
+
+
+def test_written_constant_zeros_read_as_zeros():
+    f = sg.differentiate(zeros_written, target="python")
+    x = np.array([0.3, -1.2, 2.0, 1.0])
+    value, rest = f(x)
+    assert "y = np.zeros" in f.source and "z = np.array(" in f.source
+    np.testing.assert_array_equal(np.signbit(rest), [True, False])   # the -0.0 survived
+    assert value == pytest.approx(zeros_written(x)[0])
