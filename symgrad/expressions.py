@@ -328,6 +328,10 @@ class Expressions:
             else:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
         # an inlined callee's parameters live where these arguments live
+        if isinstance(node.func, ast.Attribute) and isinstance(fn, types.BuiltinMethodType) and \
+                isinstance(getattr(fn, "__self__", None), (list, dict)) and fn.__name__ in _MUTATING_METHODS | {
+                    "pop", "remove", "clear", "sort", "reverse", "popitem"}:
+            self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
         self.pending_arguments = self.argument_buffers(node, frame) \
             if isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType)) or \
             hasattr(fn, "_kind") else None

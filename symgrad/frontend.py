@@ -165,6 +165,9 @@ class Tracer(Expressions):
         rebinds anything else (numbers, NumPy scalars)."""
         target = stmt.target
         if isinstance(target, ast.Name):
+            if target.id not in frame.env:   # Python: the name is local, not yet bound
+                raise UnboundLocalError(f"cannot access local variable '{target.id}' where it is "
+                                        "not associated with a value")
             current = frame.lookup(target.id, target)
             operand = self.eval(stmt.value, frame)
             if isinstance(current, list) and isinstance(stmt.op, ast.Add):
@@ -237,6 +240,7 @@ class Tracer(Expressions):
         if not isinstance(base_expr, ast.Name):
             container = self.eval(base_expr, frame)
             if isinstance(container, (list, dict)):
+                self.check_traced_state(base_expr, frame, target, "item assignment into")
                 container[key] = value
                 self.note_contents(container, origin or fresh_buffers(value), frame)
                 return
@@ -244,6 +248,7 @@ class Tracer(Expressions):
         name = base_expr.id
         container = frame.lookup(name, base_expr)
         if isinstance(container, (list, dict)):
+            self.check_traced_state(base_expr, frame, target, "item assignment into")
             container[key] = value
             self.note_contents(container, origin or fresh_buffers(value), frame)
             return
@@ -283,6 +288,23 @@ class Tracer(Expressions):
             self.fail(node, f"{what} '{name}', which may share memory with {other} (a view or "
                       "alias of one array: NumPy would change both, symgrad's functional "
                       "update would change one)", hint)
+
+    def check_traced_state(self, expr, frame: Frame, node, what: str):
+        """Refuse to mutate a list or dict the trace did not make (a global, a closure cell):
+        tracing would change the program's state, once per trace."""
+        root = expr
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return
+        f = frame
+        while f is not None:
+            if root.id in f.env:
+                return
+            f = f.parent
+        self.fail(node, f"{what} '{root.id}', which is not a variable of the traced function "
+                  "(it would change state outside the function while tracing)",
+                  f"build a local copy: local = list({root.id}) or dict({root.id})")
 
     def live_frames(self, frame: Frame) -> list:
         """The scopes whose names are live now: the executing frames and the frames they

@@ -339,3 +339,55 @@ def test_written_constant_zeros_read_as_zeros():
     assert "y = np.zeros" in f.source and "z = np.array(" in f.source
     np.testing.assert_array_equal(np.signbit(rest), [True, False])   # the -0.0 survived
     assert value == pytest.approx(zeros_written(x)[0])
+
+
+LOG = []
+CONFIG = {"scale": 2.0}
+
+
+def appends_to_a_global_list(x):
+    LOG.append(x)
+    return np.sum(x)
+
+
+def writes_a_global_dict(x):
+    CONFIG["scale"] = 3.0
+    return np.sum(x) * CONFIG["scale"]
+
+
+def augments_a_global_name(x):
+    LOG += [x]
+    return np.sum(x)
+
+
+def mutates_local_containers(x):
+    rows, seen = [], {}
+    rows.append(x)
+    rows += [x * 2.0]
+    seen["a"] = rows.pop()
+    def add(v):
+        rows.append(v)            # an enclosing function's list: state inside the trace
+    add(x * 3.0)
+    return np.sum(np.stack(rows)) + np.sum(seen["a"])
+
+
+@pytest.mark.parametrize("fn", [appends_to_a_global_list, writes_a_global_dict])
+def test_global_containers_are_not_mutated_while_tracing(fn):
+    with pytest.raises(sg.UnsupportedSyntaxError, match="not a variable of the traced function"):
+        sg.differentiate(fn, target="python")(np.ones(3))
+    assert LOG == [] and CONFIG == {"scale": 2.0}
+
+
+def test_augmented_assignment_to_a_global_is_unbound_as_in_python():
+    with pytest.raises(UnboundLocalError):
+        augments_a_global_name(np.ones(3))
+    with pytest.raises(UnboundLocalError, match="line|LOG"):
+        sg.differentiate(augments_a_global_name, target="python")(np.ones(3))
+    assert LOG == []
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_local_containers_mutate_freely(target):
+    x = np.array([0.3, -1.2, 2.0])
+    f = sg.differentiate(mutates_local_containers, target=target)
+    assert f(x) == pytest.approx(mutates_local_containers(x))
