@@ -327,14 +327,10 @@ class Expressions:
                 kwargs.update(self.eval(kw.value, frame))
             else:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
-        # an inlined callee's parameters live where these arguments live
-        if isinstance(node.func, ast.Attribute) and isinstance(fn, types.BuiltinMethodType) and \
-                isinstance(getattr(fn, "__self__", None), (list, dict)) and fn.__name__ in _MUTATING_METHODS | {
-                    "pop", "remove", "clear", "sort", "reverse", "popitem"}:
+        if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
             self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
-        self.pending_arguments = self.argument_buffers(node, frame) \
-            if isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType)) or \
-            hasattr(fn, "_kind") else None
+        # an inlined callee's parameters live where these arguments live
+        self.pending_arguments = self.argument_buffers(node, frame) if _may_inline(fn) else None
         self.call_buffers = None
         try:
             value = self.call(fn, args, kwargs, node)
@@ -385,8 +381,8 @@ class Expressions:
         a structural builtin's result where the container or arguments live; else fresh."""
         receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
         owner = getattr(fn, "__self__", None)
-        if isinstance(owner, (list, dict)) and isinstance(fn, types.BuiltinMethodType):
-            if fn.__name__ in _MUTATING_METHODS:
+        if _container_method(fn):
+            if fn.__name__ in _ADDING_METHODS:
                 added = frozenset().union(*(self.origin_of(a, frame) or fresh_buffers(v)
                                             for a, v in zip(node.args, args)))
                 added |= self.origin_of(ast.Tuple(elts=[k.value for k in node.keywords]), frame)
@@ -441,7 +437,7 @@ class Expressions:
             return fn(*args, **kwargs)
         if fn is builtins.range and any(is_data(a) for a in args):
             self.fail(node, "range() over a traced value (loop bounds must be static)")
-        if isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict)):
+        if _container_method(fn):
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
         traced = any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
         if traced:
@@ -535,7 +531,21 @@ class Expressions:
 _FRESH_EXPRESSIONS = (ast.Constant, ast.UnaryOp, ast.Compare, ast.JoinedStr, ast.Lambda,
                       ast.Slice, ast.BinOp)
 
-_MUTATING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__setitem__"}
+# methods of lists and dicts that put values in; and all that change the container
+_ADDING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__setitem__"}
+_MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sort", "reverse"}
+
+
+def _container_method(fn) -> bool:
+    """A method of a list or dict object (they move values without looking at them)."""
+    return isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict))
+
+
+def _may_inline(fn) -> bool:
+    """Whether a call may run the callee's own source (its parameters then need to know
+    where the arguments live)."""
+    from .api import Function
+    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function))
 
 
 def _binop_origin(node, value):
@@ -666,7 +676,9 @@ _NODE_METHODS = {
 
 
 _VIEW_METHODS = {_NODE_METHODS[m] for m in ("reshape", "transpose", "ravel", "squeeze")}
-_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "squeeze", "expand_dims")}
+# (stop_gradient is the argument itself when run eagerly)
+_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "squeeze", "expand_dims",
+                                      "stop_gradient")}
 
 
 def node_attribute(x: Node, attr: str, tracer, node):

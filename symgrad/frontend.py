@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import ast
 import numbers
+import operator
 
 import numpy as np
 
 from . import ops
-from .aliases import NO_BUFFERS, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
+from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
 from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
 from .expressions import Expressions, check_static_key, describe
@@ -170,9 +171,13 @@ class Tracer(Expressions):
                                         "not associated with a value")
             current = frame.lookup(target.id, target)
             operand = self.eval(stmt.value, frame)
-            if isinstance(current, list) and isinstance(stmt.op, ast.Add):
-                current.extend(operand)
-                self.note_contents(current, self.origin_of(stmt.value, frame) or fresh_buffers(operand), frame)
+            in_place = _CONTAINER_IN_PLACE.get((type(current), type(stmt.op)))
+            if in_place is not None:         # l += [...], l *= n, d |= {...}: the same object
+                in_place(current, operand)
+                added = self.origin_of(stmt.value, frame) or fresh_buffers(operand)
+                if isinstance(stmt.op, ast.Mult) and holds_array(current):
+                    added = frozenset((Buffer("an item repeated by a list * n"),))
+                self.note_contents(current, added, frame)
             elif is_array(current):
                 self.check_writable(target.id, frame, stmt, "augmented assignment to")
                 value = in_place_result(current, self.binop(stmt.op, current, operand, stmt))
@@ -280,8 +285,8 @@ class Tracer(Expressions):
             if owners[0] == f"argument '{name}'":
                 construct = f"{what} argument array '{name}' (it would modify the caller's array)"
             else:
-                construct = (f"{what} '{name}', which may share memory with {owners[0]} (a view "
-                             "of memory the function does not own: writing would modify it)")
+                construct = (f"{what} '{name}', which may share memory with {owners[0]} "
+                             "(writing would change it too, and symgrad updates arrays functionally)")
             self.fail(node, construct, hint)
         other = self.sharing_name(name, frame, buffers)
         if other is not None:
@@ -526,6 +531,12 @@ def _lift_constant(array):
             and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
         return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
     return ops.lift(array)
+
+
+# Python's in-place operators on containers: they change the object, every name bound to it
+# sees the change
+_CONTAINER_IN_PLACE = {(list, ast.Add): operator.iadd, (list, ast.Mult): operator.imul,
+                       (dict, ast.BitOr): operator.ior}
 
 
 class _Merged:

@@ -391,3 +391,28 @@ def test_local_containers_mutate_freely(target):
     x = np.array([0.3, -1.2, 2.0])
     f = sg.differentiate(mutates_local_containers, target=target)
     assert f(x) == pytest.approx(mutates_local_containers(x))
+
+
+def list_in_place_operators(x):
+    a = [x]
+    b = a
+    a += [x * 2.0]           # extends the one list: b sees it
+    c = [x * 3.0]
+    c *= 2                   # the same array twice
+    return np.sum(np.stack(b)) + np.sum(np.stack(c)) + len(b)
+
+
+def repeated_item_written(x):
+    c = [x * 3.0]
+    c *= 2
+    c[0] += 1.0              # NumPy changes c[1] too: refused
+    return np.sum(np.stack(c))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_list_in_place_operators_follow_python(target):
+    x = np.array([0.3, -1.2, 2.0])
+    f = sg.differentiate(list_in_place_operators, target=target)
+    assert f(x) == pytest.approx(list_in_place_operators(x))
+    with pytest.raises(sg.UnsupportedSyntaxError, match="repeated"):
+        sg.differentiate(repeated_item_written, target=target)(x)
