@@ -380,7 +380,7 @@ def _flatten_out(value, tree):
     if isinstance(tree, int):
         return [value]
     out = []
-    for v, t in zip(value, tree):
+    for v, t in zip(value, tree, strict=True):   # a back end returning another structure is a bug
         out.extend(_flatten_out(v, t))
     return out
 

@@ -166,10 +166,13 @@ class _Emitter:
         self.lines.append(f"np.add.at({var}, ({where}{',' if axis == 0 else ''}), {self.expr[g][0]})")
 
     def render_tree(self, tree, top=False) -> str:
+        """The returned value, shaped as ``out_tree``: ``return a, (b,)``. Only a tuple of two
+        or more items may drop its parentheses at the top: ``return b_x`` would hand back the
+        bare element of a 1-tuple, and ``return`` alone None for an empty one."""
         if isinstance(tree, int):
             return self.expr[self.graph.outputs[tree]][0]
         items = [self.render_tree(t) for t in tree]
-        if top and items:
+        if top and len(items) > 1:
             return ", ".join(items)
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
