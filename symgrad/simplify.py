@@ -201,7 +201,12 @@ def _where(n):
         return where(c, a.inputs[1], b)
     if b.op == "where" and b.inputs[0] is c:    # where(c, x, where(c, y, z)) -> where(c, x, z)
         return where(c, a, b.inputs[2])
-    return n
+    if a.op == "where" and b.op == "where" and a.inputs[0] is b.inputs[0] and (
+            a.inputs[1] is b.inputs[1] or a.inputs[2] is b.inputs[2]):
+        d = a.inputs[0]                         # where(c, where(d, x, y), where(d, x, w))
+        return where(d, where(c, a.inputs[1], b.inputs[1]),      # -> where(d, x, where(c, y, w))
+                     where(c, a.inputs[2], b.inputs[2]))         # (one select fewer; a shared
+    return n                                    # side is what keeps it from swapping back)
 
 
 # -- select sinking (derivative nodes only; see the module docstring) --------------------------
