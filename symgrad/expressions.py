@@ -47,6 +47,8 @@ _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 
 _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertools")
+# Modules whose attributes are not recorded as captures (nobody rebinds np.exp).
+_LIBRARY_MODULES = _PURE_MODULES + ("symgrad", "scipy")
 
 _OP_SYMBOLS = {ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
@@ -186,9 +188,13 @@ class Expressions:
         if isinstance(value, types.ModuleType) or isinstance(value, (list, tuple, dict, str,
                                                                         numbers.Number, np.ndarray, np.dtype)):
             try:
-                return getattr(value, node.attr)
+                result = getattr(value, node.attr)
             except AttributeError:
                 raise AttributeError(f"{type(value).__name__} has no attribute '{node.attr}'") from None
+            if isinstance(value, types.ModuleType) and \
+                    value.__name__.split(".")[0] not in _LIBRARY_MODULES:
+                self.captured(vars(value), node.attr, result)   # config.SCALE may be rebound
+            return result
         if hasattr(value, "__dict__") or isinstance(value, type):
             return getattr(value, node.attr)
         self.fail(node, f"attribute '{node.attr}' of {type(value).__name__}")
@@ -344,7 +350,10 @@ class Expressions:
         from .api import zero_standin
         values = fn._bind(list(args), kwargs)
         examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
-        graph = fn._graph(examples)
+        entry = fn._compiled(examples)
+        for holder, name, value in entry.captures:   # what its trace read, ours read too
+            self.captured(getattr(holder, "cell", holder), name, value)
+        graph = entry.graph
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
         flat = substitute(graph.outputs, mapping)
 

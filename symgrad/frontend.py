@@ -34,7 +34,10 @@ def _contains(stmts, kinds) -> bool:
 
 
 class Tracer(Expressions):
-    def __init__(self):
+    def __init__(self, captures: dict | None = None):
+        # What the trace read from outside the function: (holder, name) -> (holder, name, value)
+        # for globals (holder: the globals dict), closure cells and module attributes.
+        self.captures = {} if captures is None else captures
         self.names: dict[Node, str] = {}
         self.locs: dict[Node, Loc] = {}
         self.depth = 0
@@ -84,7 +87,11 @@ class Tracer(Expressions):
             return r.value
         return None
 
-    # -- bookkeeping: names and locations ----------------------------------------------------
+    # -- bookkeeping: captured globals, names and locations ---------------------------------
+    def captured(self, holder, name: str, value):
+        """Record that the trace read ``name`` from ``holder`` (a dict or a cell) as ``value``."""
+        self.captures.setdefault((id(holder), name), (holder, name, value))
+
     def record(self, frame: Frame, node: ast.AST, value, name: str | None = None):
         """Give nodes first produced by this statement its location (and a variable name)."""
         loc = frame.source.loc(node)
@@ -388,6 +395,7 @@ def _locate(e: Exception, loc: Loc) -> Exception:
 
 
 
-def trace(fn, args, name: str | None = None) -> Graph:
-    """Trace ``fn`` for these arguments (values give shapes, dtypes and static values)."""
-    return Tracer().trace(fn, list(args), name)
+def trace(fn, args, name: str | None = None, captures: dict | None = None) -> Graph:
+    """Trace ``fn`` for these arguments (values give shapes, dtypes and static values);
+    ``captures`` receives what it read from globals, closure cells and module attributes."""
+    return Tracer(captures).trace(fn, list(args), name)
