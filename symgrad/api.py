@@ -427,7 +427,78 @@ class Function:
                         "function. Decorate a plain function and pass the arrays it needs.")
 
     def __repr__(self):
-        return f"<symgrad.Function {self.__name__} wrt={self.wrt if not self._single else self.wrt[0]} target={self.target}>"
+        return f"<symgrad.Function {self.__name__} wrt={self._wrt_spec()} target={self.target}>"
+
+    # -- pickling and copying ----------------------------------------------------------------------
+    def _wrt_spec(self):
+        return self.wrt[0] if self._single else self.wrt
+
+    def _is_cached_derivation(self) -> bool:
+        """``f.grad`` / ``f.value_and_grad`` themselves (rebuilt as that attribute)."""
+        return self._parent is not None and self._parent.__dict__.get(self._kind) is self
+
+    def __reduce__(self):
+        """Pickled by reference, so multiprocessing, concurrent.futures and Dask can ship it:
+        the Python function by module and qualified name (importable where it is unpickled),
+        a derived function as its parent and the derivation. Caches (graphs, compiled code,
+        locks) are not pickled; the receiving process traces and compiles again."""
+        if self._is_cached_derivation():
+            return getattr, (self._parent, self._kind)
+        if self._parent is not None:
+            return _derive, (self._parent, self._kind, self._wrt_spec(), self.target)
+        module, qualname = _importable_name(self.fn)
+        if _lookup(module, qualname) is self:   # the decorated function itself
+            return _lookup, (module, qualname)
+        return _rebuild, (module, qualname, self._wrt_spec(), self.target)
+
+    def __deepcopy__(self, memo):
+        """A twin sharing only the Python function (functions are immutable to copy); its
+        caches start empty."""
+        if self._parent is None:
+            twin = Function(self.fn, wrt=self._wrt_spec(), target=self.target)
+        else:
+            parent = copy.deepcopy(self._parent, memo)
+            twin = getattr(parent, self._kind) if self._is_cached_derivation() else \
+                _derive(parent, self._kind, self._wrt_spec(), self.target)
+        memo[id(self)] = twin
+        return twin
+
+    def __copy__(self):
+        return self.__deepcopy__({})
+
+
+def _importable_name(fn) -> tuple[str, str]:
+    """Module and qualified name under which ``fn`` (or the Function decorating it) can be
+    imported; a clear PicklingError where it cannot (lambdas, nested functions)."""
+    module, qualname = getattr(fn, "__module__", None), fn.__qualname__
+    try:
+        found = _lookup(module, qualname)
+    except (ImportError, AttributeError, TypeError):
+        found = None
+    if found is not fn and not (isinstance(found, Function) and found.fn is fn):
+        raise pickle.PicklingError(
+            f"cannot pickle the symgrad.Function of {module}.{qualname}: its Python function is "
+            "pickled by reference, so it must be defined at the top level of an importable "
+            "module (not a lambda, a nested function or a function made by exec)")
+    return module, qualname
+
+
+def _lookup(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _rebuild(module: str, qualname: str, wrt, target: str) -> Function:
+    found = _lookup(module, qualname)
+    return Function(found.fn if isinstance(found, Function) else found, wrt=wrt, target=target)
+
+
+def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
+    derived = parent._derived(kind, wrt)
+    derived.target = target
+    return derived
 
 
 def _write_out(result, out):
