@@ -336,13 +336,20 @@ class Function:
             key = tuple([_arg_key(v) for v in values])
             self._last_key = key
             entry = self._cache.get(key)
-            if entry is None or not captures_current(entry.captures):
+            if entry is None:
                 entry = self._compiled(values, key)
-            elif len(self._cache) > 1:   # keep the LRU order (nothing to order with one entry)
-                try:
-                    self._cache.move_to_end(key)
-                except KeyError:         # dropped by another thread meanwhile: still valid here
-                    pass
+            else:
+                # captures_current, inlined: this check runs on every call
+                for holder, name, value in entry.captures:
+                    if holder.get(name, MISSING) is not value:
+                        entry = self._compiled(values, key)
+                        break
+                else:
+                    if len(self._cache) > 1:   # keep the LRU order (none with one entry)
+                        try:
+                            self._cache.move_to_end(key)
+                        except KeyError:       # dropped by another thread meanwhile
+                            pass
         if self.target == "python":
             result = _finish(entry.python(*values), entry.graph, values)
             return _write_out(result, out) if out is not None else result

@@ -53,3 +53,25 @@ def test_bad_size_is_a_clear_error(monkeypatch, value):
     monkeypatch.setenv("SYMGRAD_TRACE_CACHE_SIZE", value)
     with pytest.raises(ValueError, match="SYMGRAD_TRACE_CACHE_SIZE.*positive integer"):
         sg.differentiate(loss)
+
+
+def test_threads_sharing_a_small_cache_get_right_results(monkeypatch):
+    """Eviction by one thread while another uses the entry it just looked up is harmless."""
+    import threading
+    monkeypatch.setenv("SYMGRAD_TRACE_CACHE_SIZE", "2")
+    g = sg.differentiate(loss).grad
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(40):
+                x = np.linspace(-1.0, 1.0, 1 + (seed * 7 + i) % 5)
+                np.testing.assert_allclose(g(x), _truth_grad(x), rtol=1e-13, atol=1e-15)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(g._cache) <= 2
