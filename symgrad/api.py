@@ -446,16 +446,17 @@ class Function:
 
     def __reduce__(self):
         """Pickled by reference, so multiprocessing, concurrent.futures and Dask can ship it:
-        the Python function by module and qualified name (importable where it is unpickled),
-        a derived function as its parent and the derivation. Caches (graphs, compiled code,
-        locks) are not pickled; the receiving process traces and compiles again."""
+        the Python function by module and qualified name (symgrad reads its source, so it must
+        be importable where it is unpickled; a copy by value, as cloudpickle makes of lambdas,
+        would arrive without it), a derived function as its parent and the derivation. Caches
+        (graphs, compiled code, locks) are not pickled: the receiving process traces again."""
         if self._is_cached_derivation():
             return getattr, (self._parent, self._kind)
         if self._parent is not None:
             return _derive, (self._parent, self._kind, self._wrt_spec(), self.target)
         module, qualname = _importable_name(self.fn)
-        if _lookup(module, qualname) is self:   # the decorated function itself
-            return _lookup, (module, qualname)
+        if _find(module, qualname) is self:   # the decorated function: the same object here
+            return _unpickled, (module, qualname)
         return _rebuild, (module, qualname, self._wrt_spec(), self.target)
 
     def __deepcopy__(self, memo):
@@ -474,19 +475,25 @@ class Function:
         return self.__deepcopy__({})
 
 
+def _find(module, qualname):
+    """The object importable as ``module.qualname``, or None."""
+    try:
+        return _lookup(module, qualname)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
 def _importable_name(fn) -> tuple[str, str]:
     """Module and qualified name under which ``fn`` (or the Function decorating it) can be
     imported; a clear PicklingError where it cannot (lambdas, nested functions)."""
     module, qualname = getattr(fn, "__module__", None), fn.__qualname__
-    try:
-        found = _lookup(module, qualname)
-    except (ImportError, AttributeError, TypeError):
-        found = None
+    found = _find(module, qualname)
     if found is not fn and not (isinstance(found, Function) and found.fn is fn):
         raise pickle.PicklingError(
             f"cannot pickle the symgrad.Function of {module}.{qualname}: its Python function is "
-            "pickled by reference, so it must be defined at the top level of an importable "
-            "module (not a lambda, a nested function or a function made by exec)")
+            "pickled by reference (symgrad reads its source where it runs), so it must be "
+            "defined at the top level of an importable module, not as a lambda, a nested "
+            "function or by exec")
     return module, qualname
 
 
@@ -497,8 +504,18 @@ def _lookup(module: str, qualname: str):
     return obj
 
 
+def _unpickled(module: str, qualname: str):
+    found = _find(module, qualname)
+    if found is None:
+        raise pickle.UnpicklingError(
+            f"a pickled symgrad.Function refers to {module}.{qualname}, which this process cannot "
+            "import (functions are pickled by reference: define it in a module the workers can "
+            "import, not in __main__ of a notebook or a script they do not run)")
+    return found
+
+
 def _rebuild(module: str, qualname: str, wrt, target: str) -> Function:
-    found = _lookup(module, qualname)
+    found = _unpickled(module, qualname)
     return Function(found.fn if isinstance(found, Function) else found, wrt=wrt, target=target)
 
 

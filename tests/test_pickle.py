@@ -8,6 +8,7 @@ import os
 import pickle
 import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 
@@ -61,13 +62,30 @@ def test_identity_of_module_level_functions_is_kept():
     assert twin is not h.decorated.grad and twin._parent.grad is twin
 
 
-def test_local_function_is_a_clear_pickling_error_but_deep_copies():
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle", "cloudpickle"])
+def test_local_function_is_a_clear_pickling_error_but_deep_copies(dumps):
+    """By reference only: cloudpickle (what Dask uses) would copy a lambda or a local function
+    by value, without the source symgrad needs where it runs; that is refused at once."""
     def local(x):
         return np.sum(x * x)
     f = sg.differentiate(local)
-    with pytest.raises(pickle.PicklingError, match="top level of an importable module"):
-        pickle.dumps(f)
+    for shipped in (f, f.grad, sg.grad(lambda x: np.sum(x ** 3.0))):
+        with pytest.raises(pickle.PicklingError, match="top level of an importable module"):
+            dumps(shipped)
     np.testing.assert_array_equal(copy.deepcopy(f).grad(X), 2 * X)
+    np.testing.assert_array_equal(copy.deepcopy(f.grad)(X), 2 * X)
+
+
+def test_cloudpickle_ships_module_level_functions():
+    for name, (f, args) in _variants("cpu").items():
+        _assert_same(cloudpickle.loads(cloudpickle.dumps(f))(*args), f(*args))
+    assert cloudpickle.loads(cloudpickle.dumps(h.decorated.grad)) is h.decorated.grad
+
+
+def test_unpickling_where_the_function_cannot_be_imported_is_a_clear_error():
+    data = pickle.dumps(h.decorated).replace(b"pickle_helpers", b"pickle_helperz")
+    with pytest.raises(pickle.UnpicklingError, match="pickle_helperz.decorated.*cannot import"):
+        pickle.loads(data)
 
 
 def test_spawned_process_pool_runs_shipped_functions():
