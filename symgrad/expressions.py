@@ -47,8 +47,9 @@ _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 
 _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertools")
-# Modules whose attributes are not recorded as captures (nobody rebinds np.exp).
-_LIBRARY_MODULES = _PURE_MODULES + ("symgrad", "scipy")
+# Packages whose globals and attributes a trace does not record (nobody rebinds np.exp, and
+# symgrad's own helpers read only their module's functions).
+LIBRARY_PACKAGES = frozenset(_PURE_MODULES + ("symgrad", "scipy"))
 
 _OP_SYMBOLS = {ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
@@ -191,8 +192,7 @@ class Expressions:
                 result = getattr(value, node.attr)
             except AttributeError:
                 raise AttributeError(f"{type(value).__name__} has no attribute '{node.attr}'") from None
-            if isinstance(value, types.ModuleType) and \
-                    value.__name__.split(".")[0] not in _LIBRARY_MODULES:
+            if isinstance(value, types.ModuleType):
                 self.captured(vars(value), node.attr, result)   # config.SCALE may be rebound
             return result
         if hasattr(value, "__dict__") or isinstance(value, type):

@@ -19,7 +19,7 @@ import numpy as np
 from . import ops
 from .errors import UnsupportedSyntaxError
 from .ir import Graph, Loc, Node, label_new, make
-from .expressions import Expressions, check_static_key, describe
+from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, closure_of, first_seen,
                     fork, is_data, walk_nodes)
 from .source import function_source
@@ -89,8 +89,13 @@ class Tracer(Expressions):
 
     # -- bookkeeping: captured globals, names and locations ---------------------------------
     def captured(self, holder, name: str, value):
-        """Record that the trace read ``name`` from ``holder`` (a dict or a cell) as ``value``."""
-        self.captures.setdefault((id(holder), name), (holder, name, value))
+        """Record that the trace read ``name`` from ``holder`` (a dict or a cell) as ``value``,
+        unless the holder is the namespace of a library module (numpy, symgrad, ...)."""
+        key = (id(holder), name)
+        if key in self.captures or (isinstance(holder, dict) and str(
+                holder.get("__name__", "")).split(".")[0] in LIBRARY_PACKAGES):
+            return
+        self.captures[key] = (holder, name, value)
 
     def record(self, frame: Frame, node: ast.AST, value, name: str | None = None):
         """Give nodes first produced by this statement its location (and a variable name)."""
