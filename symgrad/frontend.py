@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import numbers
+import types
 
 import numpy as np
 
@@ -90,10 +91,12 @@ class Tracer(Expressions):
     # -- bookkeeping: captured globals, names and locations ---------------------------------
     def captured(self, holder, name: str, value):
         """Record that the trace read ``name`` from ``holder`` (a dict or a cell) as ``value``,
-        unless the holder is the namespace of a library module (numpy, symgrad, ...)."""
+        unless the holder is a library module's namespace (numpy, symgrad, ...) or the value
+        a library module (``np``): nobody rebinds those, and each record is checked on every
+        call."""
         key = (id(holder), name)
-        if key in self.captures or (isinstance(holder, dict) and str(
-                holder.get("__name__", "")).split(".")[0] in LIBRARY_PACKAGES):
+        if key in self.captures or _is_library(value) or (
+                isinstance(holder, dict) and _in_library(holder.get("__name__"))):
             return
         self.captures[key] = (holder, name, value)
 
@@ -398,6 +401,14 @@ def _locate(e: Exception, loc: Loc) -> Exception:
     new._symgrad_located = True
     return new
 
+
+
+def _in_library(module_name) -> bool:
+    return isinstance(module_name, str) and module_name.split(".")[0] in LIBRARY_PACKAGES
+
+
+def _is_library(value) -> bool:
+    return isinstance(value, types.ModuleType) and _in_library(value.__name__)
 
 
 def trace(fn, args, name: str | None = None, captures: dict | None = None) -> Graph:

@@ -107,3 +107,12 @@ def test_equal_scalar_rebind_keeps_the_trace():
     m.SCALE = -0.0   # unequal as a constant (1 / -0.0 differs): traced again
     assert f(A) == -0.0
     assert next(iter(f._cache.values())) is not entry
+
+
+def test_only_user_names_are_checked_on_each_call():
+    """np (a library module) and numpy's own functions are not recorded: every record is an
+    identity check on every call."""
+    f = sg.differentiate(m.scaled)
+    f.grad(A)
+    (entry,) = f.grad._cache.values()
+    assert [name for _, name, _ in entry.captures] == ["SCALE"]
