@@ -98,3 +98,16 @@ def test_forward_code_keeps_numpy_semantics(target):
     x = np.array([-1.0, 2.0])
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(sg.differentiate(user, target=target)(x), user(x))
+
+
+def outer_select(x, y):   # a (3, 1) condition over a (3, 4) select: the sum over y's axis sinks
+    return np.sum(np.where(np.reshape(x, (3, 1)) > 0,
+                           np.reshape(np.sqrt(x), (3, 1)) * np.reshape(y, (1, 4)), 0.0))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_broadcast_condition_sinks_through_the_sum(target):
+    x, y = np.array([0.0, 1.0, 4.0]), np.arange(4.0)
+    dx, dy = _derivative(outer_select, 1, target, (x, y), wrt=(0, 1))
+    np.testing.assert_array_equal(dx, [0.0, 3.0, 1.5])
+    np.testing.assert_array_equal(dy, [3.0, 3.0, 3.0, 3.0])
