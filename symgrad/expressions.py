@@ -48,6 +48,9 @@ _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 
 _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertools")
+# Packages whose globals and attributes a trace does not record (nobody rebinds np.exp, and
+# symgrad's own helpers read only their module's functions).
+LIBRARY_PACKAGES = frozenset(_PURE_MODULES + ("symgrad", "scipy"))
 
 _OP_SYMBOLS = {ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
@@ -206,9 +209,12 @@ class Expressions:
         if isinstance(value, types.ModuleType) or isinstance(value, (list, tuple, dict, str,
                                                                         numbers.Number, np.ndarray, np.dtype)):
             try:
-                return getattr(value, node.attr)
+                result = getattr(value, node.attr)
             except AttributeError:
                 raise AttributeError(f"{type(value).__name__} has no attribute '{node.attr}'") from None
+            if isinstance(value, types.ModuleType):
+                self.captured(vars(value), node.attr, result)   # config.SCALE may be rebound
+            return result
         if hasattr(value, "__dict__") or isinstance(value, type):
             return getattr(value, node.attr)
         self.fail(node, f"attribute '{node.attr}' of {type(value).__name__}")
@@ -456,7 +462,10 @@ class Expressions:
         from .api import zero_standin
         values = fn._bind(list(args), kwargs)
         examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
-        graph = fn._graph(examples)
+        entry = fn._compiled(examples)
+        for holder, name, value in entry.captures:   # what its trace read, ours read too
+            self.captured(getattr(holder, "cell", holder), name, value)
+        graph = entry.graph
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
         return _unflatten(graph.out_tree, substitute(graph.outputs, mapping))
 

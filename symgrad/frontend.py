@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import numbers
 import operator
+import types
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from . import ops
 from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
 from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
-from .expressions import Expressions, check_static_key, describe
+from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, closure_of, first_seen,
                     fork, is_data, walk_nodes)
 from .source import function_source
@@ -38,7 +39,10 @@ def _contains(stmts, kinds) -> bool:
 
 
 class Tracer(Expressions):
-    def __init__(self):
+    def __init__(self, captures: dict | None = None):
+        # What the trace read from outside the function: (holder, name) -> (holder, name, value)
+        # for globals (holder: the globals dict), closure cells and module attributes.
+        self.captures = {} if captures is None else captures
         self.names: dict[Node, str] = {}
         self.locs: dict[Node, Loc] = {}
         self.depth = 0
@@ -97,7 +101,18 @@ class Tracer(Expressions):
         self.return_buffers = NO_BUFFERS
         return None
 
-    # -- bookkeeping: names and locations ----------------------------------------------------
+    # -- bookkeeping: captured globals, names and locations ---------------------------------
+    def captured(self, holder, name: str, value):
+        """Record that the trace read ``name`` from ``holder`` (a dict or a cell) as ``value``,
+        unless the holder is a library module's namespace (numpy, symgrad, ...) or the value
+        a library module (``np``): nobody rebinds those, and each record is checked on every
+        call."""
+        key = (id(holder), name)
+        if key in self.captures or _is_library(value) or (
+                isinstance(holder, dict) and _in_library(holder.get("__name__"))):
+            return
+        self.captures[key] = (holder, name, value)
+
     def record(self, frame: Frame, node: ast.AST, value, name: str | None = None):
         """Give nodes first produced by this statement its location (and a variable name)."""
         loc = frame.source.loc(node)
@@ -626,6 +641,15 @@ def _locate(e: Exception, loc: Loc) -> Exception:
 
 
 
-def trace(fn, args, name: str | None = None) -> Graph:
-    """Trace ``fn`` for these arguments (values give shapes, dtypes and static values)."""
-    return Tracer().trace(fn, list(args), name)
+def _in_library(module_name) -> bool:
+    return isinstance(module_name, str) and module_name.split(".")[0] in LIBRARY_PACKAGES
+
+
+def _is_library(value) -> bool:
+    return isinstance(value, types.ModuleType) and _in_library(value.__name__)
+
+
+def trace(fn, args, name: str | None = None, captures: dict | None = None) -> Graph:
+    """Trace ``fn`` for these arguments (values give shapes, dtypes and static values);
+    ``captures`` receives what it read from globals, closure cells and module attributes."""
+    return Tracer(captures).trace(fn, list(args), name)

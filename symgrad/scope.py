@@ -119,14 +119,18 @@ class Frame:
                     self.tracer.fail(node, f"variable '{name}' is assigned in only one branch of "
                                      f"a data-dependent if (line {value.loc.lineno})")
                 return value
-            if name in frame.closure:
-                return frame.closure[name]
+            if name in frame.closure:   # a cell: read now, and recorded (it may be rebound)
+                value = frame.closure[name].cell_contents
+                self.tracer.captured(frame.closure[name], name, value)
+                return value
             frame = frame.parent
         root = self
         while root.parent is not None:
             root = root.parent
-        if name in root.globals:
-            return root.globals[name]
+        value = root.globals.get(name, MISSING)
+        self.tracer.captured(root.globals, name, value)   # a builtin is a global not defined
+        if value is not MISSING:
+            return value
         if name in SAFE_BUILTINS:
             return SAFE_BUILTINS[name]
         if hasattr(builtins, name):   # calls are vetted in Tracer.call
@@ -141,7 +145,7 @@ class Frame:
             if name in frame.env:
                 return frame.buffers.get(name, NO_BUFFERS)
             if name in frame.closure:
-                return foreign_buffers(f"closure variable '{name}'", frame.closure[name])
+                return foreign_buffers(f"closure variable '{name}'", frame.closure[name].cell_contents)
             frame = frame.parent
         root = self
         while root.parent is not None:
@@ -169,12 +173,15 @@ def first_seen(*envs):
 
 
 def closure_of(fn) -> dict:
+    """The function's filled closure cells by name (cells, not values: a trace records which
+    cells it read, so a call after one is rebound traces again)."""
     if not fn.__closure__:
         return {}
     out = {}
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
         try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            pass
+            cell.cell_contents
+        except ValueError:   # not assigned yet
+            continue
+        out[name] = cell
     return out
