@@ -307,6 +307,22 @@ def test_item_write_into_a_global_array_is_refused():
     np.testing.assert_array_equal(TABLE, [1.0, 2.0, 3.0])
 
 
+def _closure_writer():
+    weights = np.ones(3)
+
+    def write_into_closure(x):
+        weights[0] = x          # the closure's array belongs to the enclosing function
+        return np.sum(weights * x)
+    return write_into_closure, weights
+
+
+def test_item_write_into_a_closure_array_is_refused():
+    fn, weights = _closure_writer()
+    with pytest.raises(sg.UnsupportedSyntaxError, match="closure variable 'weights'"):
+        sg.differentiate(fn, target="python")(2.0)
+    np.testing.assert_array_equal(weights, [1.0, 1.0, 1.0])
+
+
 def gathered_rows_are_copies(x, idx):
     v = x[idx]              # an index array copies (NumPy): v is private
     v[0] = 10.0
