@@ -310,6 +310,12 @@ class Function:
         from .sympy_form import to_latex
         return to_latex(self._inspect_entry(*args, **kwargs).graph)
 
+    def stopped(self, *args, **kwargs) -> str:
+        """Each ``stop_gradient`` site (the user's line) and the derivative terms it removed:
+        the cotangent that reached it and the expression whose derivative was cut."""
+        from .audit import stopped_report
+        return stopped_report(self._inspect_entry(*args, **kwargs).graph)
+
     def hessp(self, *args):
         """Hessian-vector product ``H(x) @ p`` (for scipy's ``hessp=``): ``hessp(x, p, *rest)``."""
         return self._hessp(*args)

@@ -40,6 +40,8 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
             accumulate(out, full(out.shape, 1, out.dtype), out)
     for node in reversed(order):
         g = cotangent.get(node)
+        if node.op == "stop_gradient":   # the terms the cut removes, for f.grad.stopped()
+            graph.stopped.setdefault(node, g)
         if g is None or node.op == "arg":
             continue
         name = graph.names.get(node)
