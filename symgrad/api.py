@@ -316,6 +316,15 @@ class Function:
         from .audit import stopped_report
         return stopped_report(self._inspect_entry(*args, **kwargs).graph)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: name, parameters, wrt, target, argument types and highlighted source."""
+        from .notebook import to_html
+        return to_html(self)
+
+    def _repr_markdown_(self) -> str:
+        from .notebook import to_markdown
+        return to_markdown(self)
+
     def hessp(self, *args):
         """Hessian-vector product ``H(x) @ p`` (for scipy's ``hessp=``): ``hessp(x, p, *rest)``."""
         return self._hessp(*args)
