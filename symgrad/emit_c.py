@@ -426,6 +426,12 @@ class _CEmitter:
         lines += ["    " * depth + "}" for depth in reversed(range(len(heads)))]
         return lines
 
+    def scoped(self, heads: list[str], inner: list[str]) -> list[str]:
+        """Like :meth:`nest`, in a block of its own even without loops (``acc`` is local)."""
+        if heads:
+            return self.nest(heads, inner)
+        return ["{", *["    " + line for line in inner], "}"]
+
     def storage(self, n: Node, output: str | None) -> str:
         """Where ``n`` is computed: the caller's output array, a new temporary, or a scalar."""
         if output is not None:
@@ -500,7 +506,7 @@ class _CEmitter:
             self.body.append(f"{decl}{target} = {identity};")
             self.body += self.nest(inner_heads, [f"{target} = {combine.format(acc=target, v=value)};"])
             return
-        self.body += self.nest(heads, [
+        self.body += self.scoped(heads, [
             f"{ctype} acc = {identity};",
             *self.nest(inner_heads, [f"acc = {combine.format(acc='acc', v=value)};"]),
             f"{target}[{flat_index(idx, out_shape)}] = acc;"])
@@ -517,7 +523,7 @@ class _CEmitter:
         inner = [f"{ctype} acc = 0;"]
         inner += [f"for (long k = 0; k < {k}; ++k)", "    " + step] if k != 1 else [step]
         inner.append(f"{target}[{flat_index(idx, n.shape)}] = acc;")
-        self.body += self.nest(heads, inner)
+        self.body += self.scoped(heads, inner)
 
     def stmt_concatenate(self, n, target):
         (axis,) = n.attrs
@@ -606,6 +612,9 @@ class _CEmitter:
         lines.append(doc)
         lines.append(self.signature() + " {")
         lines.append("    int status = 0;")
+        reached = set(self.order)
+        lines += [f"    (void){name};  /* not needed by this derivative */"
+                  for name, x in self.params if x not in reached]
         lines += [f"    {ctype} *{t} = NULL;" for t, ctype in self.temps]
         lines += ["    " + line for line in self.body]
         if self.temps:

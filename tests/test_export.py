@@ -20,7 +20,7 @@ from test_derivatives import ARRAY_FUNCTIONS, BINARY, UNARY
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GCC = shutil.which("gcc")
 needs_gcc = pytest.mark.skipif(GCC is None, reason="gcc is not installed")
-CFLAGS = ["-std=c99", "-O2", "-Wall", "-Werror"]
+CFLAGS = ["-std=c99", "-O2", "-Wall", "-Werror", "-Wextra", "-pedantic", "-Wshadow", "-Wconversion"]
 _CTYPES = {"float64": ctypes.c_double, "float32": ctypes.c_float, "int64": ctypes.c_int64,
            "int32": ctypes.c_int32, "bool": ctypes.c_bool}
 
@@ -218,3 +218,24 @@ def test_command_line_export(tmp_path):
     namespace = {}
     exec(out.read_text(), namespace)
     assert namespace["grad_f"](1.0, 2.0) == pytest.approx((-0.13355916312076843, -0.0511924587568241), rel=1e-15)
+
+
+@needs_gcc
+@pytest.mark.parametrize("name, fn, low, high", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_gradient_in_c_float32(name, fn, low, high, tmp_path):
+    x = np.random.default_rng(3).uniform(low, high, 6).astype(np.float32)
+    g = sg.grad(fn, target="python")
+    got = _call_c(g, tmp_path, x)
+    assert got[0].dtype == np.float32
+    np.testing.assert_allclose(got[0], g(x), rtol=1e-5, atol=1e-6)
+
+
+@needs_gcc
+def test_reductions_to_one_element_in_one_scope(tmp_path):
+    """Several keepdims reductions whose results are all length-1 axes: no loop around them,
+    each accumulator still in a block of its own."""
+    def f(x):
+        return np.sum(x * np.sum(x, keepdims=True) + np.max(x, keepdims=True) * np.min(x, axis=(0, 1), keepdims=True))
+    x = np.random.default_rng(5).uniform(-1, 1, (3, 4))
+    _compare(sg.grad(f, target="python"), tmp_path, x)
+    _compare(sg.differentiate(f, target="python"), tmp_path, x)
