@@ -7,9 +7,11 @@ x_1, ...`` (1-d) or ``x_{i,j}`` (2-d and up). Shape ops (reshape, transpose, ind
 ``@``, updates) need no rule of their own: the op table's NumPy reference runs them on the object
 arrays. A result becomes a sympy expression (0-d), a ``sympy.Matrix`` (2-d) or a ``sympy.Array``.
 
-Shapes are concrete in the IR, so a reduction is an ``Add`` (``Max``, ...) of its elements: the
-element form is for small arrays (:data:`MAX_ELEMENTS`); larger ones raise a clear ``ValueError``.
-What has no closed form raises ``NotImplementedError`` naming it (a gather with traced indices).
+Shapes are concrete in the IR, so in this element form a reduction is an ``Add`` (``Max``, ...) of
+its elements; it is for small arrays (:data:`MAX_ELEMENTS`). Larger 1-d arrays of one length get
+the symbolic-length form: elements ``x[i]``, ``0 <= i < n``, reductions ``Sum(..., (i, 0, n - 1))``
+(see ``_SymbolicLength``). What has no closed form raises ``NotImplementedError`` naming the op
+(a gather with traced indices, a max over ``n`` terms, an element shift such as ``x[1:]``).
 ``stop_gradient`` is kept as an unevaluated function whose derivative is zero, so ``sympy.diff``
 of a function's form agrees with symgrad's derivative of it.
 """
@@ -54,18 +56,6 @@ def number(value, dtype: str = "float64"):
     return sympy.Float(value)
 
 
-def _map(fn):
-    """An elementwise rule from a function of sympy scalars (NumPy broadcasts the operands)."""
-    ufunc = np.frompyfunc(fn, 1, 1)
-    binary = np.frompyfunc(fn, 2, 1)
-    ternary = np.frompyfunc(fn, 3, 1)
-
-    def rule(n: Node, *values):
-        f = {1: ufunc, 2: binary, 3: ternary}[len(values)]
-        return np.asarray(f(*values), dtype=object)
-    return rule
-
-
 def _truth(x):
     """A condition as sympy: relationals stay symbolic; numbers become true/false."""
     if isinstance(x, sympy.logic.boolalg.Boolean):
@@ -82,16 +72,68 @@ def _where(c, a, b):
     return sympy.Piecewise((a, c), (b, True))
 
 
-def _cast_rule(n: Node, x):
+def _cast(n: Node, v):
     source, target = n.inputs[0].dtype, n.dtype
     if source == "bool" and target != "bool":
-        return _map(lambda c: _where(c, sympy.Integer(1), sympy.Integer(0)))(n, x)
+        return _where(v, sympy.Integer(1), sympy.Integer(0))
     if target == "bool":
-        return _map(lambda v: _truth(sympy.Ne(v, 0)))(n, x)
-    if target.startswith(("int", "uint")) and source.startswith("float"):
-        return _map(lambda v: sympy.Integer(int(v)) if v.is_number else sympy.floor(v)
-                    if v.is_nonnegative else sympy.sign(v) * sympy.floor(abs(v)))(n, x)
-    return x   # float <-> float and int -> float keep the mathematical value
+        return _truth(sympy.Ne(v, 0))
+    if target.startswith(("int", "uint")) and source.startswith("float"):   # truncation
+        return sympy.Integer(int(v)) if v.is_number else sympy.sign(v) * sympy.floor(abs(v))
+    return v   # float <-> float and int -> float keep the mathematical value
+
+
+# Per-element meaning of every elementwise op: (node, *operand scalars) -> sympy scalar.
+SCALAR = {
+    "neg": lambda n, a: -a,
+    "exp": lambda n, a: sympy.exp(a),
+    "log": lambda n, a: sympy.log(a),
+    "log1p": lambda n, a: sympy.log(1 + a),
+    "expm1": lambda n, a: sympy.exp(a) - 1,
+    "sqrt": lambda n, a: sympy.sqrt(a),
+    "sin": lambda n, a: sympy.sin(a),
+    "cos": lambda n, a: sympy.cos(a),
+    "tan": lambda n, a: sympy.tan(a),
+    "arcsin": lambda n, a: sympy.asin(a),
+    "arccos": lambda n, a: sympy.acos(a),
+    "arctan": lambda n, a: sympy.atan(a),
+    "sinh": lambda n, a: sympy.sinh(a),
+    "cosh": lambda n, a: sympy.cosh(a),
+    "tanh": lambda n, a: sympy.tanh(a),
+    "abs": lambda n, a: sympy.Abs(a),
+    "sign": lambda n, a: sympy.sign(a),
+    "logical_not": lambda n, a: sympy.Not(_truth(a)),
+    "cast": _cast,
+    "stop_gradient": lambda n, a: stop_gradient(a),
+    "add": lambda n, a, b: a + b,
+    "sub": lambda n, a, b: a - b,
+    "mul": lambda n, a, b: a * b,
+    "div": lambda n, a, b: a / b,
+    "pow": lambda n, a, b: a ** b,
+    "arctan2": lambda n, a, b: sympy.atan2(a, b),
+    # np.maximum gives ties to the first operand (and so does its derivative rule)
+    "maximum": lambda n, a, b: _where(sympy.Ge(a, b), a, b),
+    "minimum": lambda n, a, b: _where(sympy.Le(a, b), a, b),
+    "lt": lambda n, a, b: sympy.Lt(a, b),
+    "le": lambda n, a, b: sympy.Le(a, b),
+    "gt": lambda n, a, b: sympy.Gt(a, b),
+    "ge": lambda n, a, b: sympy.Ge(a, b),
+    "eq": lambda n, a, b: sympy.Eq(a, b),
+    "ne": lambda n, a, b: sympy.Ne(a, b),
+    "logical_and": lambda n, a, b: sympy.And(_truth(a), _truth(b)),
+    "logical_or": lambda n, a, b: sympy.Or(_truth(a), _truth(b)),
+    "where": lambda n, c, a, b: _where(c, a, b),
+}
+
+
+def _elementwise(op: str):
+    """The rule of an elementwise op on object arrays (NumPy broadcasts the operands)."""
+    scalar = SCALAR[op]
+
+    def rule(n: Node, *values):
+        each = np.frompyfunc(lambda *xs: scalar(n, *xs), len(values), 1)
+        return np.asarray(each(*values), dtype=object)
+    return rule
 
 
 def _reduction(combine):
@@ -129,50 +171,9 @@ def _reference(n: Node, *values):
     return np.asarray(OPS[n.op].numpy(*values, n.attrs), dtype=object)
 
 
-def _pow(a, b):
-    return a ** b
-
-
 # One entry per op. ``leaf`` ops are handled by the converter (they need the graph's symbols).
 SYMPY_RULES = {
-    "neg": _map(lambda a: -a),
-    "exp": _map(sympy.exp),
-    "log": _map(sympy.log),
-    "log1p": _map(lambda a: sympy.log(1 + a)),
-    "expm1": _map(lambda a: sympy.exp(a) - 1),
-    "sqrt": _map(sympy.sqrt),
-    "sin": _map(sympy.sin),
-    "cos": _map(sympy.cos),
-    "tan": _map(sympy.tan),
-    "arcsin": _map(sympy.asin),
-    "arccos": _map(sympy.acos),
-    "arctan": _map(sympy.atan),
-    "sinh": _map(sympy.sinh),
-    "cosh": _map(sympy.cosh),
-    "tanh": _map(sympy.tanh),
-    "abs": _map(sympy.Abs),
-    "sign": _map(sympy.sign),
-    "logical_not": _map(lambda a: sympy.Not(_truth(a))),
-    "cast": _cast_rule,
-    "stop_gradient": _map(stop_gradient),
-    "add": _map(lambda a, b: a + b),
-    "sub": _map(lambda a, b: a - b),
-    "mul": _map(lambda a, b: a * b),
-    "div": _map(lambda a, b: a / b),
-    "pow": _map(_pow),
-    "arctan2": _map(sympy.atan2),
-    # np.maximum gives ties to the first operand (and so does its derivative rule)
-    "maximum": _map(lambda a, b: _where(sympy.Ge(a, b), a, b)),
-    "minimum": _map(lambda a, b: _where(sympy.Le(a, b), a, b)),
-    "lt": _map(sympy.Lt),
-    "le": _map(sympy.Le),
-    "gt": _map(sympy.Gt),
-    "ge": _map(sympy.Ge),
-    "eq": _map(sympy.Eq),
-    "ne": _map(sympy.Ne),
-    "logical_and": _map(lambda a, b: sympy.And(_truth(a), _truth(b))),
-    "logical_or": _map(lambda a, b: sympy.Or(_truth(a), _truth(b))),
-    "where": _map(_where),
+    **{op: _elementwise(op) for op in SCALAR},
     "sum": _reduction(lambda *xs: sympy.Add(*xs)),
     "prod": _reduction(lambda *xs: sympy.Mul(*xs)),
     "max": _reduction(sympy.Max),
@@ -219,18 +220,10 @@ def _leaf(n: Node, graph: Graph) -> np.ndarray:
     return np.vectorize(lambda v: number(v, n.dtype), otypes=[object])(np.asarray(value))
 
 
-def _check_size(n: Node, graph: Graph):
-    if n.size > MAX_ELEMENTS:
-        raise ValueError(f"sympy form of {graph.name}: a value of shape {n.shape} ({n.size} "
-                         f"elements) is too large for an element-by-element form (at most "
-                         f"{MAX_ELEMENTS}); call .sympy() with smaller example arrays")
-
-
 def node_values(graph: Graph) -> dict:
-    """Every node of the graph as an object array of sympy expressions."""
+    """Every node of the graph as an object array of sympy expressions (the element form)."""
     values: dict[Node, np.ndarray] = {}
     for n in toposort(graph.outputs):
-        _check_size(n, graph)
         if n.op in LEAVES:
             values[n] = _leaf(n, graph)
             continue
@@ -240,6 +233,94 @@ def node_values(graph: Graph) -> dict:
                                       "(symgrad.sympy_form.SYMPY_RULES)")
         values[n] = np.asarray(rule(n, *[values[i] for i in n.inputs]), dtype=object)
     return values
+
+
+# ----------------------------------------------------------------------------------------------
+# The symbolic-length form: for arrays too large to list, 1-d arrays of one length N become an
+# element ``x[i]`` of an ``IndexedBase`` with ``0 <= i < n`` (``n`` a symbol), and reductions
+# over them ``Sum``/``Product`` over ``i``. A value is a scalar expression (size-1 values) or an
+# expression in ``i`` (length-N values); anything else raises, naming the op.
+
+LENGTH = sympy.Symbol("n", integer=True, positive=True)
+INDEX = sympy.Symbol("i", integer=True, nonnegative=True)
+
+
+class _SymbolicLength:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        lengths = {x.shape for x in graph.inputs if x is not None and x.size > 1}
+        if len(lengths) != 1 or len(next(iter(lengths))) != 1:
+            shapes = sorted(map(str, lengths))
+            raise ValueError(f"sympy form of {graph.name}: arrays larger than {MAX_ELEMENTS} "
+                             "elements have a symbolic-length form only when every array "
+                             f"argument is 1-d of one length (got shapes {', '.join(shapes)}); "
+                             "call .sympy() with smaller example arrays for the element form")
+        ((self.N,),) = lengths
+        self.bound = 0   # summation indices handed out
+
+    def unsupported(self, n: Node, why: str):
+        raise NotImplementedError(f"sympy form over a symbolic length (arrays of {self.N} "
+                                  f"elements): {n.op} {why}; call .sympy() with at most "
+                                  f"{MAX_ELEMENTS} elements for the element form")
+
+    def kind(self, n: Node) -> str:
+        if n.size == 1:
+            return "scalar"
+        if n.shape == (self.N,):
+            return "indexed"
+        self.unsupported(n, f"makes a value of shape {n.shape}")
+
+    def leaf(self, n: Node):
+        if n.op == "arg":
+            name = self.graph.params[n.attrs[0]]
+            if n.size == 1 and n.ndim == 0:
+                return sympy.Symbol(name, real=True)
+            if n.size == 1:
+                return sympy.Symbol(f"{name}_0", real=True)
+            return sympy.IndexedBase(name, real=True)[INDEX]
+        if n.op in ("const", "full"):
+            return number(n.attrs[0], n.dtype)
+        if n.op == "arange":
+            return number(n.attrs[0], n.dtype) + number(n.attrs[1], n.dtype) * INDEX
+        self.unsupported(n, "(an array constant) has no element formula")
+
+    def bound_index(self) -> sympy.Symbol:
+        """A fresh summation index (j, k, l, j_1, ...): i stays the free element index."""
+        k = self.bound
+        self.bound += 1
+        name = "jkl"[k % 3] + (f"_{k // 3}" if k >= 3 else "")
+        return sympy.Symbol(name, integer=True, nonnegative=True)
+
+    def reduce(self, n: Node, x):
+        if self.kind(n.inputs[0]) == "scalar":
+            return x
+        if n.op not in ("sum", "prod"):
+            self.unsupported(n, "(a max/min of n terms) has no closed form in sympy")
+        j = self.bound_index()
+        over = (j, 0, LENGTH - 1)
+        return (sympy.Sum if n.op == "sum" else sympy.Product)(x.subs(INDEX, j), over)
+
+    def value(self, n: Node, args):
+        self.kind(n)
+        if n.op in SCALAR:
+            return SCALAR[n.op](n, *args)
+        if n.op in ("sum", "prod", "max", "min"):
+            return self.reduce(n, args[0])
+        if n.op in ("broadcast_to", "reshape") and self.kind(n.inputs[0]) in (
+                "scalar", self.kind(n)):
+            return args[0]   # a scalar stretched to length N, or the same N elements
+        self.unsupported(n, "moves elements between positions")
+
+    def run(self) -> dict:
+        values: dict[Node, object] = {}
+        for n in toposort(self.graph.outputs):
+            values[n] = self.leaf(n) if n.op in LEAVES else \
+                self.value(n, [values[i] for i in n.inputs])
+        return values
+
+
+def _too_large(graph: Graph) -> bool:
+    return any(n.size > MAX_ELEMENTS for n in toposort(graph.outputs))
 
 
 def as_sympy(value: np.ndarray):
@@ -253,9 +334,15 @@ def as_sympy(value: np.ndarray):
 
 
 def to_sympy(graph: Graph):
-    """The graph's outputs as sympy, structured like its return value (tuples stay tuples)."""
-    values = node_values(graph)
-    outputs = [as_sympy(values[o]) for o in graph.outputs]
+    """The graph's outputs as sympy, structured like its return value (tuples stay tuples):
+    element form for small arrays, else the symbolic-length form (an array output is then its
+    element ``i`` of ``n``)."""
+    if _too_large(graph):
+        values = _SymbolicLength(graph).run()
+        outputs = [sympy.sympify(values[o]) for o in graph.outputs]
+    else:
+        values = node_values(graph)
+        outputs = [as_sympy(values[o]) for o in graph.outputs]
 
     def build(tree):
         if isinstance(tree, int):

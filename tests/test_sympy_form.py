@@ -9,7 +9,7 @@ import sympy
 
 import symgrad as sg
 from symgrad.ir import OPS
-from symgrad.sympy_form import LEAVES, SYMPY_RULES, element_symbols
+from symgrad.sympy_form import INDEX, LENGTH, LEAVES, MAX_ELEMENTS, SYMPY_RULES, element_symbols
 
 from test_derivatives import ARRAY_FUNCTIONS, BINARY, UNARY
 
@@ -99,10 +99,51 @@ def test_gather_with_traced_indices_is_a_clear_error():
         g.sympy(np.ones((3, 2)), np.array([0, 2]))
 
 
-def test_large_arrays_are_refused_clearly():
+def test_large_arrays_get_the_symbolic_length_form():
+    """Past MAX_ELEMENTS, 1-d arrays of one length are x[i] with 0 <= i < n and reductions Sum."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "examples"))
+    from quickstart_defs import f
+    big = np.linspace(0.1, 0.9, MAX_ELEMENTS + 1)
+    x, y = sympy.symbols("x y", real=True)
+    xi, yi = (sympy.IndexedBase(name, real=True)[INDEX] for name in "xy")
+    for indexed, scalar in zip(f.grad.sympy(big, big), f.grad.sympy(0.5, 0.5)):
+        assert indexed.subs({xi: x, yi: y}) == scalar
+
+
+def _cross_entropy(x, t):
+    return -np.sum(t * np.log(np.exp(x) / np.sum(np.exp(x))))
+
+
+def test_a_reduction_over_a_symbolic_length_is_a_sum():
+    g = sg.grad(_cross_entropy, target="python")
+    big = np.linspace(-1, 1, MAX_ELEMENTS + 1)
+    form = g.sympy(big, big)
+    assert form.has(sympy.Sum) and form.has(LENGTH) and form.has(INDEX)
+    # at n = 3 the formula gives the gradient of three elements
+    x3, t3 = np.array([0.3, -1.2, 2.0]), np.array([0.2, 0.5, 0.3])
+    xb, tb = sympy.IndexedBase("x", real=True), sympy.IndexedBase("t", real=True)
+    values = {**{xb[k]: x3[k] for k in range(3)}, **{tb[k]: t3[k] for k in range(3)}}
+    expected = g(x3, t3)
+    for k in range(3):
+        element = form.subs(LENGTH, 3).doit().subs(INDEX, k).doit()
+        assert float(element.subs(values)) == pytest.approx(expected[k], rel=1e-13)
+    assert r"\sum_{" in g.latex(big, big)
+
+
+@pytest.mark.parametrize("fn, what", [
+    (lambda x: np.max(x) * x, "max"),
+    (lambda x: np.sum(x[1:] * x[:-1]), "getitem"),
+], ids=["max", "shift"])
+def test_what_a_symbolic_length_cannot_express_is_named(fn, what):
+    with pytest.raises(NotImplementedError, match=f"symbolic length.*: {what}"):
+        sg.grad(fn, target="python").sympy(np.ones(MAX_ELEMENTS + 1))
+
+
+def test_large_arrays_of_other_shapes_are_refused_clearly():
     f = sg.differentiate(lambda x: np.sum(np.sin(x)), target="python")
-    with pytest.raises(ValueError, match="too large"):
-        f.grad.sympy(np.ones(1000))
+    with pytest.raises(ValueError, match="1-d of one length"):
+        f.grad.sympy(np.ones((30, 30)))
 
 
 def test_element_symbol_names():
