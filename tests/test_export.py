@@ -239,3 +239,29 @@ def test_reductions_to_one_element_in_one_scope(tmp_path):
     x = np.random.default_rng(5).uniform(-1, 1, (3, 4))
     _compare(sg.grad(f, target="python"), tmp_path, x)
     _compare(sg.differentiate(f, target="python"), tmp_path, x)
+
+
+@needs_gcc
+def test_boolean_and_int32_data_in_c(tmp_path):
+    def masked(x, mask, idx):
+        return np.sum(np.where(mask, np.sin(x), x * x)[idx] * 2.0)
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, 6)
+    mask = x > 0
+    idx = np.array([5, 0, -1, 3], dtype=np.int32)
+    g = sg.grad(masked, target="python")
+    got = _call_c(g, tmp_path, x, mask, idx)
+    np.testing.assert_allclose(got[0], g(x, mask, idx), rtol=1e-14)
+
+
+@pytest.mark.parametrize("name, fn, shape", ARRAY_FUNCTIONS, ids=[a[0] for a in ARRAY_FUNCTIONS])
+def test_python_module_matches_the_reference(name, fn, shape):
+    """The exported module's text, run on its own, computes what target="python" does."""
+    from symgrad.export import python_module
+    from symgrad.emit_python import function_name
+    g = sg.grad(fn, target="python")
+    x = np.random.default_rng(4).uniform(0.5, 1.5, shape)
+    graph = g._inspect_entry(x).graph
+    namespace = {}
+    exec(compile(python_module(graph), "<exported>", "exec"), namespace)
+    np.testing.assert_array_equal(namespace[function_name(graph)](x), g(x))
