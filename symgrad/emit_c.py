@@ -144,7 +144,6 @@ class ExportError(NotImplementedError):
 
 def _libm(op):
     def rule(em, n, a):
-        em.needs_math = True
         name = _LIBM[op] + ("f" if n.dtype == "float32" else "")
         return f"{name}({', '.join(a)})"
     return rule
@@ -173,7 +172,6 @@ def _abs(em, n, a):
 
 def _libm_named(name):
     def rule(em, n, a):
-        em.needs_math = True
         return f"{name}{'f' if n.dtype == 'float32' else ''}({', '.join(a)})"
     return rule
 
@@ -246,11 +244,10 @@ class _CEmitter:
         self.counts = use_counts(graph.outputs)
         self.namer = Namer(C_KEYWORDS | _LOCALS | {self.name})
         self.helpers: dict[tuple, str] = {}
-        self.needs_math = False
         self.statics: list[str] = []
         self.body: list[str] = []
         self.var: dict[Node, str] = {}        # nodes with storage: array or scalar variable
-        self.temps: list[str] = []            # malloc'd arrays, freed at the end
+        self.temps: list[tuple] = []          # (name, C type) of malloc'd arrays, freed at the end
         self.undeclared: dict[str, str] = {}  # scalar temporaries not declared yet
         self.last_comment = None
         self.params = self._parameters()
@@ -627,7 +624,8 @@ class _CEmitter:
 
     def describe(self, name: str, x: Node, role: str) -> str:
         dims = "".join(f"[{d}]" for d in x.shape)
-        kind = "by value" if role == "in" and not x.ndim else "contiguous, row-major"
+        kind = ("by value" if role == "in" else "through a pointer to one element") if not x.ndim \
+            else "contiguous, row-major"
         return f" *   {name}: {C_TYPES[x.dtype]}{dims or ' (0-d)'} {role}put, {kind}"
 
     def convention_comment(self) -> str:
@@ -682,6 +680,12 @@ def _index_map(index, idx: list[str], in_shape) -> list[str]:
             out.append(str(item))
     out.extend(idx[k:])
     return out
+
+
+def c_interface(graph: Graph, name: str | None = None):
+    """``(parameters, outputs)`` of the C function: ``[(C name, node)]`` each, in order."""
+    em = _CEmitter(graph, name)
+    return em.params, list(zip(em.outputs, graph.outputs))
 
 
 def emit_c(graph: Graph, name: str | None = None) -> tuple[str, str]:

@@ -105,16 +105,25 @@ def _demo_values(graph, values):
     return out
 
 
+def _free_name(base: str, taken: set) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    return name
+
+
 def demo_main(graph, name: str, values) -> str:
     """``main`` behind ``SYMGRAD_DEMO_MAIN``: call the function on example data, print results."""
-    from .emit_c import _CEmitter, c_number
-    em = _CEmitter(graph, name)
+    from .emit_c import c_interface, c_number
+    params, outputs = c_interface(graph, name)
+    taken = {n for n, _ in params} | {n for n, _ in outputs}
     lines = ["", "#ifdef SYMGRAD_DEMO_MAIN", "#include <stdio.h>",
              "/* cc -std=c99 -DSYMGRAD_DEMO_MAIN this.c -lm: runs the function on the example",
              " * arguments of the export and prints every output element (%.17g). */",
              "int main(void) {"]
     call = []
-    for (pname, x), value in zip(em.params, _demo_values(graph, values)):
+    for (pname, x), value in zip(params, _demo_values(graph, values)):
         ctype = C_TYPES[x.dtype]
         items = ", ".join(c_number(v, x.dtype) for v in np.ravel(value).tolist())
         if x.ndim:
@@ -122,12 +131,12 @@ def demo_main(graph, name: str, values) -> str:
         else:
             lines.append(f"    const {ctype} {pname} = {items};")
         call.append(pname)
-    for oname, o in zip(em.outputs, graph.outputs):
+    for oname, o in outputs:
         lines.append(f"    static {C_TYPES[o.dtype]} {oname}[{max(o.size, 1)}];")
         call.append(oname)
     lines.append(f"    if ({name}({', '.join(call)}) != 0) {{ fputs(\"out of memory\\n\", stderr); return 1; }}")
-    e = em.namer.name("e")
-    for oname, o in zip(em.outputs, graph.outputs):
+    e = _free_name("e", taken)   # the print loop's index must not hide an array
+    for oname, o in outputs:
         shape = "x".join(map(str, o.shape)) or "scalar"
         lines.append(f'    printf("{oname} ({shape}):");')
         lines.append(f"    for (int {e} = 0; {e} < {max(o.size, 1)}; ++{e}) "
