@@ -68,6 +68,7 @@ def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Grap
         nodes.append(x)
     prefix = "value_and_grad_" if with_value else "grad_"
     result = graph.derive(prefix + graph.name, graph.outputs, graph.out_tree)
+    result.stopped = {}   # what this pass's stop_gradients remove (not an inner derivative's)
     grads, origin = backward(result, nodes)
     for i, g in zip(wrt, grads):
         if g.op not in ("arg", "const", "full"):

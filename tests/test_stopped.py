@@ -62,3 +62,14 @@ def test_stopped_uses_the_last_call_and_works_for_value_and_grad():
     vg = sg.value_and_grad(stable_softmax.stop_gradient_max, target="python")
     vg(X, T)
     assert "np.max(x)" in vg.stopped()
+
+
+def test_a_second_derivative_reports_its_own_pass():
+    def f(x):
+        return x * x * sg.stop_gradient(x)
+    g = sg.grad(f, target="python")
+    first = g.stopped(0.5)
+    second = g.grad.stopped(0.5)
+    assert "derivative of the cut expression: x * x" in first     # d(x*x*c)/dc
+    # grad = 2 * x * c: the second pass reaches the same cut with cotangent 2 * x
+    assert "derivative of the cut expression: 2.0 * x" in second, second
