@@ -265,3 +265,23 @@ def test_python_module_matches_the_reference(name, fn, shape):
     namespace = {}
     exec(compile(python_module(graph), "<exported>", "exec"), namespace)
     np.testing.assert_array_equal(namespace[function_name(graph)](x), g(x))
+
+
+if GCC is not None:
+    from hypothesis import given, settings, strategies as st
+
+    from test_random_programs import _load, program_text
+
+    @settings(max_examples=15, deadline=None)
+    @given(text=program_text(), seed=st.integers(0, 2 ** 16))
+    def test_random_programs_in_c(tmp_path_factory, text, seed):
+        """Random source programs: the exported C of value_and_grad against target="python"."""
+        tmp = tmp_path_factory.mktemp("c_programs")
+        fn = _load(text, tmp)
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-1.5, 1.5, 4) + np.array([0.0123, -0.0234, 0.0345, -0.0456])   # no ties
+        y = float(rng.uniform(-1.5, 1.5)) + 0.00567
+        vg = sg.value_and_grad(fn, wrt=(0, 1), target="python")
+        got, want = _call_c(vg, tmp, x, y), _flat(vg(x, y))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13, err_msg=text)

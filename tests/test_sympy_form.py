@@ -161,3 +161,25 @@ def test_quickstart_latex_is_the_readme_one():
     readme = (root / "README.md").read_text()
     shown = re.search(r"```latex\n(.*?)\n```", readme, re.S).group(1)
     assert f.grad.latex(1.0, 2.0) == shown
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from test_random_programs import _load, program_text  # noqa: E402
+
+
+@settings(max_examples=10, deadline=None)
+@given(text=program_text(), seed=st.integers(0, 2 ** 16))
+def test_random_programs_sympy_form_evaluates_to_the_gradient(tmp_path_factory, text, seed):
+    fn = _load(text, tmp_path_factory.mktemp("sympy_programs"))
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.5, 1.5, 4) + np.array([0.0123, -0.0234, 0.0345, -0.0456])   # no ties
+    y = float(rng.uniform(-1.5, 1.5)) + 0.00567
+    g = sg.grad(fn, wrt=(0, 1), target="python")
+    form_x, form_y = g.sympy(x, y)
+    point = dict(zip(element_symbols("x", (4,)).ravel(), x.tolist()))
+    point[sympy.Symbol("y", real=True)] = y
+    gx, gy = g(x, y)
+    got_x = [float(sympy.N(e.subs(point))) for e in form_x]
+    np.testing.assert_allclose(got_x, gx, rtol=1e-10, atol=1e-12, err_msg=text)
+    assert float(sympy.N(form_y.subs(point))) == pytest.approx(gy, rel=1e-10, abs=1e-12)
