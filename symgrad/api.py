@@ -412,6 +412,34 @@ class Function:
         from codegen import ptx
         return ptx.ptx(self._inspect_entry(*args, **kwargs), arch=arch)
 
+    # -- mathematics, notebooks, audits (symgrad.sympy_form, symgrad.notebook, symgrad.audit) --
+    def sympy(self, *args, **kwargs):
+        """The function as sympy expression(s) for these argument types (a tuple for tuple
+        outputs, e.g. a tuple ``wrt``): scalars are symbols named like the parameters, small
+        arrays ``Matrix``/``Array`` of element expressions over ``x_0, x_1, ...``."""
+        from .sympy_form import to_sympy
+        return to_sympy(self._inspect_entry(*args, **kwargs).graph)
+
+    def latex(self, *args, **kwargs) -> str:
+        """LaTeX of :meth:`sympy`."""
+        from .sympy_form import to_latex
+        return to_latex(self._inspect_entry(*args, **kwargs).graph)
+
+    def stopped(self, *args, **kwargs) -> str:
+        """Each ``stop_gradient`` site (the user's line) and the derivative terms it removed:
+        the cotangent that reached it and the expression whose derivative was cut."""
+        from .audit import stopped_report
+        return stopped_report(self._inspect_entry(*args, **kwargs).graph)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: name, parameters, wrt, target, argument types and highlighted source."""
+        from .notebook import to_html
+        return to_html(self)
+
+    def _repr_markdown_(self) -> str:
+        from .notebook import to_markdown
+        return to_markdown(self)
+
     def hessp(self, *args):
         """Hessian-vector product ``H(x) @ p`` (for scipy's ``hessp=``): ``hessp(x, p, *rest)``."""
         return self._hessp(*args)
