@@ -18,7 +18,9 @@ import numpy as np
 from . import ops
 from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, shared_with_arguments
 from .ir import Node, substitute
-from .numpy_api import CALLABLES, DUALS
+from . import numpy_extra
+from .errors import UnsupportedSyntaxError
+from .numpy_api import CALLABLES, DUALS, check_call, numpy_name
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
 
@@ -31,7 +33,8 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 
 _NODE_BINOPS = {ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul, ast.Div: ops.div,
-                ast.Pow: ops.pow_, ast.MatMult: ops.matmul}
+                ast.Pow: ops.pow_, ast.MatMult: ops.matmul,
+                ast.FloorDiv: numpy_extra.floor_divide, ast.Mod: numpy_extra.remainder}
 
 _CMPOPS = {ast.Lt: (operator.lt, ops.lt), ast.LtE: (operator.le, ops.le),
            ast.Gt: (operator.gt, ops.gt), ast.GtE: (operator.ge, ops.ge),
@@ -426,7 +429,18 @@ class Expressions:
         except TypeError:
             handler = None
         if handler is not None:
-            return handler(*args, **kwargs)
+            try:
+                check_call(handler, args, kwargs)
+                return handler(*args, **kwargs)
+            except UnsupportedSyntaxError as e:
+                if e.lineno:
+                    raise
+                self.fail(node, e.construct, e.hint)   # a builder's refusal, at this line
+        library_name = numpy_name(fn)
+        if library_name is not None and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
+            # recognised by what it is, never inlined (its source is NumPy's internals)
+            self.fail(node, f"{library_name} is not supported",
+                      "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")
         if fn in _UNSAFE_CALLS:
             self.fail(node, _UNSAFE_CALLS[fn])
         if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):

@@ -8,6 +8,7 @@ ordinary Python. The front end looks callables up in :data:`CALLABLES`.
 from __future__ import annotations
 
 import builtins
+import inspect
 import math
 
 import numpy as np
@@ -31,6 +32,7 @@ def _dual(eager, build, name):
             return build(*args, **kwargs)
         return eager(*args, **kwargs)
     fn.__name__ = fn.__qualname__ = name
+    fn.build = build
     fn.__doc__ = f"``np.{getattr(eager, '__name__', name)}`` that also traces into symgrad IR."
     return fn
 
@@ -221,6 +223,11 @@ ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arcta
            "reduce_mean": "mean", "reduce_prod": "prod", "concat": "concatenate",
            "true_divide": "divide"}
 
+# The rest of the NumPy surface (symgrad.numpy_extra) joins the same tables.
+from . import numpy_extra  # noqa: E402 - it builds on the helpers above
+FUNCTIONS.update(numpy_extra.FUNCTIONS)
+ALIASES.update(numpy_extra.ALIASES)
+
 DUALS = {name: _dual(eager, build, name) for name, (eager, build) in FUNCTIONS.items()}
 DUALS.update({alias: DUALS[name] for alias, name in ALIASES.items()})
 
@@ -232,7 +239,10 @@ for _name, _dual_fn in DUALS.items():
         _obj = getattr(_module, _name, None)
         if _obj is not None and callable(_obj):
             CALLABLES.setdefault(_obj, _dual_fn)
+CALLABLES.pop(math.remainder, None)   # IEEE remainder (nearest quotient), not np.remainder
 CALLABLES[builtins.abs] = DUALS["abs"]
+CALLABLES[builtins.round] = DUALS["round"]
+CALLABLES[builtins.divmod] = DUALS["divmod"]
 CALLABLES[np.linalg.norm] = DUALS["norm"]
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
@@ -258,3 +268,54 @@ def builtin_extremum(build):
 CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
 CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
 Node.__abs__ = ops.abs_
+
+
+_SIGNATURES: dict = {}
+
+
+def check_call(handler, args, kwargs) -> None:
+    """Refuse, as unsupported, a call whose arguments the builder does not take (a keyword
+    NumPy has and symgrad does not, such as ``np.sum(x, dtype=...)``), instead of letting the
+    builder fail with an internal TypeError."""
+    build = getattr(handler, "build", None)
+    if build is None or not _traced(args) and not _traced(kwargs.values()):
+        return
+    sig = _SIGNATURES.get(build)
+    if sig is None:
+        try:
+            sig = _SIGNATURES[build] = inspect.signature(build)
+        except (TypeError, ValueError):
+            return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        words = [f"{k}=..." for k in kwargs]
+        raise numpy_extra.unsupported(f"np.{handler.__name__}({', '.join(['...'] * len(args) + words)})",
+                                      f"symgrad's np.{handler.__name__} takes {sig}: {e}") from None
+
+
+def numpy_name(fn) -> str | None:
+    """``np.<name>`` for a function or ufunc that NumPy defines (public or internal), else
+    None: such a function is recognised by what it is, never traced through."""
+    module = getattr(fn, "__module__", None)
+    if not isinstance(module, str) and isinstance(fn, np.ufunc):
+        module = "numpy"
+    if not isinstance(module, str) or module.split(".")[0] != "numpy" or not callable(fn) \
+            or isinstance(fn, type):
+        return None
+    public = module.split(".")
+    public = [p for p in public[1:] if not p.startswith("_")]
+    return ".".join(["np"] + public + [getattr(fn, "__name__", "?")])
+
+
+def supported() -> list[str]:
+    """The NumPy (and math) names the front end recognises, sorted: the README's list is
+    generated from this (and a test keeps the two equal)."""
+    names = set()
+    for fn, dual in CALLABLES.items():
+        name = numpy_name(fn)
+        if name is not None:
+            names.add(name)
+        elif getattr(fn, "__module__", None) == "math":
+            names.add(f"math.{fn.__name__}")
+    return sorted(names)

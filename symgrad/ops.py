@@ -445,6 +445,9 @@ def mean(x, axis=None, keepdims=False) -> Node:
 from .shape_ops import (  # noqa: E402,F401 - re-exported
     reshape, transpose, broadcast_to, unbroadcast, normalize_index, getitem, setitem,
     index_add, concatenate, stack, take, scatter_add, matmul, dot, _index_shape, _index_text)
+from .ops_extra import (  # noqa: E402,F401 - re-exported
+    arcsinh, arccosh, arctanh, exp2, log2, log10, cbrt, erf, erfc, floor, ceil, rint, trunc,
+    hypot, fmod)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Every op's derivative against central finite differences: first order on scalars and arrays,
 float64 and float32; second order through grad-of-grad on scalar functions."""
+import math
+
 import numpy as np
 import pytest
 
@@ -217,3 +219,137 @@ def test_matmul_shared_matrix_over_a_batch():
     source = sg.grad(batched).source_for(w, x)
     code = [line for line in source.splitlines() if not line.strip().startswith("#")]
     assert sum(line.count("@") for line in code) == 4   # no per-batch products summed afterwards
+
+
+# ----------------------------------------------------------------------------------------------
+# NumPy coverage (issue 12): the functions real gradient code calls, on both targets. Values are
+# checked against NumPy itself (the function run eagerly is NumPy's reference).
+NUMPY_UNARY = [
+    ("arcsinh", lambda x: np.arcsinh(x), -3, 3),
+    ("arccosh", lambda x: np.arccosh(x), 1.2, 4),
+    ("arctanh", lambda x: np.arctanh(x), -0.8, 0.8),
+    ("exp2", lambda x: np.exp2(x), -2, 2),
+    ("log2", lambda x: np.log2(x), 0.2, 3),
+    ("log10", lambda x: np.log10(x), 0.2, 3),
+    ("cbrt", lambda x: np.cbrt(x), 0.2, 3),
+    ("cbrt_negative", lambda x: np.cbrt(x), -3, -0.2),
+    ("erf", lambda x: sg.erf(x) * x, -2, 2),
+    ("math_erfc", lambda x: math.erfc(x) if not isinstance(x, np.ndarray) else sg.erfc(x), -2, 2),
+    ("deg2rad", lambda x: np.sin(np.deg2rad(x * 50)) + np.radians(x), -2, 2),
+    ("rad2deg", lambda x: np.rad2deg(x) * np.degrees(x), -2, 2),
+    ("sinc", lambda x: np.sinc(x), -2, 2),
+    ("square", lambda x: np.square(x), -2, 2),
+    ("reciprocal", lambda x: np.reciprocal(x), 0.5, 2),
+    ("floor", lambda x: np.floor(x * 3) * x, -2, 2),
+    ("ceil", lambda x: np.ceil(x * 3) * x, -2, 2),
+    ("rint", lambda x: (np.rint(x * 3) + np.round(x, 1) + np.around(x)) * x, -2, 2),
+    ("trunc", lambda x: np.trunc(x * 3) * x + np.fix(x), -2, 2),
+    ("nan_to_num", lambda x: np.nan_to_num(np.log(x)) * x, 0.2, 3),
+    ("mod_const", lambda x: (x * 3) % 0.7 + np.mod(x, -0.3), -2, 2),
+    ("floordiv_const", lambda x: ((x * 3) // 0.7) * x, -2, 2),
+    ("real_imag_conj", lambda x: np.real(x) * np.conj(x) + np.imag(x) + np.conjugate(x), -2, 2),
+]
+
+NUMPY_BINARY = [
+    ("hypot", lambda x, y: np.hypot(x, y), -2, 2),
+    ("fmod", lambda x, y: np.fmod(x * 3, y), 0.3, 2),
+    ("remainder", lambda x, y: np.remainder(x * 3, y) + (x * 5) % (-y), 0.3, 2),
+    ("fmax", lambda x, y: np.fmax(x, y * 1.3), 0.1, 2),
+    ("fmin", lambda x, y: np.fmin(x, y * 1.3), 0.1, 2),
+    ("logaddexp2", lambda x, y: np.logaddexp2(x, y), -2, 2),
+    ("copysign", lambda x, y: np.copysign(x, y - 1.0), 0.1, 2),
+]
+
+TARGETS = ("python", "cpu")
+
+
+def _on(target, fn, wrt=0):
+    return sg.differentiate(fn, wrt=wrt, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3)])
+@pytest.mark.parametrize("name, fn, low, high", NUMPY_UNARY, ids=[u[0] for u in NUMPY_UNARY])
+def test_numpy_unary(name, fn, low, high, shape, target):
+    x = _rand(np.random.default_rng(10), low, high, shape)
+    f = _on(target, fn)
+    np.testing.assert_allclose(f(x), fn(x), rtol=1e-13, atol=1e-15)
+    assert sg.check_grad(f, x) < 1e-6
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name, fn, low, high", NUMPY_UNARY, ids=[u[0] for u in NUMPY_UNARY])
+def test_numpy_unary_second_order_and_float32(name, fn, low, high, target):
+    x = 0.37 * low + 0.63 * high
+    f = _on(target, fn)
+    h = 1e-4
+    numeric = (f.grad(x + h) - f.grad(x - h)) / (2 * h)
+    assert abs(f.grad.grad(x) - numeric) <= 1e-6 * max(1.0, abs(numeric))
+    x64 = np.random.default_rng(11).uniform(low, high, 6)
+    g32 = f.grad(x64.astype(np.float32))
+    assert g32.dtype == np.float32
+    np.testing.assert_allclose(g32, f.grad(x64.astype(np.float32).astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", [(), (4,), (2, 3)])
+@pytest.mark.parametrize("name, fn, low, high", NUMPY_BINARY, ids=[b[0] for b in NUMPY_BINARY])
+def test_numpy_binary(name, fn, low, high, shape, target):
+    rng = np.random.default_rng(12)
+    x, y = _rand(rng, low, high, shape), _rand(rng, low, high, shape)
+    f = _on(target, fn, (0, 1))
+    np.testing.assert_allclose(f(x, y), fn(x, y), rtol=1e-13, atol=1e-15)
+    assert sg.check_grad(f, x, y, wrt=(0, 1)) < 1e-6
+    assert sg.check_grad(f, float(rng.uniform(low, high)), rng.uniform(low, high, (2, 3)), wrt=(0, 1)) < 1e-6
+    g = sg.differentiate(fn, wrt=0, target=target)
+    x0, y0 = 0.7 * low + 0.3 * high, 0.4 * low + 0.6 * high
+    numeric = (g.grad(x0 + 1e-4, y0) - g.grad(x0 - 1e-4, y0)) / 2e-4
+    assert abs(g.grad.grad(x0, y0) - numeric) <= 1e-6 * max(1.0, abs(numeric))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_numpy_elementwise_special_points(target):
+    """Derivatives and values where the formulas have a special case."""
+    sinc = sg.differentiate(lambda x: np.sinc(x), target=target)
+    assert sinc(0.0) == 1.0 and sinc.grad(0.0) == 0.0
+    assert abs(sinc.grad.grad(0.0) - (-math.pi ** 2 / 3)) < 1e-12
+    hyp = sg.differentiate(lambda a, b: np.hypot(a, b), wrt=(0, 1), target=target)
+    big = np.array([3e200, -1e300, 0.0, 3.0])
+    other = np.array([4e200, 1e300, 0.0, -4.0])
+    np.testing.assert_allclose(hyp(big, other), np.hypot(big, other), rtol=1e-15)
+    ga, gb = hyp.grad(big, other)
+    np.testing.assert_allclose(ga, [0.6, -2 ** -0.5, 0.0, 0.6], rtol=1e-15)
+    np.testing.assert_allclose(gb, [0.8, 2 ** -0.5, 0.0, -0.8], rtol=1e-15)
+    fm = sg.differentiate(lambda a, b: np.fmax(a, b) + np.fmin(a, b), wrt=(0, 1), target=target)
+    a, b = np.array([np.nan, 1.0, np.nan, 2.0]), np.array([1.0, np.nan, np.nan, 3.0])
+    np.testing.assert_array_equal(fm(a, b), np.fmax(a, b) + np.fmin(a, b))
+    ga, gb = fm.grad(np.array([np.nan, 1.0, 2.0]), np.array([1.0, np.nan, 3.0]))
+    np.testing.assert_array_equal(ga, [0.0, 2.0, 1.0])
+    np.testing.assert_array_equal(gb, [2.0, 0.0, 1.0])
+    # % and // follow NumPy: the sign of the divisor, -0.0 and a / 0
+    a = np.array([5.5, -5.5, 5.5, -5.5, 6.0, -6.0, 0.0, 1.0, 1e17, -0.0])
+    b = np.array([2.0, 2.0, -2.0, -2.0, 3.0, 3.0, -2.0, 0.0, 3.0, 2.0])
+    ops = sg.differentiate(lambda a, b: (a % b, a // b, np.divmod(a, b)[0]), wrt=(0, 1), target=target)
+    with np.errstate(all="ignore"):
+        want = (a % b, a // b, a // b)
+    for got, exp in zip(ops(a, b), want):
+        np.testing.assert_array_equal(got, exp)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(exp))
+    rem = sg.differentiate(lambda a, b: a % b, wrt=(0, 1), target=target)
+    ga, gb = rem.grad(a[:6], b[:6])
+    np.testing.assert_array_equal(ga, np.ones(6))
+    np.testing.assert_array_equal(gb, -np.floor(a[:6] / b[:6]))
+    ints = sg.differentiate(lambda x, k: x * (k % 3) + x * (k // -3), target=target)
+    k = np.array([-7, -1, 0, 4, 8])
+    np.testing.assert_array_equal(ints(np.ones(5), k), k % 3 + k // -3)
+    nan = sg.differentiate(lambda x: np.nan_to_num(x, nan=1.5, posinf=7.0) * x, target=target)
+    x = np.array([np.nan, np.inf, -np.inf, 2.0])
+    np.testing.assert_array_equal(nan(x)[[0, 3]], [np.nan, 4.0])   # nan * 1.5 is nan
+    np.testing.assert_array_equal(nan.grad(np.array([2.0, 3.0])), [4.0, 6.0])
+    cb = sg.differentiate(lambda x: np.cbrt(x), target=target)
+    np.testing.assert_allclose(cb(np.array([-8.0, 27.0])), [-2.0, 3.0], rtol=1e-15)
+    np.testing.assert_allclose(cb.grad(np.array([-8.0, 27.0])), [1 / 12, 1 / 27], rtol=1e-14)
+    r = sg.differentiate(lambda x: np.round(x) + np.round(x, 2) + np.round(x, -1), target=target)
+    x = np.array([0.5, 1.5, 2.5, -0.5, 12.345, 15.0])
+    np.testing.assert_array_equal(r(x), np.round(x) + np.round(x, 2) + np.round(x, -1))
+    np.testing.assert_array_equal(r.grad(x), np.zeros(6))
