@@ -229,7 +229,8 @@ class Expressions:
         if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
             copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
         else:
-            copied = isinstance(container, Node) and gather_axis(key) is not None
+            copied = isinstance(container, Node) and (gather_axis(key) is not None
+                                                     or numpy_extra.is_advanced(key))
         self.origins[node] = NO_BUFFERS if copied else (node.value,)   # basic indexing: a view
         return value
 
@@ -240,6 +241,9 @@ class Expressions:
             gather = gather_axis(key)
             if gather is not None:
                 return ops.take(container, gather[1], gather[0])
+            advanced = numpy_extra.advanced_index(container, key)
+            if advanced is not None:
+                return advanced
             check_static_key(self, key, node)
             return ops.getitem(container, key)
         if is_data(key) or (isinstance(key, tuple) and any(is_data(k) for k in key)):

@@ -38,7 +38,7 @@ def _dual(eager, build, name):
 
 
 def _as_node_list(xs):
-    return [x if isinstance(x, Node) else ops.lift(np.asarray(x)) for x in xs]
+    return [numpy_extra._as_array(x) for x in xs]
 
 
 def _reduce(op):

@@ -905,3 +905,78 @@ FUNCTIONS = {
 ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "remainder",
            "around": "round", "round_": "round", "degrees": "rad2deg", "radians": "deg2rad",
            "conjugate": "conj", "row_stack": "vstack"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Advanced indexing that reduces to basic indexing and one gather
+
+def _advanced_kind(k):
+    """'mask' (a constant boolean array), 'array' (integer indices), 'traced mask' or None."""
+    if isinstance(k, Node):
+        if k.ndim == 0:
+            return None
+        return "traced mask" if k.dtype == "bool" else "array" if k.dtype in INT_DTYPES else None
+    if isinstance(k, (list, np.ndarray)):
+        a = np.asarray(k)
+        if a.dtype == bool:
+            return "mask"
+        if a.dtype.kind in "iu" or a.size == 0:
+            return "array"
+    return None
+
+
+def is_advanced(key) -> bool:
+    return any(_advanced_kind(k) for k in (key if isinstance(key, tuple) else (key,)))
+
+
+def advanced_index(x: Node, key):
+    """``x[key]`` for a key of basic items (ints, slices, None, ...) and one index array or one
+    constant boolean mask: basic indexing with that item as full slices, then one gather (a
+    mask: its axes merged, gathered at np.flatnonzero). NumPy's placement rule is kept: when
+    integer scalars and the array are separated by a slice, the gathered axes come first.
+    None when the key is basic."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    kinds = [_advanced_kind(k) for k in items]
+    if not any(kinds):
+        return None
+    if "traced mask" in kinds:
+        raise unsupported("indexing with a boolean mask computed from traced data",
+                          "the result's length would depend on the data; select with np.where "
+                          "(or multiply by the mask) instead")
+    if sum(1 for k in kinds if k) > 1:
+        raise unsupported("advanced indexing with more than one index array or mask",
+                          "index with one integer array (or one constant boolean mask) at a time")
+    where = next(i for i, k in enumerate(kinds) if k)
+    adv = items[where]
+    adv = np.asarray(adv) if not isinstance(adv, Node) else adv
+    width = adv.ndim if kinds[where] == "mask" else 1     # input axes the item consumes
+    consumed = sum(width if i == where else (0 if k is None or k is Ellipsis else 1)
+                   for i, k in enumerate(items))
+    ellipses = [i for i, k in enumerate(items) if i != where and k is Ellipsis]
+    if ellipses:                        # spelled out, so positions count input axes
+        e = ellipses[0]
+        items[e:e + 1] = [slice(None)] * (x.ndim - consumed)
+        if e < where:
+            where += x.ndim - consumed - 1
+        kinds = [_advanced_kind(k) for k in items]
+    basic = items[:where] + [slice(None)] * width + items[where + 1:]
+    y = ops.getitem(x, tuple(basic))
+    axis = sum(1 for k in items[:where] if isinstance(k, slice) or k is None)
+    if kinds[where] == "mask":
+        out = boolean_mask(y, adv, axis)
+        gathered = 1
+    else:
+        if not isinstance(adv, Node):
+            size = y.shape[axis]
+            if adv.size and (adv.min() < -size or adv.max() >= size):
+                raise IndexError(f"index {adv.max() if adv.max() >= size else adv.min()} is out "
+                                 f"of bounds for axis {where} with size {size}")
+        out = ops.take(y, adv, axis)
+        gathered = adv.ndim
+    scalars = [i for i, k in enumerate(items) if isinstance(k, numbers.Integral) and not isinstance(k, bool)]
+    group = sorted(scalars + [where])
+    if scalars and group != list(range(group[0], group[-1] + 1)) and axis:
+        perm = list(range(axis, axis + gathered)) + [a for a in range(out.ndim)
+                                                     if not axis <= a < axis + gathered]
+        out = ops.transpose(out, perm)
+    return out

@@ -353,3 +353,138 @@ def test_numpy_elementwise_special_points(target):
     x = np.array([0.5, 1.5, 2.5, -0.5, 12.345, 15.0])
     np.testing.assert_array_equal(r(x), np.round(x) + np.round(x, 2) + np.round(x, -1))
     np.testing.assert_array_equal(r.grad(x), np.zeros(6))
+
+
+W = np.linspace(0.5, 1.7, 60)   # fixed weights: every output element gets its own cotangent
+
+
+def _weigh(y):
+    y = np.ravel(y) if not isinstance(y, list) else np.concatenate([np.ravel(v) for v in y])
+    return np.sum(np.sin(y) * W[:y.size]) if y.size <= 60 else np.sum(np.sin(y))
+
+
+NUMPY_ARRAY = [
+    ("moveaxis", lambda x: np.moveaxis(x, 0, -1), (2, 3, 4)),
+    ("moveaxis_multi", lambda x: np.moveaxis(x, [0, 1], [-1, 0]), (2, 3, 4)),
+    ("swapaxes", lambda x: np.swapaxes(x, 0, 2), (2, 3, 4)),
+    ("rollaxis", lambda x: np.rollaxis(x, 2, 0), (2, 3, 4)),
+    ("expand_dims", lambda x: np.expand_dims(x, (0, -1)) * np.arange(12.0).reshape(1, 3, 4, 1), (3, 4)),
+    ("squeeze_axis", lambda x: np.squeeze(x, axis=1), (3, 1, 4)),
+    ("ravel", lambda x: np.ravel(x.T), (3, 4)),
+    ("flip", lambda x: np.flip(x) + np.flip(x, 1) + np.fliplr(x) + np.flipud(x), (3, 4)),
+    ("roll", lambda x: np.roll(x, 2) * np.roll(x, -1, axis=1) + np.roll(x, (1, 2), axis=(0, 1)), (3, 4)),
+    ("rot90", lambda x: np.rot90(x) * 2 + np.rot90(x, 2).T[:, :3].sum() + np.rot90(x, -1), (4, 4)),
+    ("tile", lambda x: np.tile(x, (2, 1, 3)), (3, 4)),
+    ("repeat", lambda x: np.concatenate([np.repeat(x, 2), np.repeat(x, [1, 0, 3], axis=0).ravel()]), (3, 2)),
+    ("pad_constant", lambda x: np.pad(x, ((1, 2), (0, 1)), constant_values=0.5), (3, 4)),
+    ("pad_modes", lambda x: np.concatenate([np.pad(x, 2, mode="edge").ravel(), np.pad(x, (1, 2), mode="reflect").ravel(),
+                                            np.pad(x, 1, mode="wrap").ravel()]), (3, 4)),
+    ("atleast", lambda x: np.atleast_3d(x) * np.atleast_2d(x[0]).sum() + np.atleast_1d(x[0, 0]).sum(), (3, 4)),
+    ("diag_both", lambda x: np.diag(x) + np.diag(np.diag(x), 1)[:3, :3].sum() + np.diag(x[0], -2).sum(), (4, 4)),
+    ("diagonal_offset", lambda x: np.concatenate([np.diagonal(x, 1), np.diagonal(x, -1), np.trace(x, 1)[None]]), (3, 4)),
+    ("diagonal_axes", lambda x: np.diagonal(x, 0, 1, 2), (2, 3, 3)),
+    ("tril_triu", lambda x: np.tril(x) * 2 + np.triu(x, 1) - np.tril(x, -1) * np.triu(x), (3, 4)),
+    ("stacks", lambda x: np.concatenate([np.vstack([x, x[:1]]).ravel(), np.hstack([x, x]).ravel(),
+                                         np.column_stack([x[0], x[1]]).ravel(), np.dstack([x, x]).ravel(),
+                                         np.row_stack([x[0], x[1]]).ravel()]), (3, 4)),
+    ("splits", lambda x: [p * (i + 1) for i, p in enumerate(np.split(x, 2, axis=1) + np.array_split(x, 2)
+                                                              + np.vsplit(x, [1]) + np.hsplit(x, [1, 3]))], (3, 4)),
+    ("dsplit", lambda x: [p * (i + 1) for i, p in enumerate(np.dsplit(x, 2))], (2, 3, 4)),
+    ("append", lambda x: np.append(x, x[0]) + np.append(x, x[:1], axis=0).sum(), (3, 4)),
+    ("diff", lambda x: np.concatenate([np.diff(x).ravel(), np.diff(x, 2, axis=0).ravel(),
+                                       np.diff(x, prepend=0.5, append=x[:, :1]).ravel()]), (3, 4)),
+    ("gradient", lambda x: np.concatenate([g.ravel() for g in np.gradient(x * x, 0.5)]
+                                          + [np.gradient(x[0], edge_order=2)]), (3, 4)),
+    ("std_var", lambda x: np.concatenate([np.std(x, axis=0, ddof=1), np.var(x, axis=1, keepdims=True).ravel(),
+                                          [np.var(x), np.std([x[0, 0], x[1, 1], 2.0])]]), (3, 4)),
+    ("average", lambda x: np.concatenate([np.average(x, axis=1, weights=np.arange(1.0, 5.0)),
+                                          [np.average(x, weights=x * x), np.average(x)]]), (3, 4)),
+    ("clip_keywords", lambda x: np.clip(x, a_min=-0.5, a_max=0.7) * x + np.clip(x, None, 0.2), (3, 4)),
+    ("select", lambda x: np.select([x < -0.5, x > 0.5], [x * x, np.sin(x)], default=x * 3), (3, 4)),
+    ("linspace", lambda x: np.linspace(x[0], x[1], 5) * np.linspace(x[2], 2.0, 4, endpoint=False).sum(), (3,)),
+    ("linspace_arrays", lambda x: np.linspace(x[0], x[1], 4, axis=1), (2, 3)),
+    ("norms_vector", lambda x: np.stack([np.linalg.norm(x[0], o) for o in (1, 2, np.inf, -np.inf, 3, 0.5)]
+                                        + [np.linalg.norm([x[0, 0], x[1, 1]])]), (3, 4)),
+    ("norms_axis", lambda x: np.concatenate([np.linalg.norm(x, 1, axis=1), np.linalg.norm(x, np.inf, axis=0),
+                                             np.linalg.norm(x, axis=0, keepdims=True).ravel()]), (3, 4)),
+    ("norms_matrix", lambda x: np.stack([np.linalg.norm(x, o) for o in (1, -1, np.inf, -np.inf, "fro", None)]), (3, 4)),
+    ("take_along_axis", lambda x: np.take_along_axis(x, np.array([[0, 2], [1, 1], [3, -1]]), 1)
+     + np.take_along_axis(x, np.array([[2, 0, 1, 1]]), 0).sum(), (3, 4)),
+    ("mixed_index", lambda x: np.concatenate([x[1, 1:, [0, 2]].ravel(), x[:, 1, [3, 0, 1]].ravel(),
+                                              x[[2, 0], 1:3, 2].ravel()]), (3, 4, 5)),
+    ("bool_mask", lambda x: np.concatenate([x[np.array([True, False, True])].ravel(), x[:, [True, False, True, True]].ravel(),
+                                            x[np.arange(12).reshape(3, 4) % 5 == 1]]), (3, 4)),
+]
+
+
+def _array_input(name, shape, seed):
+    rng = np.random.default_rng(seed)
+    if name == "norms_vector":   # away from the kinks of |x| and of max/min ties
+        return rng.uniform(0.3, 1.5, shape) * np.where(rng.uniform(size=shape) < 0.5, -1, 1)
+    return rng.uniform(-1.5, 1.5, shape)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name, fn, shape", NUMPY_ARRAY, ids=[a[0] for a in NUMPY_ARRAY])
+def test_numpy_array_functions(name, fn, shape, target):
+    x = _array_input(name, shape, 13)
+    f = _on(target, fn)
+    got, want = f(x), fn(x)
+    for g, w in zip(got, want) if isinstance(want, list) else [(got, want)]:
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
+    loss = _on(target, lambda x: _weigh(fn(x)))
+    assert sg.check_grad(loss, x) < 1e-6
+    g32 = loss.grad(x.astype(np.float32))
+    assert g32.dtype == np.float32
+    np.testing.assert_allclose(g32, loss.grad(x), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name, fn, shape", NUMPY_ARRAY, ids=[a[0] for a in NUMPY_ARRAY])
+def test_numpy_array_functions_second_order(name, fn, shape):
+    """The gradient's own gradient (a Hessian-vector product) against finite differences."""
+    x = _array_input(name, shape, 14)
+    first = sg.grad(lambda x: _weigh(fn(x)), target="python")
+    assert sg.check_grad(lambda x: np.sum(np.cos(first(x)) * np.arange(x.size).reshape(x.shape)), x) < 1e-5
+
+
+MIXED_KEYS = [
+    (3, slice(2, None), [1, 3]), (slice(None), 2, [0, 4, 4]), ([1, 0], 2, slice(1, 3)),
+    (Ellipsis, [2, -1]), (1, Ellipsis, [0, 3]), ([[0, 1], [3, 3]], slice(None, None, -1), 0),
+    (None, 2, slice(None), [1]), (slice(1, 3), None, [4, 0], 1),
+    (np.array([True, False, True, True]),), (slice(None), np.array([False, True, True, False, False, True])),
+    (0, np.arange(30).reshape(6, 5) % 4 == 0), (Ellipsis, np.array([True, False, True, False, True])),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("key", MIXED_KEYS, ids=[str(i) for i in range(len(MIXED_KEYS))])
+def test_mixed_advanced_indexing_matches_numpy(key, target):
+    x = np.random.default_rng(15).standard_normal((4, 6, 5))
+
+    def pick(x):
+        return x[key]
+    f = _on(target, pick)
+    np.testing.assert_array_equal(f(x), x[key])
+    assert sg.check_grad(_on(target, lambda x: _weigh(pick(x) * pick(x))), x) < 1e-6
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_traced_index_arrays_and_refused_keys(target):
+    def by_labels(x, k):
+        return np.sum(np.sin(x[1, :, k])) + np.sum(np.take_along_axis(x[0], k[None, :2], 1) ** 2)
+    x, k = np.random.default_rng(16).standard_normal((2, 3, 4)), np.array([3, 0, -1])
+    f = _on(target, by_labels)
+    np.testing.assert_allclose(f(x, k), by_labels(x, k), rtol=1e-14)
+    assert sg.check_grad(f, x, k) < 1e-6
+
+    def traced_mask(x):
+        return np.sum(x[x > 0])
+
+    def two_arrays(x):
+        return np.sum(x[[0, 1], [1, 2]])
+    for fn, construct in ((traced_mask, "boolean mask computed from traced data"),
+                          (two_arrays, "more than one index array")):
+        with pytest.raises(sg.UnsupportedSyntaxError, match=construct) as info:
+            _on(target, fn)(np.ones((3, 3)))
+        assert info.value.lineno > 0 and "test_derivatives.py" in info.value.filename
