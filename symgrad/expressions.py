@@ -247,7 +247,11 @@ class Expressions:
             check_static_key(self, key, node)
             return ops.getitem(container, key)
         if is_data(key) or (isinstance(key, tuple) and any(is_data(k) for k in key)):
-            self.fail(node, "indexing a list with a traced value")
+            for name in ("r_", "c_", "s_", "index_exp"):
+                if container is getattr(np, name, None):
+                    self.fail(node, f"np.{name}[...] is not supported",
+                              "use np.concatenate / np.stack / np.arange")
+            self.fail(node, f"indexing a {type(container).__name__} with a traced value")
         return container[key]
 
     def expr_Slice(self, node, frame):

@@ -1,0 +1,88 @@
+"""The README's list of the supported NumPy surface is the one generated from the tables, and
+every NumPy function outside them is refused by name at the user's line (never inlined, never
+an internal error)."""
+import os
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import numpy_api
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_readme_lists_the_generated_surface():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    start = text.index(numpy_api.README_BEGIN)
+    end = text.index(numpy_api.README_END) + len(numpy_api.README_END)
+    assert text[start:end] == numpy_api.readme_section(), \
+        "README.md is stale: run `python -m symgrad.readme_numpy`"
+
+
+def test_supported_names_are_recognised():
+    names = numpy_api.supported()
+    assert "np.sinc" in names and "np.linalg.norm" in names and "math.erf" in names
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        obj = {"np": np, "np.linalg": np.linalg, "math": __import__("math")}[module]
+        assert getattr(obj, attr) in numpy_api.CALLABLES, name
+
+
+def cumsum_call(x):
+    return np.sum(np.cumsum(x))
+
+
+def einsum_call(x):
+    return np.einsum("ij,ij->", x, x)
+
+
+def sort_call(x):
+    return np.sum(np.sort(x))
+
+
+def argmax_call(x):
+    return x[0, 0] * np.argmax(x)
+
+
+def det_call(x):
+    return np.linalg.det(x)
+
+
+def kron_call(x):
+    return np.sum(np.kron(x, x))
+
+
+def unique_call(x):
+    return np.sum(np.unique(x))
+
+
+def spectral_norm(x):
+    return np.linalg.norm(x, 2)
+
+
+def keyword_not_taken(x):
+    return np.sum(x, dtype=np.float32)
+
+
+def r_call(x):
+    return np.sum(np.r_[x[0], x[1]])
+
+
+CASES = [(cumsum_call, "np.cumsum is not supported"), (einsum_call, "np.einsum is not supported"),
+         (sort_call, "np.sort is not supported"), (argmax_call, "np.argmax is not supported"),
+         (det_call, "np.linalg.det is not supported"), (kron_call, "np.kron is not supported"),
+         (unique_call, "np.unique is not supported"),
+         (spectral_norm, "ord=2) of a matrix"), (keyword_not_taken, "np.sum(..., dtype=...)"),
+         (r_call, "np.r_[...] is not supported")]
+
+
+@pytest.mark.parametrize("fn, construct", CASES, ids=[c[0].__name__ for c in CASES])
+def test_unsupported_numpy_is_refused_by_name(fn, construct):
+    with pytest.raises(sg.UnsupportedSyntaxError) as info:
+        sg.grad(fn, target="python")(np.eye(3) + 0.5)
+    err = info.value
+    assert construct in str(err)
+    assert err.filename.endswith("test_numpy_surface.py") and err.lineno > 0
+    assert err.source_line.strip().startswith("return")
