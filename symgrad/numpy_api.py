@@ -329,8 +329,8 @@ NOT_YET_SUPPORTED = {
     "np.linalg.norm(matrix, ord=2 / -2 / 'nuc')": "needs the singular values (an SVD)",
     "np.sort, np.partition, np.argmax, np.argmin": "data-dependent permutations need new primitives",
     "np.cumsum, np.cumprod": "a scan primitive (as compositions they would cost O(n^2))",
-    "x[[0, 1], [2, 3]] (two index arrays), x[x > 0] (a traced mask)": "one integer array or one "
-    "constant boolean mask per index; a traced mask gives a data-dependent length (use np.where)",
+    "x[x > 0] (a boolean mask computed from traced data)": "the result's length would depend on "
+    "the data (use np.where)",
     "np.r_, np.c_": "index tricks objects are not traced (use np.concatenate / np.arange)",
 }
 

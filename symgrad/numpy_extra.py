@@ -839,19 +839,6 @@ def take_along_axis(arr, indices, axis):
     return ops.take(flat, base + k * strides[axis], 0)
 
 
-def boolean_mask(x: Node, mask: np.ndarray, position: int) -> Node:
-    """``x[..., mask]`` for a constant boolean mask covering ``mask.ndim`` axes from
-    ``position``: those axes merged, then a gather at the mask's true positions."""
-    covered = x.shape[position:position + mask.ndim]
-    if covered != mask.shape:
-        raise IndexError(f"boolean index did not match indexed array along axis {position}; "
-                         f"size of axis is {covered} but size of corresponding boolean "
-                         f"axis is {mask.shape}")
-    merged = ops.reshape(x, x.shape[:position] + (-1,) + x.shape[position + mask.ndim:]) \
-        if mask.ndim != 1 else x
-    return ops.take(merged, np.flatnonzero(mask), position)
-
-
 def _erf_eager(fn):
     """erf run eagerly (NumPy has none): math.erf on a number, per element on an array."""
     vector = np.vectorize(fn, otypes=[np.float64])
@@ -930,11 +917,11 @@ def is_advanced(key) -> bool:
 
 
 def advanced_index(x: Node, key):
-    """``x[key]`` for a key of basic items (ints, slices, None, ...) and one index array or one
-    constant boolean mask: basic indexing with that item as full slices, then one gather (a
-    mask: its axes merged, gathered at np.flatnonzero). NumPy's placement rule is kept: when
-    integer scalars and the array are separated by a slice, the gathered axes come first.
-    None when the key is basic."""
+    """``x[key]`` with advanced items (integer arrays, constant or traced integer data; constant
+    boolean masks, taken as their np.nonzero arrays; integers beside them) among basic ones:
+    basic indexing with every advanced axis kept whole, those axes brought together (in
+    place when the advanced items are adjacent in the key, else first: NumPy's rule) and
+    merged, then one gather at the flat positions. None when the key is basic."""
     items = list(key) if isinstance(key, tuple) else [key]
     kinds = [_advanced_kind(k) for k in items]
     if not any(kinds):
@@ -943,40 +930,89 @@ def advanced_index(x: Node, key):
         raise unsupported("indexing with a boolean mask computed from traced data",
                           "the result's length would depend on the data; select with np.where "
                           "(or multiply by the mask) instead")
-    if sum(1 for k in kinds if k) > 1:
-        raise unsupported("advanced indexing with more than one index array or mask",
-                          "index with one integer array (or one constant boolean mask) at a time")
-    where = next(i for i, k in enumerate(kinds) if k)
-    adv = items[where]
-    adv = np.asarray(adv) if not isinstance(adv, Node) else adv
-    width = adv.ndim if kinds[where] == "mask" else 1     # input axes the item consumes
-    consumed = sum(width if i == where else (0 if k is None or k is Ellipsis else 1)
-                   for i, k in enumerate(items))
-    ellipses = [i for i, k in enumerate(items) if i != where and k is Ellipsis]
-    if ellipses:                        # spelled out, so positions count input axes
-        e = ellipses[0]
-        items[e:e + 1] = [slice(None)] * (x.ndim - consumed)
-        if e < where:
-            where += x.ndim - consumed - 1
-        kinds = [_advanced_kind(k) for k in items]
-    basic = items[:where] + [slice(None)] * width + items[where + 1:]
+    items, kinds = _spell_out(x, items, kinds)
+    components, basic, advanced_items = [], [], []
+    for i, (item, kind) in enumerate(zip(items, kinds)):
+        if kind == "mask":
+            mask = np.asarray(item)
+            if mask.ndim == 0:
+                raise unsupported("a 0-d boolean index", "index with arrays of at least one dimension")
+            components += list(np.nonzero(mask))
+            basic += [slice(None)] * mask.ndim
+        elif kind == "array" or (isinstance(item, numbers.Integral) and not isinstance(item, bool)):
+            components.append(item if isinstance(item, Node) else np.asarray(item, dtype=np.int64))
+            basic.append(slice(None))
+        else:
+            basic.append(item)
+            continue
+        advanced_items.append(i)
     y = ops.getitem(x, tuple(basic))
-    axis = sum(1 for k in items[:where] if isinstance(k, slice) or k is None)
-    if kinds[where] == "mask":
-        out = boolean_mask(y, adv, axis)
-        gathered = 1
+    axes, axis = [], 0           # the axes of y that the components index
+    for item, was in zip(basic, _origins(items, kinds)):
+        if item is not None and was:
+            axes.append(axis)
+        axis += 1
+    adjacent = advanced_items == list(range(advanced_items[0], advanced_items[-1] + 1))
+    sizes = [y.shape[a] for a in axes]
+    rest = [a for a in range(y.ndim) if a not in axes]
+    if not adjacent:
+        y = ops.transpose(y, axes + rest)
+    dest = axes[0] if adjacent else 0
+    merged = ops.reshape(y, y.shape[:dest] + (math.prod(sizes),) + y.shape[dest + len(axes):])
+    return ops.take(merged, _flat_positions(components, sizes, axes), dest)
+
+
+def _spell_out(x: Node, items, kinds):
+    """The key with its ellipsis (and the trailing axes) as full slices."""
+    width = [np.ndim(k) if kind == "mask" else 0 if (k is None or k is Ellipsis and not kind) else 1
+             for k, kind in zip(items, kinds)]
+    ellipses = [i for i, (k, kind) in enumerate(zip(items, kinds)) if not kind and k is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if sum(width) > x.ndim:
+        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but "
+                         f"{sum(width)} were indexed")
+    fill = [slice(None)] * (x.ndim - sum(width))
+    if ellipses:
+        e = ellipses[0]
+        items = items[:e] + fill + items[e + 1:]
     else:
-        if not isinstance(adv, Node):
-            size = y.shape[axis]
-            if adv.size and (adv.min() < -size or adv.max() >= size):
-                raise IndexError(f"index {adv.max() if adv.max() >= size else adv.min()} is out "
-                                 f"of bounds for axis {where} with size {size}")
-        out = ops.take(y, adv, axis)
-        gathered = adv.ndim
-    scalars = [i for i, k in enumerate(items) if isinstance(k, numbers.Integral) and not isinstance(k, bool)]
-    group = sorted(scalars + [where])
-    if scalars and group != list(range(group[0], group[-1] + 1)) and axis:
-        perm = list(range(axis, axis + gathered)) + [a for a in range(out.ndim)
-                                                     if not axis <= a < axis + gathered]
-        out = ops.transpose(out, perm)
+        items = items + fill
+    return items, [_advanced_kind(k) for k in items]
+
+
+def _origins(items, kinds):
+    """Per item of the basic key: whether it stands for an advanced axis."""
+    out = []
+    for item, kind in zip(items, kinds):
+        if kind == "mask":
+            out += [True] * np.ndim(item)
+        else:
+            out.append(bool(kind) or (isinstance(item, numbers.Integral) and not isinstance(item, bool)))
     return out
+
+
+def _flat_positions(components, sizes, axes):
+    """sum_j index_j * stride_j over the merged axes, negative indices counted from the end.
+    Constant indices are checked here (IndexError as NumPy); a traced one out of range sends
+    the position past the end, where the gather's own run-time bounds check raises."""
+    strides = [math.prod(sizes[j + 1:]) for j in range(len(sizes))]
+    total = math.prod(sizes)
+    shape = tuple(np.broadcast_shapes(*(c.shape for c in components)))
+    if not any(isinstance(c, Node) for c in components):
+        flat = np.zeros(shape, np.int64)
+        for c, n, st, a in zip(components, sizes, strides, axes):
+            if c.size and (c.min() < -n or c.max() >= n):
+                bad = c.max() if c.max() >= n else c.min()
+                raise IndexError(f"index {bad} is out of bounds for axis {a} with size {n}")
+            flat = flat + np.where(c < 0, c + n, c) * st
+        return flat
+    flat, ok = None, None
+    for c, n, st in zip(components, sizes, strides):
+        k = ops.cast(ops.lift(c), "int64")
+        k = ops.where(ops.lt(k, 0), k + n, k)
+        inside = ops.logical_and(ops.ge(k, 0), ops.lt(k, n))
+        term = k * st
+        flat = term if flat is None else flat + term
+        ok = inside if ok is None else ops.logical_and(ok, inside)
+    return ops.broadcast_to(ops.where(ok, flat, total), shape)

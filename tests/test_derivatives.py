@@ -454,6 +454,8 @@ MIXED_KEYS = [
     (None, 2, slice(None), [1]), (slice(1, 3), None, [4, 0], 1),
     (np.array([True, False, True, True]),), (slice(None), np.array([False, True, True, False, False, True])),
     (0, np.arange(30).reshape(6, 5) % 4 == 0), (Ellipsis, np.array([True, False, True, False, True])),
+    ([0, 3], [1, 5]), ([[0], [3]], slice(1, 4), [1, 4, -1]), (slice(None), [[2, 0]], [[1], [3]]),
+    (np.arange(24).reshape(4, 6) % 5 == 0, [4, 0, 1, 2, 3]), ([1, 2], Ellipsis, [0, 0]),
 ]
 
 
@@ -481,10 +483,15 @@ def test_traced_index_arrays_and_refused_keys(target):
     def traced_mask(x):
         return np.sum(x[x > 0])
 
-    def two_arrays(x):
-        return np.sum(x[[0, 1], [1, 2]])
-    for fn, construct in ((traced_mask, "boolean mask computed from traced data"),
-                          (two_arrays, "more than one index array")):
+    def two_arrays(x, i, j):
+        return np.sum(np.sin(x[i, 1:, j])) + np.sum(x[i, j, None] ** 2)
+    i, j = np.array([[0], [1]]), np.array([2, -1, 0])
+    f = _on(target, two_arrays)
+    np.testing.assert_allclose(f(x, i, j), two_arrays(x, i, j), rtol=1e-14)
+    assert sg.check_grad(f, x, i, j) < 1e-6
+    with pytest.raises(IndexError):   # a traced index out of range on one axis, in range flat
+        f(x, i, np.array([4, 0, 0]))
+    for fn, construct in ((traced_mask, "boolean mask computed from traced data"),):
         with pytest.raises(sg.UnsupportedSyntaxError, match=construct) as info:
             _on(target, fn)(np.ones((3, 3)))
         assert info.value.lineno > 0 and "test_derivatives.py" in info.value.filename

@@ -52,8 +52,8 @@ def uses_print(x):
     return x
 
 
-def uses_fancy_index(x):
-    return np.sum(x[np.array([0, 1]), np.array([1, 0])])
+def uses_traced_mask(x):
+    return np.sum(x[x > 0.5])
 
 
 def uses_data_range(x):
@@ -124,7 +124,7 @@ CASES = [
     (uses_class, (1.0,), "class definition"),
     (uses_del, (1.0,), "del statement"),
     (uses_print, (1.0,), "print() (I/O)"),
-    (uses_fancy_index, (np.ones((2, 2)),), "advanced indexing"),
+    (uses_traced_mask, (np.ones((2, 2)),), "boolean mask computed from traced data"),
     (uses_data_range, (3.0,), "range() over a traced value"),
     (mutates_argument, (np.ones(3),), "item assignment into argument array 'x'"),
     (augassign_argument, (np.ones(3),), "augmented assignment to argument array 'x'"),
