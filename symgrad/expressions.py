@@ -247,7 +247,9 @@ class Expressions:
             check_static_key(self, key, node)
             return ops.getitem(container, key)
         if is_data(key) or (isinstance(key, tuple) and any(is_data(k) for k in key)):
-            for name in ("r_", "c_", "s_", "index_exp"):
+            if container is np.r_ or container is np.c_:
+                return numpy_extra.index_trick(container is np.c_, key)
+            for name in ("s_", "index_exp"):
                 if container is getattr(np, name, None):
                     self.fail(node, f"np.{name}[...] is not supported",
                               "use np.concatenate / np.stack / np.arange")
@@ -700,9 +702,20 @@ _NODE_METHODS = {
     "flatten": lambda x: ops.reshape(x, (-1,)),
     "ravel": lambda x: ops.reshape(x, (-1,)),
     "dot": lambda x, y: ops.dot(x, y),
-    "clip": lambda x, lo=None, hi=None: DUALS["clip"](x, lo, hi),
+    "clip": lambda x, min=None, max=None: numpy_extra.clip(x, min, max),
     "squeeze": lambda x, axis=None: DUALS["squeeze"](x, axis),
     "item": None,
+    # NumPy coverage (symgrad.numpy_extra): the methods of the functions of the same name
+    "var": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
+        numpy_extra.var(x, axis, dtype, out, ddof, keepdims),
+    "std": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
+        numpy_extra.std(x, axis, dtype, out, ddof, keepdims),
+    "round": lambda x, decimals=0: numpy_extra.round_(x, decimals),
+    "swapaxes": lambda x, axis1, axis2: numpy_extra.swapaxes(x, axis1, axis2),
+    "diagonal": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.diagonal(x, offset, axis1, axis2),
+    "trace": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.trace(x, offset, axis1, axis2),
+    "repeat": lambda x, repeats, axis=None: numpy_extra.repeat(x, repeats, axis),
+    "conj": lambda x: x, "conjugate": lambda x: x,
 }
 
 
@@ -723,6 +736,10 @@ def node_attribute(x: Node, attr: str, tracer, node):
         return np.dtype(x.dtype)
     if attr == "T":
         return ops.transpose(x)
+    if attr == "real":          # real data: the value itself, and no imaginary part
+        return x
+    if attr == "imag":
+        return numpy_extra.imag(x)
     method = _NODE_METHODS.get(attr)
     if method is None:
         tracer.fail(node, f"array attribute or method '.{attr}'")

@@ -49,21 +49,6 @@ def _reduce(op):
     return build
 
 
-def _mean(x, axis=None, keepdims=False):
-    if isinstance(x, (list, tuple)):
-        x = ops.stack(_as_node_list(x))
-    return ops.mean(x, axis, keepdims)
-
-
-def _clip(x, lo, hi):
-    out = ops.lift(x)
-    if lo is not None:
-        out = ops.maximum(out, lo)
-    if hi is not None:
-        out = ops.minimum(out, hi)
-    return out
-
-
 def _array(x, dtype=None):
     if isinstance(x, (list, tuple)):
         x = ops.stack(_as_node_list([_array(v) if isinstance(v, (list, tuple)) else v for v in x]))
@@ -121,20 +106,6 @@ def _sqrt_of_square_sum(s):
     return ops.where(ops.eq(s, 0), 0.0, ops.sqrt(s))
 
 
-def _squeeze(x, axis=None):
-    x = ops.lift(x)
-    shape = tuple(d for i, d in enumerate(x.shape)
-                  if not (d == 1 and (axis is None or i in ops.normalize_axes(axis, x.ndim))))
-    return ops.reshape(x, shape)
-
-
-def _expand_dims(x, axis):
-    x = ops.lift(x)
-    shape = list(x.shape)
-    shape.insert(axis % (x.ndim + 1), 1)
-    return ops.reshape(x, shape)
-
-
 def _outer(a, b):
     a, b = ops.reshape(a, (-1, 1)), ops.reshape(b, (1, -1))
     return a * b
@@ -152,29 +123,6 @@ def _abs(x):
     return ops.abs_(x)
 
 
-def _norm(x, ord=None, axis=None, keepdims=False):
-    """The 2-norm of vectors and Frobenius norm of matrices (np.linalg.norm's default)."""
-    if ord not in (None, 2, "fro") or (ord == 2 and ops.lift(x).ndim != 1 and axis is None):
-        raise NotImplementedError(f"np.linalg.norm with ord={ord!r}: only the 2-norm of vectors "
-                                  "and the Frobenius norm are supported")
-    x = ops.to_float(x)
-    return _sqrt_of_square_sum(ops.reduce("sum", x * x, axis, keepdims))
-
-
-def _var(x, axis=None, keepdims=False, ddof=0):
-    x = ops.to_float(x)
-    centered = x - ops.mean(x, axis, keepdims=True)
-    axes = ops.normalize_axes(axis, x.ndim)
-    count = 1
-    for a in axes:
-        count *= x.shape[a]
-    return ops.reduce("sum", centered * centered, axis, keepdims) / (count - ddof)
-
-
-def _std(x, axis=None, keepdims=False, ddof=0):
-    return _sqrt_of_square_sum(_var(x, axis, keepdims, ddof))
-
-
 def _stop_gradient_eager(x):
     return x
 
@@ -189,8 +137,8 @@ FUNCTIONS = {
     "cosh": (np.cosh, ops.cosh), "tanh": (np.tanh, ops.tanh), "abs": (np.abs, _abs),
     "sign": (np.sign, ops.sign), "maximum": (np.maximum, ops.maximum),
     "minimum": (np.minimum, ops.minimum), "where": (np.where, ops.where),
-    "clip": (np.clip, _clip), "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
-    "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")), "mean": (np.mean, _mean),
+    "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
+    "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")),
     "dot": (np.dot, ops.dot), "matmul": (np.matmul, ops.matmul),
     "transpose": (np.transpose, ops.transpose), "reshape": (np.reshape, ops.reshape),
     "stack": (np.stack, _stack), "concatenate": (np.concatenate, _concatenate),
@@ -198,15 +146,9 @@ FUNCTIONS = {
     "zeros_like": (np.zeros_like, _like(0)), "ones_like": (np.ones_like, _like(1)),
     "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
     "power": (np.power, _pow), "square": (np.square, _square),
-    "logaddexp": (np.logaddexp, _logaddexp), "squeeze": (np.squeeze, _squeeze),
-    "expand_dims": (np.expand_dims, _expand_dims), "outer": (np.outer, _outer),
+    "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
     "take": (np.take, ops.take),
-    "norm": (np.linalg.norm, _norm), "var": (np.var, _var), "std": (np.std, _std),
-    "log2": (np.log2, lambda x: ops.log(x) / math.log(2.0)),
-    "log10": (np.log10, lambda x: ops.log(x) / math.log(10.0)),
-    "exp2": (np.exp2, lambda x: ops.exp(ops.to_float(x) * math.log(2.0))),
-    "hypot": (np.hypot, lambda a, b: ops.sqrt(ops.to_float(a) * a + ops.to_float(b) * b)),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "logical_and": (np.logical_and, ops.logical_and), "logical_or": (np.logical_or, ops.logical_or),
     "logical_not": (np.logical_not, ops.logical_not),
@@ -223,7 +165,8 @@ ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arcta
            "reduce_mean": "mean", "reduce_prod": "prod", "concat": "concatenate",
            "true_divide": "divide"}
 
-# The rest of the NumPy surface (symgrad.numpy_extra) joins the same tables.
+# The rest of the NumPy surface (symgrad.numpy_extra: mean, var, std, norm, clip, squeeze, ...)
+# joins the same tables.
 from . import numpy_extra  # noqa: E402 - it builds on the helpers above
 FUNCTIONS.update(numpy_extra.FUNCTIONS)
 ALIASES.update(numpy_extra.ALIASES)
@@ -331,7 +274,7 @@ NOT_YET_SUPPORTED = {
     "np.cumsum, np.cumprod": "a scan primitive (as compositions they would cost O(n^2))",
     "x[x > 0] (a boolean mask computed from traced data)": "the result's length would depend on "
     "the data (use np.where)",
-    "np.r_, np.c_": "index tricks objects are not traced (use np.concatenate / np.arange)",
+    "np.r_ / np.c_ directive strings ('0,2,1')": "use np.concatenate / np.stack with an axis",
 }
 
 README_BEGIN = "<!-- numpy-surface: generated by `python -m symgrad.readme_numpy`; do not edit -->"

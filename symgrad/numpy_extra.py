@@ -712,7 +712,7 @@ def select(condlist, choicelist, default=0):
     for cond, choice in reversed(list(zip(condlist, choicelist))):
         cond = ops.lift(cond if isinstance(cond, Node) else np.asarray(cond))
         if cond.dtype != "bool":
-            raise TypeError(f"invalid entry in condlist: should be boolean ndarray")
+            raise TypeError("invalid entry in condlist: should be boolean ndarray")
         out = ops.where(cond, choice, out)
     shape = np.broadcast_shapes(*(np.shape(v) for v in list(condlist) + list(choicelist)))
     return ops.broadcast_to(ops.lift(out), shape)
@@ -1016,3 +1016,28 @@ def _flat_positions(components, sizes, axes):
         flat = term if flat is None else flat + term
         ok = inside if ok is None else ops.logical_and(ok, inside)
     return ops.broadcast_to(ops.where(ok, flat, total), shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# np.r_ / np.c_ with traced items
+
+def _trick_item(item):
+    """One item of np.r_[...]: a slice is its static range (a complex step: a linspace with
+    that many points, as NumPy), a number or array at least 1-d."""
+    if isinstance(item, slice):
+        return ops.lift(np.r_[item])
+    if isinstance(item, str):
+        raise unsupported("np.r_ / np.c_ with a directive string",
+                          "use np.concatenate or np.stack with an explicit axis")
+    return atleast_1d(item)
+
+
+def index_trick(columns: bool, key):
+    """``np.r_[a, b, 1:4]`` (concatenated along the first axis) or ``np.c_[a, b]`` (1-d items
+    as columns, concatenated along the last axis), for items that include traced arrays."""
+    items = [_trick_item(k) for k in (key if isinstance(key, tuple) else (key,))]
+    items = ops._promote(items)
+    if not columns:
+        return ops.concatenate(items, 0)
+    cols = [ops.reshape(a, (-1, 1)) if a.ndim == 1 else a for a in items]
+    return ops.concatenate(cols, -1)

@@ -408,6 +408,11 @@ NUMPY_ARRAY = [
     ("norms_axis", lambda x: np.concatenate([np.linalg.norm(x, 1, axis=1), np.linalg.norm(x, np.inf, axis=0),
                                              np.linalg.norm(x, axis=0, keepdims=True).ravel()]), (3, 4)),
     ("norms_matrix", lambda x: np.stack([np.linalg.norm(x, o) for o in (1, -1, np.inf, -np.inf, "fro", None)]), (3, 4)),
+    ("r_c_", lambda x: np.concatenate([np.r_[x[0], 0.5, 1:3, x[1, :2]], np.c_[x[0], x[1], 0:4].ravel(),
+                                       np.r_[x, x[:1]].ravel(), np.c_[x, x[:, :1]].ravel()]), (3, 4)),
+    ("methods", lambda x: np.concatenate([x.var(axis=0, ddof=1), x.std(1), (x.round(1) * x)[0], x.swapaxes(0, 1)[0],
+                                          x.diagonal(1), [x.trace()], x.repeat(2, axis=0)[:, 0], x.conj()[0],
+                                          x.clip(min=-0.5)[1], x.clip(max=0.5)[2], x.real[0] + x.imag[0]]), (3, 4)),
     ("take_along_axis", lambda x: np.take_along_axis(x, np.array([[0, 2], [1, 1], [3, -1]]), 1)
      + np.take_along_axis(x, np.array([[2, 0, 1, 1]]), 0).sum(), (3, 4)),
     ("mixed_index", lambda x: np.concatenate([x[1, 1:, [0, 2]].ravel(), x[:, 1, [3, 0, 1]].ravel(),

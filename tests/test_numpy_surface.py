@@ -66,8 +66,8 @@ def keyword_not_taken(x):
     return np.sum(x, dtype=np.float32)
 
 
-def r_call(x):
-    return np.sum(np.r_[x[0], x[1]])
+def r_directive(x):
+    return np.sum(np.r_["0,2", x[0], x[1]])
 
 
 CASES = [(cumsum_call, "np.cumsum is not supported"), (einsum_call, "np.einsum is not supported"),
@@ -75,7 +75,7 @@ CASES = [(cumsum_call, "np.cumsum is not supported"), (einsum_call, "np.einsum i
          (det_call, "np.linalg.det is not supported"), (kron_call, "np.kron is not supported"),
          (unique_call, "np.unique is not supported"),
          (spectral_norm, "ord=2) of a matrix"), (keyword_not_taken, "np.sum(..., dtype=...)"),
-         (r_call, "np.r_[...] is not supported")]
+         (r_directive, "np.r_ / np.c_ with a directive string")]
 
 
 @pytest.mark.parametrize("fn, construct", CASES, ids=[c[0].__name__ for c in CASES])
