@@ -252,16 +252,11 @@ def numpy_name(fn) -> str | None:
 
 
 def supported() -> list[str]:
-    """The NumPy (and math) names the front end recognises, sorted: the README's list is
-    generated from this (and a test keeps the two equal)."""
-    names = set()
-    for fn, dual in CALLABLES.items():
-        name = numpy_name(fn)
-        if name is not None:
-            names.add(name)
-        elif getattr(fn, "__module__", None) == "math":
-            names.add(f"math.{fn.__name__}")
-    return sorted(names)
+    """Every function name of the tables, sorted: ``sg.<name>``, and ``np.<name>`` /
+    ``math.<name>`` wherever the installed NumPy or Python has that name (``norm`` is
+    ``np.linalg.norm``). From the tables alone, so the README's list generated from it does
+    not depend on the versions installed."""
+    return sorted(DUALS)
 
 
 # Known gaps, with the reason a user sees in the UnsupportedSyntaxError (README lists them).
@@ -285,8 +280,9 @@ def readme_section() -> str:
     """The README's list of the supported NumPy surface, generated from the tables."""
     names = supported()
     lines = [README_BEGIN, "",
-             f"Recognised while tracing ({len(names)} names; also `sg.<name>` for each, and the "
-             "array methods of DESIGN.md):", ""]
+             f"Recognised while tracing ({len(names)} names): `sg.<name>` for each, and `np.<name>` "
+             "or `math.<name>` wherever NumPy or Python's math has that name (`norm` is "
+             "`np.linalg.norm`; `math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
     lines.append(", ".join(f"`{n}`" for n in names))
     lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "
               "function and your line; any other NumPy function does too):", ""]

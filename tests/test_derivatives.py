@@ -500,3 +500,22 @@ def test_traced_index_arrays_and_refused_keys(target):
         with pytest.raises(sg.UnsupportedSyntaxError, match=construct) as info:
             _on(target, fn)(np.ones((3, 3)))
         assert info.value.lineno > 0 and "test_derivatives.py" in info.value.filename
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_norms_and_spreads_at_zero(target):
+    """At a zero vector (or constant data) every norm and std has gradient 0, finite at the
+    second order too (no 0 / 0), as abs'(0) = 0."""
+    def norms(x):
+        return (np.linalg.norm(x) + np.linalg.norm(x, 1) + np.linalg.norm(x, 3)
+                + np.linalg.norm(x, np.inf) + np.std(x) + np.std(x, ddof=1))
+    f = _on(target, norms)
+    zero = np.zeros(4)
+    assert f(zero) == 0.0
+    np.testing.assert_array_equal(f.grad(zero), np.zeros(4))
+    h = sg.hvp(norms, target=target)(zero, np.ones(4))
+    assert np.all(np.isfinite(h))
+    np.testing.assert_allclose(_on(target, lambda x: np.std(x))(np.full(3, 2.0)), 0.0)
+    np.testing.assert_array_equal(_on(target, lambda x: np.std(x)).grad(np.full(3, 2.0)), np.zeros(3))
+    one = _on(target, lambda a: np.linspace(a, 2.0, 1) * a)
+    np.testing.assert_array_equal(one(3.0), np.linspace(3.0, 2.0, 1) * 3.0)
