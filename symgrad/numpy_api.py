@@ -241,8 +241,9 @@ def numpy_name(fn) -> str | None:
     """``np.<name>`` for a function or ufunc that NumPy defines (public or internal), else
     None: such a function is recognised by what it is, never traced through."""
     module = getattr(fn, "__module__", None)
-    if not isinstance(module, str) and isinstance(fn, np.ufunc):
-        module = "numpy"
+    if not isinstance(module, str) and isinstance(fn, np.ufunc) and \
+            getattr(np, getattr(fn, "__name__", ""), None) is fn:
+        module = "numpy"      # (other libraries' ufuncs, scipy.special's, say nothing either)
     if not isinstance(module, str) or module.split(".")[0] != "numpy" or not callable(fn) \
             or isinstance(fn, type):
         return None

@@ -89,7 +89,7 @@ def _remainder_float(a, b):
     shift = ops.logical_and(ops.ne(mod, 0), ops.ne(ops.lt(b, 0), ops.lt(mod, 0)))
     # a zero result takes the divisor's sign; it still carries fmod's derivative: z - (+0)
     # keeps the sign of z, and stop_gradient(mod) - mod is +0 whose derivative is fmod's
-    zero = ops.where(signbit(b), -0.0, 0.0) - (ops.stop_gradient(mod) - mod)
+    zero = _signed_zero(b) - (ops.stop_gradient(mod) - mod)
     return ops.where(shift, mod + b, ops.where(ops.eq(mod, 0), zero, mod))
 
 
@@ -104,8 +104,13 @@ def _floor_divide_float(a, b):
     floor = ops.floor(div)
     floor = ops.where(ops.gt(div - floor, 0.5), floor + 1, floor)
     quotient = a / b
-    out = ops.where(ops.eq(div, 0), ops.where(signbit(quotient), -0.0, 0.0), floor)
+    out = ops.where(ops.eq(div, 0), _signed_zero(quotient), floor)
     return ops.where(ops.eq(b, 0), quotient, out)
+
+
+def _signed_zero(sign_of: Node) -> Node:
+    """-0.0 or +0.0 with the sign of ``sign_of``, in its dtype."""
+    return ops.where(signbit(sign_of), ops.const(-0.0, sign_of.dtype), ops.const(0.0, sign_of.dtype))
 
 
 remainder = _on_floats(_remainder_float)
@@ -1029,14 +1034,16 @@ def _trick_item(item):
     if isinstance(item, str):
         raise unsupported("np.r_ / np.c_ with a directive string",
                           "use np.concatenate or np.stack with an explicit axis")
-    return atleast_1d(item)
+    if isinstance(item, numbers.Number):
+        return item            # a Python number stays weakly typed until promotion
+    return _as_array(item)
 
 
 def index_trick(columns: bool, key):
     """``np.r_[a, b, 1:4]`` (concatenated along the first axis) or ``np.c_[a, b]`` (1-d items
     as columns, concatenated along the last axis), for items that include traced arrays."""
     items = [_trick_item(k) for k in (key if isinstance(key, tuple) else (key,))]
-    items = ops._promote(items)
+    items = [atleast_1d(a) for a in ops._promote(items)]
     if not columns:
         return ops.concatenate(items, 0)
     cols = [ops.reshape(a, (-1, 1)) if a.ndim == 1 else a for a in items]

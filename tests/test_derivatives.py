@@ -288,6 +288,7 @@ def test_numpy_unary_second_order_and_float32(name, fn, low, high, target):
     x64 = np.random.default_rng(11).uniform(low, high, 6)
     g32 = f.grad(x64.astype(np.float32))
     assert g32.dtype == np.float32
+    assert f(x64.astype(np.float32)).dtype == np.asarray(fn(x64.astype(np.float32))).dtype
     np.testing.assert_allclose(g32, f.grad(x64.astype(np.float32).astype(np.float64)), rtol=1e-4, atol=1e-4)
 
 
@@ -442,6 +443,9 @@ def test_numpy_array_functions(name, fn, shape, target):
     assert sg.check_grad(loss, x) < 1e-6
     g32 = loss.grad(x.astype(np.float32))
     assert g32.dtype == np.float32
+    got32, want32 = f(x.astype(np.float32)), fn(x.astype(np.float32))
+    for g, w in zip(got32, want32) if isinstance(want32, list) else [(got32, want32)]:
+        assert np.asarray(g).dtype == np.asarray(w).dtype   # NumPy's promotion, float32 kept
     np.testing.assert_allclose(g32, loss.grad(x), rtol=1e-3, atol=1e-3)
 
 

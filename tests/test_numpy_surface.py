@@ -21,6 +21,15 @@ def test_readme_lists_the_generated_surface():
         "README.md is stale: run `python -m symgrad.readme_numpy`"
 
 
+def test_numpy_names_are_numpys_own():
+    import scipy.special
+    assert numpy_api.numpy_name(np.cumsum) == "np.cumsum"
+    assert numpy_api.numpy_name(np.linalg.det) == "np.linalg.det"
+    assert numpy_api.numpy_name(np.bitwise_count if hasattr(np, "bitwise_count") else np.gcd).startswith("np.")
+    assert numpy_api.numpy_name(scipy.special.erf) is None   # a ufunc, but not NumPy's
+    assert numpy_api.numpy_name(len) is None and numpy_api.numpy_name(np.ndarray) is None
+
+
 def test_supported_names_are_recognised():
     """Each listed name is sg.<name>, and the NumPy / math function of that name (where the
     installed versions have it) is handled by it."""
