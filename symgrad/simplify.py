@@ -202,7 +202,10 @@ def _where(n):
     if b.op == "where" and b.inputs[0] is c:    # where(c, x, where(c, y, z)) -> where(c, x, z)
         return where(c, a, b.inputs[2])
     if a.op == "where" and b.op == "where" and a.inputs[0] is b.inputs[0] and (
-            a.inputs[1] is b.inputs[1] or a.inputs[2] is b.inputs[2]):
+            _same_type(a.inputs[1], n) and a.inputs[1] is b.inputs[1] or
+            _same_type(a.inputs[2], n) and a.inputs[2] is b.inputs[2]):
+        # (only when where(c, x, x) then folds to x: a shared side of a smaller shape stays a
+        # select, and the swapped form would match this rule again, forever)
         d = a.inputs[0]                         # where(c, where(d, x, y), where(d, x, w))
         return where(d, where(c, a.inputs[1], b.inputs[1]),      # -> where(d, x, where(c, y, w))
                      where(c, a.inputs[2], b.inputs[2]))         # (one select fewer; a shared
