@@ -92,10 +92,11 @@ class Native:
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])
         sched = prog.schedule
-        # (stage, init, outer extent, work if splittable else 0, partial reductions); the
-        # loop shape is the one after axis merging
+        # (stage, init, outer extent, work if splittable else 0, partial reductions, whether
+        # the split axis is the vectorised one); the loop shape is the one after axis merging
         self.stages = [(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
-                        info[3][0] if info[3] else 1, 0 if info[2] else st.size, info[1])
+                        info[3][0] if info[3] else 1, 0 if info[2] else st.size, info[1],
+                        len(info[3]) == 1)
                        for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
         self.work = max((st.size for st in sched.stages), default=0)
         self.params = np.array(prog.km.params or [0], dtype=np.int64)
@@ -261,13 +262,13 @@ class Native:
             return
         nt = num_threads()
         addr = ptrs.ctypes.data
-        for stage, init, extent0, size, partial in self.stages:
+        for stage, init, extent0, size, partial, vector_axis in self.stages:
             init(addr, self.params_addr)
             if size < PARALLEL_MIN or extent0 < 2:
                 stage(addr, self.params_addr, 0, extent0)
                 continue
-            parts = min(nt, extent0)
-            bounds = [extent0 * t // parts for t in range(parts + 1)]
+            bounds = split_bounds(extent0, min(nt, extent0), vector_axis)
+            parts = len(bounds) - 1
             tables, extra, keep = [addr], [], []
             for t in range(1, parts):
                 if partial:   # reductions over axis 0: each thread gets its own accumulators
@@ -291,6 +292,27 @@ class Native:
                 spec = self.program.schedule.buffers[buf]
                 mine = _memory(int(ptrs[buf]), spec.size, spec.dtype)
                 _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
+
+
+# Thread boundaries on a vectorised axis fall on multiples of this many iterations: more than
+# any x86 vector width times LLVM's interleave (8 float64 lanes x 4, 16 float32 lanes x 4).
+SPLIT_ALIGN = 128
+
+
+def split_bounds(extent: int, parts: int, vector_axis: bool) -> list[int]:
+    """``parts + 1`` increasing bounds splitting ``range(extent)`` for the threads.
+
+    On the vectorised (innermost) axis every inner bound is a multiple of SPLIT_ALIGN, so each
+    thread's range starts where a vector iteration of the whole range would, and every element
+    is computed by the same SIMD or scalar code as on one thread: a SIMD math function may
+    differ from the scalar one in the last bit, and results must not depend on the number of
+    threads. Fewer parts are returned where the extent is too short to give each one a block."""
+    if not vector_axis:
+        return [extent * t // parts for t in range(parts + 1)]
+    blocks = extent // SPLIT_ALIGN
+    parts = max(1, min(parts, blocks))
+    inner = [blocks * t // parts * SPLIT_ALIGN for t in range(1, parts)]
+    return [0] + inner + [extent]
 
 
 _from_buffer = ctypes.c_char.from_buffer
