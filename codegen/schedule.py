@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import OPS, Graph, Node, toposort, use_counts
+from symgrad.ir import OPS, Graph, Node, is_float, toposort, use_counts
 
 LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
+# Ops that compare float values: a max/min reduction's gradient compares its input with the
+# result (the tie mask), and a comparison decides a select. Their operands are computed once.
+COMPARING = ("max", "min", "eq", "ne", "lt", "le", "gt", "ge")
 
 
 def contiguous_strides(shape) -> tuple:
@@ -109,6 +112,7 @@ class Schedule:
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
+        self.once = compared_values(graph.outputs)   # never recomputed in another loop
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
         for i, x in enumerate(graph.inputs):
@@ -354,8 +358,8 @@ class Schedule:
             return self.ready[x] <= k
         if x not in self.home or x.op in ("arange", "take") or OPS[x.op].kind != "elementwise":
             return False
-        if x.shape != self.stages[k].shape:
-            return self.home[x] < k        # read from memory with broadcasting, as usual
+        if x.shape != self.stages[k].shape or x in self.once:
+            return self.home[x] < k        # read from memory (with broadcasting), as usual
         if len(plan) >= CLONE_BUDGET:
             return False
         if not all(self._clonable(y, k, plan) for y in x.inputs):
@@ -418,6 +422,23 @@ class Schedule:
             view = View(buf, 0, o.shape, contiguous_strides(o.shape))
             self.place(o, view, 0)
             self.outputs.append(buf)
+
+
+def compared_values(outputs) -> set:
+    """Float nodes that a comparison or a max/min reduction reads.
+
+    Recomputing a value in another loop need not reproduce its bits: LLVM widens each loop by
+    its own vector width, and a SIMD libmvec function differs from the scalar one (or another
+    width's) in the last ulp, so which lanes see which bits depends on the loop. Arithmetic
+    reproduces, but a comparison turns one ulp into a different answer: ``max(tanh(x))`` was
+    reduced from one computation of ``tanh(x)`` and its tie mask ``tanh(x) == max`` compared
+    another, so no element matched and the gradient was 1/0. Such values are computed in one
+    loop and stored; every other loop loads those very bits."""
+    once = set()
+    for n in toposort(outputs):
+        if n.op in COMPARING:
+            once.update(x for x in n.inputs if is_float(x.dtype))
+    return once
 
 
 def merge_axes(shape, views):
