@@ -115,6 +115,9 @@ class Schedule:
         self.once = compared_values(graph.outputs)   # never recomputed in another loop
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
+        # buffer -> reads of it still to come: the uses of every node living in it (views and
+        # in-place updates share their operand's buffer), less the uses by such sharers
+        self.readers: dict[int, int] = {}
         for i, x in enumerate(graph.inputs):
             if x is not None:
                 buf = self._buffer("arg" if x.ndim else "scalar", x.dtype, max(x.size, 1), i)
@@ -138,6 +141,12 @@ class Schedule:
             buf = self._buffer("tmp", n.dtype, max(n.size, 1))
         return View(buf, 0, n.shape, contiguous_strides(n.shape))
 
+    def _locate(self, n: Node, view: View, ready: int):
+        """``n``'s values live at ``view`` from stage ``ready`` on."""
+        self.loc[n], self.ready[n] = view, ready
+        inside = sum(1 for x in n.inputs if x in self.loc and self.loc[x].buf == view.buf)
+        self.readers[view.buf] = self.readers.get(view.buf, 0) + self.uses.get(n, 0) - inside
+
     def ensure_loc(self, n: Node) -> View:
         """Give ``n`` memory (storing it from its home loop if it is computed in registers)."""
         if n in self.loc:
@@ -145,14 +154,14 @@ class Schedule:
         if n.op in LEAF_INLINE:
             buf = self._buffer("const", n.dtype, 1, np.array(n.attrs[0], dtype=n.dtype))
             view = View(buf, 0, n.shape, (0,) * n.ndim)   # one element seen everywhere
-            self.loc[n], self.ready[n] = view, 0
+            self._locate(n, view, 0)
             return view
         if n not in self.home:
             raise AssertionError(f"internal: {n} has no value")
         view = self._own_buffer(n)
         h = self.home[n]
         self.stages[h].sinks.append(Sink("store", n, view.align(self.stages[h].shape)))
-        self.loc[n], self.ready[n] = view, h + 1
+        self._locate(n, view, h + 1)
         return view
 
     def _flag(self) -> int:
@@ -195,13 +204,11 @@ class Schedule:
         kind = OPS[op].kind
         if op == "arg":
             buf = self.arg_buffers[n]
-            self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
-            self.ready[n] = 0
+            self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
         elif op == "array":
             value = n.attrs[0].value
             buf = self._buffer("const", n.dtype, max(value.size, 1), value)
-            self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
-            self.ready[n] = 0
+            self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
         elif op in LEAF_INLINE:
             pass
         elif kind == "elementwise" or op == "arange":
@@ -216,7 +223,7 @@ class Schedule:
                                                     for i, s in enumerate(keep.strides)))
             k = self._value_stage(x, x.shape)
             self.stages[k].sinks.append(Sink("reduce", n, dest))
-            self.loc[n], self.ready[n] = view, k + 1
+            self._locate(n, view, k + 1)
         elif op == "matmul":
             self._matmul(n)
         elif op in ("transpose", "broadcast_to", "getitem", "reshape"):
@@ -233,7 +240,7 @@ class Schedule:
                     piece = View(view.buf, start * view.strides[axis], x.shape, view.strides)
                     start += x.shape[axis]
                 last = max(last, self.place(x, piece, 0))
-            self.loc[n], self.ready[n] = view, last + 1
+            self._locate(n, view, last + 1)
         elif op == "take":
             # a gather: computed in registers in the loop over its own shape, like an
             # elementwise node, reading x at an index loaded from the index array
@@ -264,7 +271,7 @@ class Schedule:
             self.stages[k].sinks.append(Sink("scatter", n, dest, (iview,)))
             if axis == 0:   # duplicate indices collide across the outer axis: one thread
                 self.stages[k].serial = True
-            self.loc[n], self.ready[n] = view, k + 1
+            self._locate(n, view, k + 1)
         elif op in ("setitem", "index_add"):
             base, value = n.inputs
             view = self._update_in_place(n, base)
@@ -275,21 +282,25 @@ class Schedule:
                 k1 = self.place(base, view, 0)
             region = _index_view(view, n.attrs[0])
             k2 = self.place(value, region, k1 + 1, "store" if op == "setitem" else "accum")
-            self.loc[n], self.ready[n] = view, k2 + 1
+            self._locate(n, view, k2 + 1)
         else:
             raise NotImplementedError(f"the CPU back end has no lowering for {op!r}")
 
     def _update_in_place(self, n: Node, base: Node):
         """The base's own buffer, when setitem/index_add may overwrite it instead of copying:
-        nothing else reads the base (gradients of slicing chain index_adds on a zeros array),
-        and it lives in a scratch buffer of exactly its shape. The buffer becomes the output
-        array when the update is an output."""
+        nothing but this update reads that buffer (gradients of slicing chain index_adds on a
+        zeros array), and it is a scratch buffer of exactly the base's shape. Not only the
+        base must be unread: a view (``reshape(sum(x))``) shares its operand's buffer, and
+        that operand may have other readers. The buffer becomes the output array when the
+        update is an output."""
         if self.uses.get(base, 0) != 1 or base in self.out_of or base.op in LEAF_INLINE:
             return None
         if base not in self.loc and base in self.home:
             self.ensure_loc(base)
         view = self.loc.get(base)
         if view is None or view.offset or view.shape != n.shape or not view.is_contiguous():
+            return None
+        if self.readers[view.buf] != 1:   # the one read is this update's
             return None
         buf = self.buffers[view.buf]
         if buf.kind != "tmp" or buf.size != max(n.size, 1):
@@ -381,7 +392,7 @@ class Schedule:
         dest = View(view.buf, 0, loop, view.strides[:-1] + (0, view.strides[-1]))
         k = len(self.stages)
         self.stages.append(Stage(k, loop, "matmul", sinks=[Sink("matmul", n, dest, (a4, b4))]))
-        self.loc[n], self.ready[n] = view, k + 1
+        self._locate(n, view, k + 1)
 
     def _view(self, n: Node):
         x = n.inputs[0]
@@ -399,11 +410,10 @@ class Schedule:
                 cv = View(copy, 0, x.shape, contiguous_strides(x.shape))
                 k = self.loop_stage(x.shape, self.ready_at(x))
                 self.stages[k].sinks.append(Sink("store", x, cv))
-                self.loc[n] = View(copy, 0, n.shape, contiguous_strides(n.shape))
-                self.ready[n] = k + 1
+                self._locate(n, View(copy, 0, n.shape, contiguous_strides(n.shape)), k + 1)
                 return
             out = View(v.buf, v.offset, n.shape, contiguous_strides(n.shape))
-        self.loc[n], self.ready[n] = out, self.ready[x]
+        self._locate(n, out, self.ready[x])
 
     def _finish_outputs(self):
         """Every output ends in its own output buffer (never an argument's memory)."""
