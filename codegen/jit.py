@@ -23,6 +23,7 @@ import time
 
 import llvmlite.binding as llvm
 
+from . import settings
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-4"
@@ -48,7 +49,7 @@ def _init():
         target = llvm.Target.from_triple(triple)
         tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
                                           reloc="static", codemodel="jitdefault")
-        math = CPUMath(features, precise=os.environ.get("SYMGRAD_PRECISE_MATH", "") not in ("", "0"))
+        math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
         for cname in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "acos",
                       "atan", "sinh", "cosh", "tanh", "pow", "atan2"):
             for suffix in ("", "f"):
@@ -67,9 +68,9 @@ def target():
 
 
 def cache_dir() -> str | None:
-    if os.environ.get("SYMGRAD_NO_CACHE", "") not in ("", "0"):
+    if settings.read("SYMGRAD_NO_CACHE"):
         return None
-    return os.environ.get("SYMGRAD_CACHE_DIR") or os.path.join(
+    return settings.read("SYMGRAD_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "symgrad")
 
 

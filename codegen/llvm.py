@@ -8,7 +8,8 @@ run-time parameter (``codegen.kernel``), and compiled or fetched from the machin
 then only fills a pointer table, allocates the outputs and calls the kernel through ctypes,
 which releases the GIL. Large stages are split across a thread pool.
 
-Environment (read when a kernel is first prepared or the back end initialises):
+Environment (validated by ``codegen.settings``; read when a kernel is first prepared or the
+back end initialises):
 
 * ``SYMGRAD_CACHE_DIR``: machine-code cache directory (default ``~/.cache/symgrad``; delete it
   to clear the cache); ``SYMGRAD_NO_CACHE=1`` disables the disk cache;
@@ -29,13 +30,15 @@ import numpy as np
 
 from symgrad.ir import Graph
 
-from . import jit
+from . import jit, settings
 from .kernel import KernelModule
 from .schedule import Schedule
 
 # Work (loop iterations) below which a stage runs on the calling thread: a thread hand-off
-# costs tens of microseconds, and parallel code collapses when the other core is busy.
-PARALLEL_MIN = int(os.environ.get("SYMGRAD_PARALLEL_MIN", 1 << 16))
+# costs tens of microseconds, and parallel code collapses when the other core is busy. None:
+# SYMGRAD_PARALLEL_MIN (read when used, so that a bad value is an error at the first call
+# that names the variable, not a failed import); tests may set a number here.
+PARALLEL_MIN: int | None = None
 
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _STAGE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -44,11 +47,15 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
+def parallel_min() -> int:
+    return settings.read("SYMGRAD_PARALLEL_MIN") if PARALLEL_MIN is None else PARALLEL_MIN
+
+
 def num_threads() -> int:
     """Threads for large stages: ``SYMGRAD_NUM_THREADS``, else the CPUs this process may use."""
-    env = os.environ.get("SYMGRAD_NUM_THREADS")
-    if env:
-        return max(1, int(env))
+    env = settings.read("SYMGRAD_NUM_THREADS")
+    if env is not None:
+        return env
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
@@ -124,7 +131,8 @@ class Native:
                            if spec is not None and spec[3] is None]
         self.repeats = [(t, graph.outputs.index(graph.outputs[t]))
                         for t, spec in enumerate(self.outs) if spec is None]
-        self.parallel = self.work >= PARALLEL_MIN and num_threads() > 1
+        least, nt = parallel_min(), num_threads()   # both read: a bad value fails here
+        self.parallel = self.work >= least and nt > 1
         self.top = [graph.out_tree] if isinstance(graph.out_tree, int) else list(graph.out_tree)
         self.out_checks = [(o.shape, np.dtype(o.dtype),
                             spec is not None and spec[3] is None)   # an array the kernel writes
@@ -257,14 +265,14 @@ class Native:
         return flat
 
     def _execute(self, ptrs):
-        if self.work < PARALLEL_MIN or num_threads() == 1:
+        least, nt = parallel_min(), num_threads()
+        if self.work < least or nt == 1:
             self.run(ptrs.ctypes.data, self.params_addr)
             return
-        nt = num_threads()
         addr = ptrs.ctypes.data
         for stage, init, extent0, size, partial, vector_axis in self.stages:
             init(addr, self.params_addr)
-            if size < PARALLEL_MIN or extent0 < 2:
+            if size < least or extent0 < 2:
                 stage(addr, self.params_addr, 0, extent0)
                 continue
             bounds = split_bounds(extent0, min(nt, extent0), vector_axis)
