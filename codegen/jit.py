@@ -29,7 +29,7 @@ from .mathlib import CPUMath, finish_cpu_module
 FORMAT = "symgrad-cpu-4"
 MAGIC = b"SYMGRADO"
 
-_lock = threading.RLock()
+_lock = threading.RLock()     # LLVM and the kernel table; see _fork_* below
 _state: dict = {}
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
          "disk_rejects": 0, "compile_seconds": 0.0}
@@ -61,6 +61,25 @@ def _init():
         _state.update(tm=tm, math=math, engine=engine, triple=triple, cpu=cpu,
                       features=features, kernels={})
         return _state
+
+
+def _fork_prepare():
+    """Before a fork: wait for a compile in another thread to finish, so that the child never
+    inherits LLVM's engine (or the kernel table) half updated, nor a lock no thread of its own
+    will release."""
+    _lock.acquire()
+
+
+def _fork_parent():
+    _lock.release()
+
+
+def _fork_child():
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(before=_fork_prepare, after_in_parent=_fork_parent, after_in_child=_fork_child)
 
 
 def target():

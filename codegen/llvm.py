@@ -24,6 +24,7 @@ import ctypes
 import operator
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -144,6 +145,7 @@ class Native:
                      (lambda results: _tree(tree, results)))
         self.lock = threading.Lock()
         self.cached = self._state()
+        _natives.add(self)
 
     def _state(self):
         """Pointer table, scratch and workspace memory (one set per concurrent call), with
@@ -386,6 +388,22 @@ def _native(entry) -> Native:
 
 
 _entry_lock = threading.Lock()
+_natives: "weakref.WeakSet[Native]" = weakref.WeakSet()   # for their locks after a fork
+
+
+def _after_fork_in_child():
+    """A forked child has only the thread that forked: the pool's workers and any thread that
+    held one of our locks are gone. Without this, the first large call in the child waited
+    forever for workers that do not exist (multiprocessing's "fork" pools, Dask, joblib)."""
+    global _pool, _pool_lock, _entry_lock
+    _pool = None                       # the child starts its own workers when it needs them
+    _pool_lock = threading.Lock()
+    _entry_lock = threading.Lock()
+    for native in list(_natives):
+        native.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_cpu(f, entry, values, out=None):
