@@ -29,6 +29,11 @@ from symgrad.ir import OPS, Graph, Node, is_float, toposort, use_counts
 
 LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
+# Elementwise ops one loop computes at most; more continue in a new loop of the same shape.
+# LLVM's loop vectoriser takes time quadratic in a loop body's size (a 6000-op loop took 22 s
+# to compile, 2000 ops 3.2 s), so bounded loops keep compile time linear in the program; real
+# programs stay far below (the largest loop of the GMM gradient has 8 ops).
+STAGE_OPS = 256
 # Ops that compare float values: a max/min reduction's gradient compares its input with the
 # result (the tie mask), and a comparison decides a select. Their operands are computed once.
 COMPARING = ("max", "min", "eq", "ne", "lt", "le", "gt", "ge")
@@ -180,7 +185,7 @@ class Schedule:
     # -- stage selection -------------------------------------------------------------------------
     def loop_stage(self, shape, lo: int) -> int:
         for st in self.stages[lo:]:
-            if st.kind == "loop" and st.shape == shape:
+            if st.kind == "loop" and st.shape == shape and len(st.ssa) < STAGE_OPS:
                 return st.index
         self.stages.append(Stage(len(self.stages), tuple(shape)))
         return len(self.stages) - 1
@@ -329,7 +334,7 @@ class Schedule:
                 ssa_max = max(ssa_max, self.home[x])
             else:
                 lo = max(lo, self.ready_at(x))
-        if ssa_max >= lo:
+        if ssa_max >= lo and len(self.stages[ssa_max].ssa) < STAGE_OPS:
             k = ssa_max
         else:
             k = self.loop_stage(n.shape, max(lo, ssa_max))
@@ -362,7 +367,34 @@ class Schedule:
         """Can stage k recompute x (appending what it must recompute to ``plan``, inputs
         first) instead of reading it from memory? Recomputing a few elementwise ops beats
         storing an array in one pass and loading it in the next (softmax: exp(x - max) is
-        needed by the sum and again by the gradient)."""
+        needed by the sum and again by the gradient). At most CLONE_BUDGET nodes are
+        recomputed, however long the chain below x (an iterative walk: no recursion limit)."""
+        first = self._clone_need(x, k, plan)
+        if first is not None:
+            return first
+        entered = {x}
+        stack = [(x, 0)]
+        while stack:
+            y, i = stack.pop()
+            if i == len(y.inputs):
+                plan.append(y)          # inputs first
+                continue
+            stack.append((y, i + 1))
+            z = y.inputs[i]
+            if z in entered:
+                continue
+            need = self._clone_need(z, k, plan)
+            if need is False or (need is None and len(entered) >= CLONE_BUDGET):
+                return False
+            if need is None:
+                entered.add(z)
+                stack.append((z, 0))
+        return True
+
+    def _clone_need(self, x: Node, k: int, plan: list) -> bool | None:
+        """For _clonable: True if stage k has x without recomputing it (a constant, computed
+        or recomputed there, readable from memory), False if stage k can neither read nor
+        recompute it, None if recomputing it is the way."""
         if x.op in LEAF_INLINE or self._in_stage(x, k) or x in plan:
             return True
         if x in self.loc:
@@ -371,12 +403,7 @@ class Schedule:
             return False
         if x.shape != self.stages[k].shape or x in self.once:
             return self.home[x] < k        # read from memory (with broadcasting), as usual
-        if len(plan) >= CLONE_BUDGET:
-            return False
-        if not all(self._clonable(y, k, plan) for y in x.inputs):
-            return False
-        plan.append(x)
-        return True
+        return None
 
     def _matmul(self, n: Node):
         a, b = n.inputs
