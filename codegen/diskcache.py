@@ -10,7 +10,10 @@ restored CI cache) could otherwise make this process run their code, or crash it
   ``~/.config``), created on first use with mode 0600. It is kept outside the cache directory,
   so a copy of the directory cannot vouch for its own entries.
 * The cache directory and its subdirectories must belong to this user and not be writable by
-  group or others; otherwise the disk cache is off for the process (one warning says why).
+  anyone else (group-writable is accepted for the user's own private group, which a umask of
+  002 gives every new directory); otherwise the disk cache is off for the process (one
+  warning says why). A directory that cannot be made (a read-only disk) quietly means no
+  disk cache, as does a key that cannot be written.
 * An entry is opened with ``O_NOFOLLOW | O_NONBLOCK`` and used only if it is a regular file of
   this user that others cannot write: a FIFO, a device or a symlink in its place never blocks
   or redirects the read. An entry that fails any check, or whose tag does not match, is ignored
@@ -42,26 +45,46 @@ def secret_path() -> str:
     return os.path.join(config, "symgrad", "cache-key")
 
 
+def _private_group(gid: int) -> bool:
+    """Is ``gid`` this user's own group (the "user private group" of most Linux systems,
+    where a umask of 002 makes every new directory group-writable)?"""
+    try:
+        import grp
+        import pwd
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        return gid == os.getegid() and set(grp.getgrgid(gid).gr_mem) <= {user}
+    except (ImportError, KeyError, OSError):
+        return False
+
+
 def _problem(st: os.stat_result, private: bool = False) -> str | None:
-    """Why a file or directory of this status cannot be trusted, or None."""
+    """Why a file or directory of this status cannot be trusted, or None. ``private``: not
+    even readable by anyone else (the secret)."""
     uid = getattr(os, "geteuid", None)
     if uid is not None and st.st_uid != uid():
         return f"owned by uid {st.st_uid}, not this user"
-    if st.st_mode & (0o077 if private else 0o022):
-        return f"mode {stat.filemode(st.st_mode)}: {'readable or ' if private else ''}" \
-               "writable by others"
+    mode = stat.filemode(st.st_mode)
+    if private and st.st_mode & 0o077:
+        return f"mode {mode}: others may read or write it"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and not _private_group(st.st_gid)):
+        return f"mode {mode}: others may write it"
     return None
+
+
+class Unavailable(Exception):
+    """A directory that cannot be made or read (a read-only or missing disk): no disk cache,
+    quietly, as before anything was checked."""
 
 
 def _safe_directory(path: str, create: bool) -> str | None:
     """None when ``path`` is a directory only this user can write (made 0700 if missing),
-    else the reason it is not."""
+    else the reason it is not; raises Unavailable when it cannot be had at all."""
     try:
         if create:
             os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.stat(path)
     except OSError as e:
-        return e.strerror or str(e)
+        raise Unavailable(e) from None
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
     return _problem(st)
@@ -111,25 +134,21 @@ def _write_new(directory: str, path: str, data: bytes, replace: bool) -> None:
             pass
 
 
-def secret() -> bytes | None:
-    """The per-user HMAC key (created on first use); None if it cannot be had safely."""
-    path = secret_path()
-    with _lock:
-        if path not in _secrets:
-            _secrets[path] = _load_or_create_secret(path)
-        return _secrets[path]
-
-
-def _load_or_create_secret(path: str) -> bytes | None:
+def _load_or_create_secret(path: str) -> bytes | str | None:
+    """The secret; or why it is unsafe (str); or None when it cannot be had (read-only disk)."""
     directory = os.path.dirname(path)
-    if _safe_directory(directory, create=True) is not None:
+    try:
+        why = _safe_directory(directory, create=True)
+    except Unavailable:
         return None
+    if why is not None:
+        return f"{directory}: {why}"
     for _ in range(2):
         data = _open_regular(path, private=True)
         if data is not None:
-            return data if len(data) == KEY_BYTES else None
+            return data if len(data) == KEY_BYTES else f"{path}: not a symgrad key"
         if os.path.lexists(path):
-            return None            # there, but not a private regular file of ours
+            return f"{path}: not a regular file of this user that only it can read"
         try:
             _write_new(directory, path, os.urandom(KEY_BYTES), replace=False)
         except FileExistsError:
@@ -139,22 +158,48 @@ def _load_or_create_secret(path: str) -> bytes | None:
     return None
 
 
+def _secret_state() -> bytes | str | None:
+    path = secret_path()
+    with _lock:
+        if path not in _secrets:
+            _secrets[path] = _load_or_create_secret(path)
+        return _secrets[path]
+
+
+def secret() -> bytes | None:
+    """The per-user HMAC key (created on first use); None if it cannot be had safely."""
+    state = _secret_state()
+    return state if isinstance(state, bytes) else None
+
+
 def usable_root(root: str) -> bool:
-    """Is ``root`` a cache directory this process may use? (Checked once per process; a
-    refusal warns once.)"""
+    """Is ``root`` a cache directory this process may use? Checked once per process; an
+    unsafe directory or key warns once, a read-only disk quietly means no disk cache."""
     with _lock:
         if root in _roots:
             return _roots[root]
-    why = _safe_directory(root, create=True)
-    if why is None and secret() is None:
-        why = f"no private key at {secret_path()} (it must be a 0600 file of this user)"
-    if why is not None:
+    try:
+        why = _safe_directory(root, create=True)
+    except Unavailable:
+        why = ""
+    if why is None:
+        state = _secret_state()
+        why = None if isinstance(state, bytes) else state or ""
+    if why:
         warnings.warn(f"symgrad: not using the machine-code cache {root}: {why}. Set "
-                      "SYMGRAD_CACHE_DIR to a directory only you can write (or "
-                      "SYMGRAD_NO_CACHE=1).", RuntimeWarning, stacklevel=4)
+                      "SYMGRAD_CACHE_DIR to a directory only you can write, or "
+                      "SYMGRAD_NO_CACHE=1.", RuntimeWarning, stacklevel=4)
     with _lock:
         _roots[root] = why is None
     return why is None
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()    # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _tag(key: str, obj: bytes) -> bytes:
@@ -168,8 +213,11 @@ def read(root: str, key: str) -> tuple[bytes | None, bool]:
     path = os.path.join(directory, key + ".o")
     if not os.path.lexists(path):
         return None, False
-    if _safe_directory(directory, create=False) is not None:
-        return None, True
+    try:
+        if _safe_directory(directory, create=False) is not None:
+            return None, True
+    except Unavailable:
+        return None, False
     data = _open_regular(path)
     if (data is None or len(data) <= _HEAD or data[:len(MAGIC)] != MAGIC
             or data[len(MAGIC):len(MAGIC) + 64] != key.encode()):
@@ -184,7 +232,10 @@ def write(root: str, key: str, obj: bytes) -> bool:
     """Store ``obj`` under ``key``; False if it could not be (read-only or full disk, an
     unsafe subdirectory): that only costs a recompile next time."""
     directory = os.path.join(root, key[:2])
-    if _safe_directory(directory, create=True) is not None:
+    try:
+        if _safe_directory(directory, create=True) is not None:
+            return False
+    except Unavailable:
         return False
     try:
         _write_new(directory, os.path.join(directory, key + ".o"),

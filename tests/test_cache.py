@@ -235,3 +235,17 @@ def test_failed_writes_leave_no_temporary_files(tmp_path):
     assert res["stats"]["disk_writes"] == 0 and res["stats"]["compiles"] >= 1
     assert res["sum"] == reference["sum"]
     assert not temp_files(tmp_path / "full") and not cache_files(tmp_path / "full")
+
+
+def test_unavailable_directory_quietly_means_no_disk_cache(tmp_path):
+    """A cache directory that cannot be made (here: below a regular file; a read-only disk
+    behaves the same) only costs recompiles: no warning, no error."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(blocker / "cache"), PYTHONPATH=ROOT,
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", script(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["stats"]["disk_writes"] == 0 and res["stats"]["compiles"] >= 1
