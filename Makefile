@@ -22,6 +22,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
+	# the peers (JAX, Numba, autograd) and matplotlib for the charts; each part is optional
+	$(PY) -m pip install --quiet -e '.[bench]' || echo "bench extra not installed: peers/charts are skipped"
 	$(PY) benchmarks/run_all.py
 
 clean:

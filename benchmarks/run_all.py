@@ -365,10 +365,19 @@ def main():
     report["accuracy"] = accuracy.table(accuracy.measure(200_000 if QUICK else 1_000_000))
     print(report["accuracy"])
     report["stats"] = cpu.stats()
+    print("compile time against trip count ...", flush=True)
+    import trip_count
+    report["trip_count"] = trip_count.measure()
     with open(os.path.join(HERE, "results.json"), "w") as f:
         json.dump(report, f, indent=1)
     write_results(report)
     print("wrote benchmarks/results.json and the tables of benchmarks/RESULTS.md")
+    try:
+        import plots
+        for path in plots.render():
+            print("wrote", os.path.relpath(path))
+    except ImportError as e:   # matplotlib is in the bench extra only
+        print(f"no charts: {e} (pip install '.[bench]')")
 
 
 BEGIN, END = "<!-- run_all:begin -->", "<!-- run_all:end -->"

@@ -412,9 +412,12 @@ def run_cpu(f, entry, values, out=None):
 
 
 def llvm_ir(entry, optimized: bool = False) -> str:
-    """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``."""
-    text = Program(entry.graph).text
-    return str(jit.optimize(text)) if optimized else text
+    """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``, with
+    the user's lines of each stage as comments (display only: see ``codegen.source_map``)."""
+    from .source_map import annotate_llvm
+    prog = Program(entry.graph)
+    text = str(jit.optimize(prog.text)) if optimized else prog.text
+    return annotate_llvm(text, prog.schedule)
 
 
 def assembly(entry) -> str:

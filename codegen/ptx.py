@@ -1039,8 +1039,11 @@ def default_arch() -> str:
 
 
 def ptx(entry, arch: str | None = None) -> str:
-    """PTX text for a ``symgrad.api.Compiled`` entry (``Function.ptx``)."""
-    return program(entry, arch or default_arch()).ptx
+    """PTX text for a ``symgrad.api.Compiled`` entry (``Function.ptx``), each kernel preceded
+    by the user's lines it computes (comments; see ``codegen.source_map``)."""
+    from .source_map import annotate_ptx
+    prog = program(entry, arch or default_arch())
+    return annotate_ptx(prog.ptx, prog.plan)
 
 
 def llvm_ir(entry) -> str:

@@ -47,3 +47,5 @@ if __name__ == "__main__":
     np.testing.assert_allclose(stable[0][1], stable[1][1], rtol=1e-12)
     np.testing.assert_allclose(stable[0][0], stable[0][1], rtol=1e-9)   # shift invariance
     print("naive overflows to nan at x + 1000; both stable versions agree wherever finite.")
+    print("\nWhat the stop_gradient removed (sg.grad(stop_gradient_max).stopped(x, t)):")
+    print(sg.grad(stop_gradient_max).stopped(small, target))

@@ -13,6 +13,7 @@ from .api import Function, differentiate, grad, hvp, value_and_grad
 from .check import check_grad
 from .clip import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 from .errors import UnsupportedSyntaxError
+from .export import export
 from .numpy_api import DUALS as _DUALS
 from . import optim
 
@@ -22,5 +23,5 @@ globals().update(_DUALS)   # sg.exp, sg.sum, sg.reduce_max, sg.stop_gradient, ..
 stop_gradient = _DUALS["stop_gradient"]
 
 __all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
-           "stop_gradient", "UnsupportedSyntaxError", "clip_by_value", "clip_by_norm",
+           "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value", "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]

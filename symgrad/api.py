@@ -2,14 +2,28 @@
 
 A :class:`Function` is a program family: for each argument signature (dtypes, shapes, static
 values) it builds a graph (trace, or the derivative of its parent's graph), simplifies it and
-compiles it for its target. Everything is cached per signature; ``f.grad`` is built once.
+compiles it for its target. Graphs are cached per signature, the most recently used
+``SYMGRAD_TRACE_CACHE_SIZE`` (64) of them; ``f.grad`` is built once.
+
+A trace records the globals, closure cells and module attributes it read (the objects, by
+identity); a call whose signature is cached first checks that each still holds the same object
+and traces again if one was rebound, so a changed ``SCALE`` is seen on the next call whatever
+the shape. Derived functions (``f.grad``, ...) share their parent's record.
+
+A Function pickles by reference to its Python function (module and qualified name) and is
+rebuilt, with empty caches, where it is unpickled (multiprocessing, concurrent.futures, Dask).
 """
 from __future__ import annotations
 
+import copy
 import functools
+import importlib
 import inspect
 import numbers
+import os
+import pickle
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -18,6 +32,7 @@ from .emit_python import compile_python, emit
 from .frontend import trace
 from . import ops
 from .ir import Graph, make, substitute
+from .scope import MISSING
 from .simplify import simplify
 
 TARGETS = ("cpu", "python", "cuda")
@@ -66,11 +81,87 @@ def _arg_key(value):
     raise TypeError(f"expected a float, int, bool or NumPy array argument, got {kind.__name__}")
 
 
-class Compiled:
-    """One signature's graph and its compiled forms."""
+DEFAULT_TRACE_CACHE_SIZE = 64
 
-    def __init__(self, graph: Graph):
+
+def trace_cache_size() -> int:
+    """Signatures each Function keeps (``SYMGRAD_TRACE_CACHE_SIZE``, a positive integer)."""
+    text = os.environ.get("SYMGRAD_TRACE_CACHE_SIZE")
+    if text is None or not text.strip():
+        return DEFAULT_TRACE_CACHE_SIZE
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ValueError(f"SYMGRAD_TRACE_CACHE_SIZE={text!r}: expected a positive integer, the "
+                         f"number of argument signatures each function keeps traced (default "
+                         f"{DEFAULT_TRACE_CACHE_SIZE})")
+    return size
+
+
+# -- captured globals ------------------------------------------------------------------------------
+# A capture is (holder, name, value): ``holder.get(name, MISSING)`` is what the name holds now.
+# The holder is a globals dict or a module's __dict__ (value MISSING for a builtin: a global
+# not defined), or a CellView of a closure cell.
+
+class CellView:
+    """A closure cell read like a dict (so checking a capture is one ``get`` for every kind)."""
+    __slots__ = ("cell",)
+
+    def __init__(self, cell):
+        self.cell = cell
+
+    def get(self, name, default):
+        try:
+            return self.cell.cell_contents
+        except ValueError:   # emptied (del)
+            return default
+
+
+def capture_holder(holder):
+    """The object a capture reads through: dicts as they are, cells wrapped."""
+    return holder if isinstance(holder, dict) else CellView(holder)
+
+
+_IMMUTABLE_SCALARS = (bool, int, float, complex, str, bytes)
+
+
+def _same_constant(a, b) -> bool:
+    """Two equal immutable scalars (a global recomputed to the same number); repr tells -0.0
+    from 0.0 and makes nan equal to itself."""
+    return type(a) is type(b) and (type(a) in _IMMUTABLE_SCALARS or isinstance(a, np.generic)) \
+        and repr(a) == repr(b)
+
+
+def captures_current(captures: list) -> bool:
+    """Whether every global, cell and module attribute a trace read still holds the object it
+    read: identity comparisons, on every call (the hot path)."""
+    for holder, name, value in captures:
+        if holder.get(name, MISSING) is not value:
+            return _only_equal_scalars_changed(captures)
+    return True
+
+
+def _only_equal_scalars_changed(captures: list) -> bool:
+    """The slow path: a name holds another object. An equal immutable scalar still counts as
+    current (and is remembered, so the next call takes the fast path again)."""
+    for i, (holder, name, value) in enumerate(captures):
+        current = holder.get(name, MISSING)
+        if current is not value:
+            if not _same_constant(current, value):
+                return False
+            captures[i] = (holder, name, current)
+    return True
+
+
+class Compiled:
+    """One signature's graph and its compiled forms; ``captures``: what the trace read from
+    outside the function (see ``captures_current``)."""
+
+    def __init__(self, graph: Graph, captures: list):
         self.graph = graph
+        self.captures = captures
         self._python = None
         self._source = None
         self.native = None   # set by a native back end
@@ -106,7 +197,8 @@ class Function:
         self.params = tuple(self._signature.parameters)
         self._arity = len(self.params) + (1 if _kind == "hvp" else 0)   # hvp takes (x, v, *rest)
         self.wrt, self._single = self._normalize_wrt(wrt)
-        self._cache: dict = {}
+        self._cache: OrderedDict = OrderedDict()   # signature -> Compiled, least recent first
+        self._cache_size = trace_cache_size()
         self._lock = threading.Lock()
         self._last_key = None   # signature of the latest call, for .source/.ir
         self.__name__ = name or self.fn.__name__
@@ -161,20 +253,26 @@ class Function:
         bound.apply_defaults()
         return [bound.arguments[p] for p in self.params]
 
-    def _build(self, values) -> Graph:
+    def _build(self, values) -> tuple[Graph, list]:
+        """This signature's graph, and the captures it depends on (a derived function's are
+        its parent's: the same list)."""
         if self._kind == "trace":
-            return trace(self.fn, values, self.__name__)
+            captures: dict = {}
+            graph = trace(self.fn, values, self.__name__, captures)
+            return graph, [(capture_holder(h), name, v) for h, name, v in captures.values()]
         if self._kind == "hvp":
             return self._build_hvp(values)
-        parent = self._parent._graph(values)
-        return grad_graph(parent, self.wrt, self._single, self._kind == "value_and_grad")
+        parent = self._parent._compiled(values)
+        return grad_graph(parent.graph, self.wrt, self._single, self._kind == "value_and_grad"), \
+            parent.captures
 
-    def _build_hvp(self, values) -> Graph:
+    def _build_hvp(self, values) -> tuple[Graph, list]:
         """Values are ``(x, v, *rest)``; the parent is the gradient with respect to x."""
         i = self.wrt[0]
         call_values = list(values[2:])
         call_values.insert(i, values[0])
-        g = self._parent._graph(call_values)
+        parent = self._parent._compiled(call_values)
+        g = parent.graph
         (b_x,) = g.outputs
         v = make("arg", (), (len(g.params), "v", b_x.dtype, b_x.shape))
         if np.shape(values[1]) != b_x.shape:
@@ -196,21 +294,26 @@ class Function:
         out.inputs = tuple(inputs)
         out.names = {mapping.get(n, n): v for n, v in out.names.items()}
         out.name = f"hvp_{self.fn.__name__}"
-        return out
+        return out, parent.captures
 
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph
 
-    def _compiled(self, values) -> Compiled:
-        key = tuple([_arg_key(v) for v in values])
+    def _compiled(self, values, key=None) -> Compiled:
+        """The cached entry for these values' signature, traced (again) when missing or when
+        a global it read was rebound; the least recently used beyond the bound are dropped."""
+        if key is None:
+            key = tuple([_arg_key(v) for v in values])
         self._last_key = key
-        entry = self._cache.get(key)
-        if entry is None:
-            with self._lock:
-                entry = self._cache.get(key)
-                if entry is None:
-                    entry = Compiled(simplify(self._build(values)))
-                    self._cache[key] = entry
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None or not captures_current(entry.captures):
+                graph, captures = self._build(values)
+                entry = Compiled(simplify(graph), captures)
+                self._cache[key] = entry
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+            self._cache.move_to_end(key)
         return entry
 
     # -- calling ---------------------------------------------------------------------------------
@@ -234,7 +337,19 @@ class Function:
             self._last_key = key
             entry = self._cache.get(key)
             if entry is None:
-                entry = self._compiled(values)
+                entry = self._compiled(values, key)
+            else:
+                # captures_current, inlined: this check runs on every call
+                for holder, name, value in entry.captures:
+                    if holder.get(name, MISSING) is not value:
+                        entry = self._compiled(values, key)
+                        break
+                else:
+                    if len(self._cache) > 1:   # keep the LRU order (none with one entry)
+                        try:
+                            self._cache.move_to_end(key)
+                        except KeyError:       # dropped by another thread meanwhile
+                            pass
         if self.target == "python":
             result = _finish(entry.python(*values), entry.graph, values)
             return _write_out(result, out) if out is not None else result
@@ -297,6 +412,34 @@ class Function:
         from codegen import ptx
         return ptx.ptx(self._inspect_entry(*args, **kwargs), arch=arch)
 
+    # -- mathematics, notebooks, audits (symgrad.sympy_form, symgrad.notebook, symgrad.audit) --
+    def sympy(self, *args, **kwargs):
+        """The function as sympy expression(s) for these argument types (a tuple for tuple
+        outputs, e.g. a tuple ``wrt``): scalars are symbols named like the parameters, small
+        arrays ``Matrix``/``Array`` of element expressions over ``x_0, x_1, ...``."""
+        from .sympy_form import to_sympy
+        return to_sympy(self._inspect_entry(*args, **kwargs).graph)
+
+    def latex(self, *args, **kwargs) -> str:
+        """LaTeX of :meth:`sympy`."""
+        from .sympy_form import to_latex
+        return to_latex(self._inspect_entry(*args, **kwargs).graph)
+
+    def stopped(self, *args, **kwargs) -> str:
+        """Each ``stop_gradient`` site (the user's line) and the derivative terms it removed:
+        the cotangent that reached it and the expression whose derivative was cut."""
+        from .audit import stopped_report
+        return stopped_report(self._inspect_entry(*args, **kwargs).graph)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: name, parameters, wrt, target, argument types and highlighted source."""
+        from .notebook import to_html
+        return to_html(self)
+
+    def _repr_markdown_(self) -> str:
+        from .notebook import to_markdown
+        return to_markdown(self)
+
     def hessp(self, *args):
         """Hessian-vector product ``H(x) @ p`` (for scipy's ``hessp=``): ``hessp(x, p, *rest)``."""
         return self._hessp(*args)
@@ -319,7 +462,95 @@ class Function:
                         "function. Decorate a plain function and pass the arrays it needs.")
 
     def __repr__(self):
-        return f"<symgrad.Function {self.__name__} wrt={self.wrt if not self._single else self.wrt[0]} target={self.target}>"
+        return f"<symgrad.Function {self.__name__} wrt={self._wrt_spec()} target={self.target}>"
+
+    # -- pickling and copying ----------------------------------------------------------------------
+    def _wrt_spec(self):
+        return self.wrt[0] if self._single else self.wrt
+
+    def _is_cached_derivation(self) -> bool:
+        """``f.grad`` / ``f.value_and_grad`` themselves (rebuilt as that attribute)."""
+        return self._parent is not None and self._parent.__dict__.get(self._kind) is self
+
+    def __reduce__(self):
+        """Pickled by reference, so multiprocessing, concurrent.futures and Dask can ship it:
+        the Python function by module and qualified name (symgrad reads its source, so it must
+        be importable where it is unpickled; a copy by value, as cloudpickle makes of lambdas,
+        would arrive without it), a derived function as its parent and the derivation. Caches
+        (graphs, compiled code, locks) are not pickled: the receiving process traces again."""
+        if self._is_cached_derivation():
+            return getattr, (self._parent, self._kind)
+        if self._parent is not None:
+            return _derive, (self._parent, self._kind, self._wrt_spec(), self.target)
+        module, qualname = _importable_name(self.fn)
+        if _find(module, qualname) is self:   # the decorated function: the same object here
+            return _unpickled, (module, qualname)
+        return _rebuild, (module, qualname, self._wrt_spec(), self.target)
+
+    def __deepcopy__(self, memo):
+        """A twin sharing only the Python function (functions are immutable to copy); its
+        caches start empty."""
+        if self._parent is None:
+            twin = Function(self.fn, wrt=self._wrt_spec(), target=self.target)
+        else:
+            parent = copy.deepcopy(self._parent, memo)
+            twin = getattr(parent, self._kind) if self._is_cached_derivation() else \
+                _derive(parent, self._kind, self._wrt_spec(), self.target)
+        memo[id(self)] = twin
+        return twin
+
+    def __copy__(self):
+        return self.__deepcopy__({})
+
+
+def _find(module, qualname):
+    """The object importable as ``module.qualname``, or None."""
+    try:
+        return _lookup(module, qualname)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def _importable_name(fn) -> tuple[str, str]:
+    """Module and qualified name under which ``fn`` (or the Function decorating it) can be
+    imported; a clear PicklingError where it cannot (lambdas, nested functions)."""
+    module, qualname = getattr(fn, "__module__", None), fn.__qualname__
+    found = _find(module, qualname)
+    if found is not fn and not (isinstance(found, Function) and found.fn is fn):
+        raise pickle.PicklingError(
+            f"cannot pickle the symgrad.Function of {module}.{qualname}: its Python function is "
+            "pickled by reference (symgrad reads its source where it runs), so it must be "
+            "defined at the top level of an importable module, not as a lambda, a nested "
+            "function or by exec")
+    return module, qualname
+
+
+def _lookup(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _unpickled(module: str, qualname: str):
+    found = _find(module, qualname)
+    if found is None:
+        raise pickle.UnpicklingError(
+            f"a pickled symgrad.Function refers to {module}.{qualname}, which this process cannot "
+            "import (functions are pickled by reference: define it in a module the workers can "
+            "import, not in __main__ of a notebook or a script they do not run)")
+    return found
+
+
+def _rebuild(module: str, qualname: str, wrt, target: str) -> Function:
+    found = _unpickled(module, qualname)
+    return Function(found.fn if isinstance(found, Function) else found, wrt=wrt, target=target)
+
+
+def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
+    derived = parent._derived(kind, wrt)
+    derived.target = target
+    return derived
 
 
 def _write_out(result, out):
@@ -380,7 +611,7 @@ def _flatten_out(value, tree):
     if isinstance(tree, int):
         return [value]
     out = []
-    for v, t in zip(value, tree):
+    for v, t in zip(value, tree, strict=True):   # a back end returning another structure is a bug
         out.extend(_flatten_out(v, t))
     return out
 

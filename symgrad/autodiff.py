@@ -40,6 +40,8 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
             accumulate(out, full(out.shape, 1, out.dtype), out)
     for node in reversed(order):
         g = cotangent.get(node)
+        if node.op == "stop_gradient":   # the terms the cut removes, for f.grad.stopped()
+            graph.stopped.setdefault(node, g)
         if g is None or node.op == "arg":
             continue
         name = graph.names.get(node)
@@ -66,6 +68,7 @@ def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Grap
         nodes.append(x)
     prefix = "value_and_grad_" if with_value else "grad_"
     result = graph.derive(prefix + graph.name, graph.outputs, graph.out_tree)
+    result.stopped = {}   # what this pass's stop_gradients remove (not an inner derivative's)
     grads, origin = backward(result, nodes)
     for i, g in zip(wrt, grads):
         if g.op not in ("arg", "const", "full"):

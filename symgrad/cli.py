@@ -1,6 +1,7 @@
 """Command line: show what symgrad generates for a function in a file.
 
     symgrad path/to/module.py function_name [--wrt 0] [--arg 3] [--arg 2x3] [--arg 2.5] [--show source,ir,llvm]
+    symgrad path/to/module.py function_name --arg 3 --export grad.c     # or grad.py, grad.ll
 
 ``--arg`` gives one example argument per parameter: a shape like ``3`` or ``2x3`` for a float64
 array (``f32:3`` for float32), ``int:4`` for a static int, or a float such as ``2.5``.
@@ -33,7 +34,10 @@ def main(argv=None) -> int:
     parser.add_argument("function")
     parser.add_argument("--wrt", default="0", help="argument index or name, comma-separated for several")
     parser.add_argument("--arg", action="append", default=[], help="example argument (see module doc)")
-    parser.add_argument("--show", default="source", help="comma-separated: source, ir, llvm, asm, ptx")
+    parser.add_argument("--show", default=None, help="comma-separated: source, ir, llvm, asm, ptx "
+                        "(default: source, unless --export is given)")
+    parser.add_argument("--export", metavar="PATH", help="write the gradient as a standalone file: "
+                        "PATH ending .py (NumPy only), .c (+ .h beside it; C99 + libm) or .ll")
     ns = parser.parse_args(argv)
 
     import symgrad as sg
@@ -47,7 +51,12 @@ def main(argv=None) -> int:
     wrt = wrt_items[0] if len(wrt_items) == 1 else tuple(wrt_items)
     g = sg.grad(fn, wrt=wrt)
     args = [_example(a) for a in ns.arg]
-    for what in ns.show.split(","):
+    if ns.export:
+        written = sg.export(g, ns.export, *args)
+        extra = f" and {written.with_suffix('.h')}" if written.suffix == ".c" else ""
+        print(f"wrote {written}{extra}")
+    show = ns.show if ns.show is not None else ("" if ns.export else "source")
+    for what in filter(None, show.split(",")):
         print(f"# ---- {what} ----")
         if what == "source":
             print(g.source_for(*args) if args else g.source)

@@ -17,6 +17,13 @@ from . import spelling as sp
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
 
+# Python's own float arithmetic differs from NumPy's where these ops meet two Python numbers
+# (1.0 / 0.0 raises, (-8.0) ** 0.5 is complex, 1e200 ** 2.0 raises OverflowError; NumPy gives
+# inf, nan, inf): between two of them the ops are spelled as NumPy calls.
+_NUMPY_SCALAR_CALLS = {"div": "np.divide", "pow": "np.power"}
+# Ops that, on Python numbers, give a Python number (IEEE arithmetic, the same as NumPy's).
+_PYTHON_ARITHMETIC = ("add", "sub", "mul", "neg", "stop_gradient")
+
 # Ops whose result is a fresh array the generated code may update in place.
 _FRESH_KINDS = ("elementwise", "reduction", "linalg")
 _FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
@@ -56,6 +63,7 @@ class _Emitter:
         self.last_comment = None
         self.arg_shapes = {x.shape: (graph.params[i], x.dtype) for i, x in
                            enumerate(graph.inputs) if x is not None and x.ndim}
+        self.python_numbers: set[Node] = set()   # values that may be Python numbers at run time
 
     # -- spelling helpers --------------------------------------------------------------------
     def shape_text(self, shape) -> str:
@@ -108,6 +116,8 @@ class _Emitter:
             op = n.op
             if op == "arg":
                 self.expr[n] = (n.attrs[1], sp.ATOM)
+                if n.ndim == 0:   # a float argument may be a Python float
+                    self.python_numbers.add(n)
                 continue
             if op == "array":
                 name = self.namer.name(g.names.get(n, "c"))
@@ -121,7 +131,7 @@ class _Emitter:
                 self.scatter_statement(n)
                 continue
             args = [self.expr[i] for i in n.inputs]
-            text = self.spell_full(n) if op == "full" else OPS[op].python(args, n)
+            text = self.spell_full(n) if op == "full" else self.spell(n, args)
             if op in ("const", "stop_gradient"):
                 self.expr[n] = text
                 continue
@@ -134,6 +144,15 @@ class _Emitter:
         body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
         source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"
         return source, self.namespace
+
+    def spell(self, n: Node, args) -> tuple[str, int]:
+        """The op table's spelling, except where Python numbers would not follow NumPy."""
+        python_operands = all(i in self.python_numbers for i in n.inputs)
+        if n.op == "const" or (python_operands and n.op in _PYTHON_ARITHMETIC):
+            self.python_numbers.add(n)
+        if python_operands and n.op in _NUMPY_SCALAR_CALLS:
+            return sp.call(_NUMPY_SCALAR_CALLS[n.op])(args, n)
+        return OPS[n.op].python(args, n)
 
     def update_statement(self, n: Node, counts):
         """``y[i] = v`` / ``y[i] += v`` on a private copy (never on an argument's array)."""
@@ -166,10 +185,13 @@ class _Emitter:
         self.lines.append(f"np.add.at({var}, ({where}{',' if axis == 0 else ''}), {self.expr[g][0]})")
 
     def render_tree(self, tree, top=False) -> str:
+        """The returned value, shaped as ``out_tree``: ``return a, (b,)``. Only a tuple of two
+        or more items may drop its parentheses at the top: ``return b_x`` would hand back the
+        bare element of a 1-tuple, and ``return`` alone None for an empty one."""
         if isinstance(tree, int):
             return self.expr[self.graph.outputs[tree]][0]
         items = [self.render_tree(t) for t in tree]
-        if top and items:
+        if top and len(items) > 1:
             return ", ".join(items)
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 

@@ -16,6 +16,7 @@ import types
 import numpy as np
 
 from . import ops
+from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, shared_with_arguments
 from .ir import Node, substitute
 from .numpy_api import CALLABLES, DUALS
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
@@ -47,6 +48,9 @@ _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 
 _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertools")
+# Packages whose globals and attributes a trace does not record (nobody rebinds np.exp, and
+# symgrad's own helpers read only their module's functions).
+LIBRARY_PACKAGES = frozenset(_PURE_MODULES + ("symgrad", "scipy"))
 
 _OP_SYMBOLS = {ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
@@ -92,7 +96,18 @@ class Expressions:
         return out
 
     def expr_BinOp(self, node, frame):
-        return self.binop(node.op, self.eval(node.left, frame), self.eval(node.right, frame), node)
+        # A long sum or product (a + b + c + ...) nests to the left: walk down that spine
+        # without recursion, then apply the operators on the way back up (Python's order).
+        spine = []
+        while isinstance(node, ast.BinOp):
+            spine.append(node)
+            node = node.left
+        value = self.eval(node, frame)
+        for op_node in reversed(spine):
+            right = self.eval(op_node.right, frame)
+            value = self.binop(op_node.op, value, right, op_node)
+            self.origins[op_node] = _binop_origin(op_node, value)
+        return value
 
     def binop(self, op, a, b, node):
         if is_data(a) or is_data(b):
@@ -175,9 +190,17 @@ class Expressions:
     def expr_IfExp(self, node, frame):
         cond = self.eval(node.test, frame)
         if not is_data(cond):
-            return self.eval(node.body if cond else node.orelse, frame)
+            taken = node.body if cond else node.orelse
+            self.origins[node] = (taken,)
+            return self.eval(taken, frame)
+        self.origins[node] = (node.body, node.orelse)   # Python's value is one of the two
+        stmt = self.node
+        what = "conditional expression"
+        if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Name):
+            what += f" assigned to '{stmt.targets[0].id}'"
         return self.merge(cond, self.eval(node.body, frame), self.eval(node.orelse, frame),
-                          node, "conditional expression")
+                          node, what)
 
     def expr_Attribute(self, node, frame):
         value = self.eval(node.value, frame)
@@ -186,9 +209,12 @@ class Expressions:
         if isinstance(value, types.ModuleType) or isinstance(value, (list, tuple, dict, str,
                                                                         numbers.Number, np.ndarray, np.dtype)):
             try:
-                return getattr(value, node.attr)
+                result = getattr(value, node.attr)
             except AttributeError:
                 raise AttributeError(f"{type(value).__name__} has no attribute '{node.attr}'") from None
+            if isinstance(value, types.ModuleType):
+                self.captured(vars(value), node.attr, result)   # config.SCALE may be rebound
+            return result
         if hasattr(value, "__dict__") or isinstance(value, type):
             return getattr(value, node.attr)
         self.fail(node, f"attribute '{node.attr}' of {type(value).__name__}")
@@ -196,7 +222,13 @@ class Expressions:
     def expr_Subscript(self, node, frame):
         container = self.eval(node.value, frame)
         key = self.eval(node.slice, frame)
-        return self.subscript(container, key, node)
+        value = self.subscript(container, key, node)
+        if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
+            copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
+        else:
+            copied = isinstance(container, Node) and gather_axis(key) is not None
+        self.origins[node] = NO_BUFFERS if copied else (node.value,)   # basic indexing: a view
+        return value
 
     def subscript(self, container, key, node):
         if isinstance(container, np.ndarray) and is_data(key):
@@ -233,13 +265,20 @@ class Expressions:
         self.fail(node, "set comprehension")
 
     def expr_DictComp(self, node, frame):
-        out = {}
+        out, found = {}, set()
         for env in self.comprehension_envs(node.generators, frame):
             out[self.eval(node.key, env)] = self.eval(node.value, env)
+            found |= self.origin_of(node.value, env)
+        self.origins[node] = frozenset(found)
         return out
 
     def comprehension(self, node, frame, kind):
-        return kind(self.eval(node.elt, env) for env in self.comprehension_envs(node.generators, frame))
+        out, found = [], set()
+        for env in self.comprehension_envs(node.generators, frame):
+            out.append(self.eval(node.elt, env))
+            found |= self.origin_of(node.elt, env)
+        self.origins[node] = frozenset(found)   # the items, wherever each may live
+        return kind(out)
 
     def comprehension_envs(self, generators, frame):
         if not generators:
@@ -249,11 +288,12 @@ class Expressions:
         if gen.is_async:
             self.fail(gen, "async comprehension")
         iterable = self.eval(gen.iter, frame)
+        origin = self.origin_of(gen.iter, frame)
         for item in list(iterable):
             inner = Frame(self, frame.source, frame.globals, frame, {}, frame.name)
             dummy = ast.Assign(targets=[gen.target], value=None, lineno=gen.target.lineno,
                                col_offset=gen.target.col_offset)
-            self.assign(gen.target, item, inner, dummy)
+            self.assign(gen.target, item, inner, dummy, origin=origin)
             ok = True
             for cond in gen.ifs:
                 c = self.eval(cond, inner)
@@ -293,7 +333,85 @@ class Expressions:
                 kwargs.update(self.eval(kw.value, frame))
             else:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
-        return self.call(fn, args, kwargs, node)
+        if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
+            self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
+        # an inlined callee's parameters live where these arguments live
+        self.pending_arguments = self.argument_buffers(node, frame) if _may_inline(fn) else None
+        self.call_buffers = None
+        try:
+            value = self.call(fn, args, kwargs, node)
+        finally:
+            self.pending_arguments = None
+        self.origins[node] = self.call_origin(fn, node, args, value, frame)
+        return value
+
+    # -- aliasing: where a value may live (symgrad.aliases) ----------------------------------
+    def origin_of(self, expr, frame: Frame) -> frozenset:
+        """The buffers the value ``expr`` just evaluated to may live in: a name's buffers,
+        what a container display, attribute or basic subscript holds, or what evaluating a
+        call, a choice or an operator recorded in ``self.origins``. Iterative."""
+        found, stack = set(), [expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, frozenset):
+                found |= e
+            elif isinstance(e, ast.Name):
+                found |= frame.buffers_of(e.id)
+            elif e in self.origins:
+                record = self.origins[e]
+                if isinstance(record, frozenset):
+                    found |= record
+                else:
+                    stack.extend(r for r in record if r is not None)
+            elif not isinstance(e, _FRESH_EXPRESSIONS):
+                stack.extend(ast.iter_child_nodes(e))   # displays, attributes: their parts
+        return frozenset(found)
+
+    def origin_tree(self, expr, frame: Frame):
+        """Like origin_of, but item by item for a tuple or list display (for unpacking)."""
+        if isinstance(expr, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in expr.elts):
+            return tuple(self.origin_tree(e, frame) for e in expr.elts)
+        return self.origin_of(expr, frame)
+
+    def argument_buffers(self, node, frame: Frame):
+        """(positional, keyword) buffers of a call's arguments, for an inlined callee."""
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            every = self.origin_of(ast.Tuple(elts=list(node.args) + [k.value for k in node.keywords]), frame)
+            return None, {"*": every}
+        return ([self.origin_of(a, frame) for a in node.args],
+                {k.arg: self.origin_of(k.value, frame) for k in node.keywords})
+
+    def call_origin(self, fn, node, args, value, frame: Frame):
+        """Where a call's result may live: an inlined function's return value where it
+        lives; a view (reshape, .T, np.asarray, ...) where its base lives; a list method's or
+        a structural builtin's result where the container or arguments live; else fresh."""
+        receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+        owner = getattr(fn, "__self__", None)
+        if _container_method(fn):
+            if fn.__name__ in _ADDING_METHODS:
+                added = frozenset().union(*(self.origin_of(a, frame) or fresh_buffers(v)
+                                            for a, v in zip(node.args, args)))
+                added |= self.origin_of(ast.Tuple(elts=[k.value for k in node.keywords]), frame)
+                self.note_contents(owner, added, frame)
+            return (receiver,)
+        if not holds_array(value):
+            return NO_BUFFERS
+        if self.call_buffers is not None:
+            return self.call_buffers
+        if isinstance(fn, _BoundNodeMethod):
+            return (receiver,) if fn.fn in _VIEW_METHODS else NO_BUFFERS
+        try:
+            handler = CALLABLES.get(fn)
+        except TypeError:
+            handler = None
+        if handler in _VIEW_FUNCTIONS:
+            return tuple(node.args[:1]) or tuple(k.value for k in node.keywords)
+        if fn in _STRUCTURAL_BUILTINS:
+            return tuple(node.args) + tuple(k.value for k in node.keywords)
+        # an eager NumPy call on constants may return a view of one of them
+        operands = ([owner] if receiver is not None and isinstance(owner, np.ndarray) else []) + list(args)
+        exprs = ([receiver] if receiver is not None and isinstance(owner, np.ndarray) else []) + list(node.args)
+        return tuple(exprs[i] for i in shared_with_arguments(value, operands) if i < len(exprs))
 
     def call(self, fn, args, kwargs, node):
         from .api import Function   # the decorated form inlines its Python function
@@ -325,10 +443,10 @@ class Expressions:
             return fn(*args, **kwargs)
         if fn is builtins.range and any(is_data(a) for a in args):
             self.fail(node, "range() over a traced value (loop bounds must be static)")
+        if _container_method(fn):
+            return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
         traced = any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
         if traced:
-            if isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict)):
-                return fn(*args, **kwargs)    # list.append(node), ...
             name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
             module = getattr(fn, "__module__", None) or type(fn).__module__
             self.fail(node, f"call to {module}.{name} on traced values",
@@ -344,13 +462,12 @@ class Expressions:
         from .api import zero_standin
         values = fn._bind(list(args), kwargs)
         examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
-        graph = fn._graph(examples)
+        entry = fn._compiled(examples)
+        for holder, name, value in entry.captures:   # what its trace read, ours read too
+            self.captured(getattr(holder, "cell", holder), name, value)
+        graph = entry.graph
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
-        flat = substitute(graph.outputs, mapping)
-
-        def unflatten(tree):
-            return flat[tree] if isinstance(tree, int) else tuple(unflatten(t) for t in tree)
-        return unflatten(graph.out_tree)
+        return _unflatten(graph.out_tree, substitute(graph.outputs, mapping))
 
     def call_python(self, fn, args, kwargs, node):
         source = function_source(fn)
@@ -365,22 +482,104 @@ class Expressions:
         return self.invoke(fn.tree, callee, args, kwargs, fn.defaults, fn.kw_defaults, node)
 
     def invoke(self, tree, callee: Frame, args, kwargs, defaults, kw_defaults, node):
+        arguments, self.pending_arguments = self.pending_arguments, None
         _bind(tree.args, callee.env, args, kwargs, defaults, kw_defaults, getattr(tree, "name", "<lambda>"))
+        self.bind_parameter_buffers(tree.args, callee, arguments, len(args) - len(node.args)
+                                    if isinstance(node, ast.Call) else 0)
         self.depth += 1
         if self.depth > MAX_CALL_DEPTH:
             self.fail(node, f"recursion deeper than {MAX_CALL_DEPTH} calls (recursion on a data-dependent "
                       "condition cannot terminate while tracing)")
         caller, self.frame = self.frame, callee
+        self.frames.append(callee)
         try:
-            return self.run_body(callee, tree)
+            value = self.run_body(callee, tree)
         finally:
+            self.frames.pop()
             self.depth -= 1
             self.frame = caller
+        self.call_buffers = self.return_buffers
+        return value
+
+    def bind_parameter_buffers(self, arguments: ast.arguments, callee: Frame, buffers, shift: int):
+        """A parameter lives where the caller's argument lives (``shift`` leading arguments,
+        a bound method's self, have no expression); a default value is memory the function
+        does not own (Python shares it between calls)."""
+        if buffers is None:     # not called from a call expression: nothing known
+            positional, keyword = None, {}
+            every = frozenset((Buffer("an argument of unknown origin"),))
+        else:
+            positional, keyword = buffers
+            every = frozenset().union(*(positional or ()), *keyword.values())
+        params = [a.arg for a in arguments.posonlyargs + arguments.args]
+        for i, p in enumerate(params + [a.arg for a in arguments.kwonlyargs]):
+            if p not in callee.env:
+                continue
+            if positional is None:                       # f(*xs, **kw): any of them
+                origin = every
+            elif i < len(params) and shift <= i < shift + len(positional):
+                origin = positional[i - shift]
+            elif p in keyword:
+                origin = keyword[p]
+            elif i < shift:
+                origin = NO_BUFFERS                      # a bound method's self
+            else:
+                origin = foreign_buffers(f"the default value of parameter '{p}'", callee.env[p])
+            self.bind_buffers(callee, p, callee.env[p], origin)
+        for extra in (arguments.vararg, arguments.kwarg):
+            if extra is not None:
+                self.bind_buffers(callee, extra.arg, callee.env[extra.arg], every)
 
     def make_closure(self, tree, frame):
         defaults = [self.eval(d, frame) for d in tree.args.defaults]
         kw_defaults = [MISSING if d is None else self.eval(d, frame) for d in tree.args.kw_defaults]
         return InterpFunction(tree, frame, defaults, kw_defaults)
+
+
+# expressions whose value is always newly made (or a scalar): they hold no buffer of their parts
+_FRESH_EXPRESSIONS = (ast.Constant, ast.UnaryOp, ast.Compare, ast.JoinedStr, ast.Lambda,
+                      ast.Slice, ast.BinOp)
+
+# methods of lists and dicts that put values in; and all that change the container
+_ADDING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__setitem__"}
+_MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sort", "reverse"}
+
+
+def _container_method(fn) -> bool:
+    """A method of a list or dict object (they move values without looking at them)."""
+    return isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict))
+
+
+def _may_inline(fn) -> bool:
+    """Whether a call may run the callee's own source (its parameters then need to know
+    where the arguments live)."""
+    from .api import Function
+    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function))
+
+
+def _binop_origin(node, value):
+    """``a + b`` on arrays makes a new array; on lists it holds both sides' items, and
+    ``[a] * n`` holds one array n times (a write to one item shows in all)."""
+    if not isinstance(value, (list, tuple)):
+        return NO_BUFFERS
+    if isinstance(node.op, ast.Mult) and holds_array(value):
+        return (node.left, node.right, frozenset((Buffer("an item repeated by a list * n"),)))
+    return (node.left, node.right)
+
+
+def _unflatten(tree, flat: list):
+    """An out_tree (ints index ``flat``, tuples nest) filled in, without recursion."""
+    if isinstance(tree, int):
+        return flat[tree]
+    order, stack = [], [tree]
+    while stack:                 # every tuple, parents before children
+        t = stack.pop()
+        order.append(t)
+        stack.extend(c for c in t if not isinstance(c, int))
+    built: dict = {}
+    for t in reversed(order):    # children before parents
+        built[id(t)] = tuple(flat[c] if isinstance(c, int) else built[id(c)] for c in t)
+    return built[id(tree)]
 
 
 def _is_pure(fn) -> bool:
@@ -483,6 +682,12 @@ _NODE_METHODS = {
     "squeeze": lambda x, axis=None: DUALS["squeeze"](x, axis),
     "item": None,
 }
+
+
+_VIEW_METHODS = {_NODE_METHODS[m] for m in ("reshape", "transpose", "ravel", "squeeze")}
+# (stop_gradient is the argument itself when run eagerly)
+_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "squeeze", "expand_dims",
+                                      "stop_gradient")}
 
 
 def node_attribute(x: Node, attr: str, tracer, node):

@@ -4,7 +4,9 @@ The tracer walks the function's syntax tree with concrete values for static thin
 bools, shapes, Python lists) and IR nodes for data. So loops over static ranges unroll, ``if``
 on static values is decided while tracing, ``if`` on data becomes a select between both
 branches, helper functions are inlined (their own source is read and interpreted), and lists
-built while tracing are ordinary Python lists of nodes.
+built while tracing are ordinary Python lists of nodes. In-place writes (``a[i] = v``,
+``a += v`` on an array) are functional updates of arrays the function owns alone; a write
+that another live name, an argument or a global could see is refused (see symgrad.aliases).
 
 Anything outside the supported subset raises :class:`UnsupportedSyntaxError` naming the file,
 line, column, the source line and the construct.
@@ -13,13 +15,16 @@ from __future__ import annotations
 
 import ast
 import numbers
+import operator
+import types
 
 import numpy as np
 
 from . import ops
+from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
-from .ir import Graph, Loc, Node, label_new, make
-from .expressions import Expressions, check_static_key, describe
+from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
+from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, closure_of, first_seen,
                     fork, is_data, walk_nodes)
 from .source import function_source
@@ -34,12 +39,20 @@ def _contains(stmts, kinds) -> bool:
 
 
 class Tracer(Expressions):
-    def __init__(self):
+    def __init__(self, captures: dict | None = None):
+        # What the trace read from outside the function: (holder, name) -> (holder, name, value)
+        # for globals (holder: the globals dict), closure cells and module attributes.
+        self.captures = {} if captures is None else captures
         self.names: dict[Node, str] = {}
         self.locs: dict[Node, Loc] = {}
         self.depth = 0
         self.frame: Frame | None = None
         self.node: ast.AST | None = None
+        self.frames: list[Frame] = []          # the frames executing now, outermost first
+        self.origins: dict = {}                # expression -> where its value may live
+        self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
+        self.call_buffers = None               # ... of the last inlined call (None: not one)
+        self.pending_arguments = None          # buffers of the arguments of the next call
 
     # -- errors ------------------------------------------------------------------------------
     def fail(self, node: ast.AST, construct: str, hint: str = ""):
@@ -60,14 +73,15 @@ class Tracer(Expressions):
             node = _arg_node(i, param, value)
             inputs.append(node)
             frame.env[param] = value if node is None else node
-            if node is not None and node.ndim:
-                frame.owned_by_caller.add(param)
+            self.bind_buffers(frame, param, frame.env[param],
+                              foreign_buffers(f"argument '{param}'", frame.env[param]))
+        self.frames = [frame]
         try:
             result = self.run_body(frame, tree)
         except RecursionError:
             self.fail(self.node or tree, "expression nesting or recursion too deep to trace")
         outputs = []
-        tree_shape = _flatten(result, outputs, self, tree)
+        tree_shape = _flatten(result, outputs, self.frame.source.loc(tree))
         graph = Graph(name or fn.__name__, tuple(params), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename)
@@ -77,14 +91,28 @@ class Tracer(Expressions):
         if isinstance(tree, ast.Lambda):   # an expression body: run it like a return statement
             value = self.located(frame, tree.body, lambda: self.eval(tree.body, frame))
             self.record(frame, tree.body, value)
+            self.return_buffers = self.origin_of(tree.body, frame)
             return value
         try:
             self.exec_block(tree.body, frame, ())
         except Return as r:
+            self.return_buffers = r.buffers
             return r.value
+        self.return_buffers = NO_BUFFERS
         return None
 
-    # -- bookkeeping: names and locations ----------------------------------------------------
+    # -- bookkeeping: captured globals, names and locations ---------------------------------
+    def captured(self, holder, name: str, value):
+        """Record that the trace read ``name`` from ``holder`` (a dict or a cell) as ``value``,
+        unless the holder is a library module's namespace (numpy, symgrad, ...) or the value
+        a library module (``np``): nobody rebinds those, and each record is checked on every
+        call."""
+        key = (id(holder), name)
+        if key in self.captures or _is_library(value) or (
+                isinstance(holder, dict) and _in_library(holder.get("__name__"))):
+            return
+        self.captures[key] = (holder, name, value)
+
     def record(self, frame: Frame, node: ast.AST, value, name: str | None = None):
         """Give nodes first produced by this statement its location (and a variable name)."""
         loc = frame.source.loc(node)
@@ -131,57 +159,85 @@ class Tracer(Expressions):
         pass
 
     def stmt_Return(self, stmt, frame, cont):
-        value = None if stmt.value is None else self.eval(stmt.value, frame)
+        if stmt.value is None:
+            raise Return(None)
+        value = self.eval(stmt.value, frame)
         self.record(frame, stmt, value)
-        raise Return(value)
+        raise Return(value, self.origin_of(stmt.value, frame))
 
     def stmt_Assign(self, stmt, frame, cont):
         value = self.eval(stmt.value, frame)
+        origin = self.origin_tree(stmt.value, frame)
         for target in stmt.targets:
-            self.assign(target, value, frame, stmt)
+            self.assign(target, value, frame, stmt, origin=origin)
 
     def stmt_AnnAssign(self, stmt, frame, cont):
         if stmt.value is not None:
-            self.assign(stmt.target, self.eval(stmt.value, frame), frame, stmt)
+            value = self.eval(stmt.value, frame)
+            self.assign(stmt.target, value, frame, stmt, origin=self.origin_tree(stmt.value, frame))
 
     def stmt_AugAssign(self, stmt, frame, cont):
+        """``a += v`` updates an array in place (NumPy), extends a list in place (Python) and
+        rebinds anything else (numbers, NumPy scalars)."""
         target = stmt.target
         if isinstance(target, ast.Name):
+            if target.id not in frame.env:   # Python: the name is local, not yet bound
+                raise UnboundLocalError(f"cannot access local variable '{target.id}' where it is "
+                                        "not associated with a value")
             current = frame.lookup(target.id, target)
-            if target.id in frame.owned_by_caller:
-                self.fail(stmt, f"augmented assignment to argument array '{target.id}' (it would "
-                          "modify the caller's array in place)",
-                          f"copy it first: {target.id} = {target.id}.copy()")
-            value = self.binop(stmt.op, current, self.eval(stmt.value, frame), stmt)
-            self.assign(target, value, frame, stmt)
+            operand = self.eval(stmt.value, frame)
+            in_place = _CONTAINER_IN_PLACE.get((type(current), type(stmt.op)))
+            if in_place is not None:         # l += [...], l *= n, d |= {...}: the same object
+                in_place(current, operand)
+                added = self.origin_of(stmt.value, frame) or fresh_buffers(operand)
+                if isinstance(stmt.op, ast.Mult) and holds_array(current):
+                    added = frozenset((Buffer("an item repeated by a list * n"),))
+                self.note_contents(current, added, frame)
+            elif is_array(current):
+                self.check_writable(target.id, frame, stmt, "augmented assignment to")
+                value = in_place_result(current, self.binop(stmt.op, current, operand, stmt))
+                frame.env[target.id] = value
+                self.record(frame, stmt, value, target.id)
+            else:
+                self.assign(target, self.binop(stmt.op, current, operand, stmt), frame, stmt)
         elif isinstance(target, ast.Subscript):
             container = self.eval(target.value, frame)
             key = self.eval(target.slice, frame)
             current = self.subscript(container, key, target)
             value = self.binop(stmt.op, current, self.eval(stmt.value, frame), stmt)
+            if is_array(current):
+                if isinstance(container, (list, dict)) and isinstance(target.value, ast.Name):
+                    # the element array itself is updated in place: whoever shares it sees it
+                    self.check_writable(target.value.id, frame, stmt,
+                                        "augmented assignment to an element of")
+                value = in_place_result(current, value)
             self.assign(target, value, frame, stmt, key=key)
         else:
             self.fail(stmt, "augmented assignment to an attribute")
 
-    def assign(self, target, value, frame: Frame, stmt, key=None):
+    def assign(self, target, value, frame: Frame, stmt, key=None, origin=NO_BUFFERS):
+        """Bind ``value`` to ``target``; ``origin`` is where the value may live: buffers, or
+        a tuple of origins for the items of a tuple/list display (see origin_tree)."""
         if isinstance(target, ast.Name):
-            if isinstance(stmt.value if hasattr(stmt, "value") else None, ast.Name) and \
-                    stmt.value.id in frame.owned_by_caller:
-                frame.owned_by_caller.add(target.id)
-            else:
-                frame.owned_by_caller.discard(target.id)
+            self.bind_buffers(frame, target.id, value, _flat_buffers(origin))
             frame.env[target.id] = value
             self.record(frame, stmt, value, target.id)
         elif isinstance(target, (ast.Tuple, ast.List)):
-            self.unpack(target, value, frame, stmt)
+            self.unpack(target, value, frame, stmt, origin)
         elif isinstance(target, ast.Subscript):
-            self.assign_item(target, value, frame, stmt, key)
+            self.assign_item(target, value, frame, stmt, key, _flat_buffers(origin))
         elif isinstance(target, ast.Starred):
-            self.assign(target.value, list(value), frame, stmt)
+            self.assign(target.value, list(value), frame, stmt, origin=_flat_buffers(origin))
         else:
             self.fail(target, f"assignment to {describe(target)}")
 
-    def unpack(self, target, value, frame, stmt):
+    def bind_buffers(self, frame: Frame, name: str, value, buffers: frozenset):
+        if holds_array(value):
+            frame.buffers[name] = buffers or fresh_buffers(value)
+        else:
+            frame.buffers.pop(name, None)
+
+    def unpack(self, target, value, frame, stmt, origin=NO_BUFFERS):
         items = list(value)   # a traced array unpacks into its rows
         starred = [i for i, t in enumerate(target.elts) if isinstance(t, ast.Starred)]
         if starred:
@@ -190,33 +246,122 @@ class Tracer(Expressions):
             items = items[:k] + [items[k:len(items) - n_after]] + items[len(items) - n_after:]
         if len(items) != len(target.elts):
             raise ValueError(f"cannot unpack {len(items)} values into {len(target.elts)} targets")
-        for t, v in zip(target.elts, items):
-            self.assign(t, v, frame, stmt)
+        if isinstance(origin, tuple) and len(origin) == len(items) and not starred:
+            origins = origin                 # a, b = b, a: item by item
+        else:
+            origins = [_flat_buffers(origin)] * len(items)
+        for t, v, o in zip(target.elts, items, origins):
+            self.assign(t, v, frame, stmt, origin=o)
 
-    def assign_item(self, target, value, frame, stmt, key=None):
+    def assign_item(self, target, value, frame, stmt, key=None, origin=NO_BUFFERS):
         base_expr = target.value
         if key is None:
             key = self.eval(target.slice, frame)
         if not isinstance(base_expr, ast.Name):
             container = self.eval(base_expr, frame)
             if isinstance(container, (list, dict)):
+                self.check_traced_state(base_expr, frame, target, "item assignment into")
                 container[key] = value
+                self.note_contents(container, origin or fresh_buffers(value), frame)
                 return
             self.fail(target, "item assignment into an expression (only 'name[index] = value')")
         name = base_expr.id
         container = frame.lookup(name, base_expr)
         if isinstance(container, (list, dict)):
+            self.check_traced_state(base_expr, frame, target, "item assignment into")
             container[key] = value
+            self.note_contents(container, origin or fresh_buffers(value), frame)
             return
-        if not isinstance(container, Node):
+        if not isinstance(container, (Node, np.ndarray)):
             self.fail(target, f"item assignment into {type(container).__name__}")
-        if name in frame.owned_by_caller:
-            self.fail(target, f"item assignment into argument array '{name}' (it would modify the "
-                      "caller's array)", f"copy it first: {name} = {name}.copy()")
+        self.check_writable(name, frame, target, "item assignment into")
         check_static_key(self, key, target)
-        updated = ops.setitem(container, value, key)
+        if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
+            updated = container.copy()         # a constant array written with a constant:
+            updated[key] = value               # NumPy's own semantics, still a constant
+        else:
+            updated = ops.setitem(_lift_constant(container), value, key)
         frame.env[name] = updated
         self.record(frame, stmt, updated, name)
+
+    # -- aliasing: where an in-place write may be seen (symgrad.aliases) ---------------------
+    def check_writable(self, name: str, frame: Frame, node, what: str):
+        """Refuse an in-place write to ``name`` unless its array is private to this function
+        and no other live name may share its memory."""
+        hint = f"copy it first: {name} = {name}.copy()"
+        if name not in frame.env:
+            owners = sorted(b.owner for b in frame.buffers_of(name) if b.owner)
+            where = owners[0] if owners else f"'{name}' of an enclosing function"
+            self.fail(node, f"{what} {where} (a function may only write into arrays it made "
+                      "itself)", f"make a local copy first: local = {name}.copy()")
+        buffers = frame.buffers.get(name, NO_BUFFERS)
+        owners = sorted(b.owner for b in buffers if b.owner)
+        if owners:
+            if owners[0] == f"argument '{name}'":
+                construct = f"{what} argument array '{name}' (it would modify the caller's array)"
+            else:
+                construct = (f"{what} '{name}', which may share memory with {owners[0]} "
+                             "(writing would change it too, and symgrad updates arrays functionally)")
+            self.fail(node, construct, hint)
+        other = self.sharing_name(name, frame, buffers)
+        if other is not None:
+            self.fail(node, f"{what} '{name}', which may share memory with {other} (a view or "
+                      "alias of one array: NumPy would change both, symgrad's functional "
+                      "update would change one)", hint)
+
+    def check_traced_state(self, expr, frame: Frame, node, what: str):
+        """Refuse to mutate a list or dict the trace did not make (a global, a closure cell):
+        tracing would change the program's state, once per trace."""
+        root = expr
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return
+        f = frame
+        while f is not None:
+            if root.id in f.env:
+                return
+            f = f.parent
+        self.fail(node, f"{what} '{root.id}', which is not a variable of the traced function "
+                  "(it would change state outside the function while tracing)",
+                  f"build a local copy: local = list({root.id}) or dict({root.id})")
+
+    def live_frames(self, frame: Frame) -> list:
+        """The scopes whose names are live now: the executing frames and the frames they
+        close over, without the scopes a branch's frame is a copy of."""
+        copied, order, seen = set(), [], set()
+        for f in self.frames + [frame]:
+            g = f.forked_from
+            while g is not None:
+                copied.add(id(g))
+                g = g.forked_from
+        for f in self.frames + [frame]:
+            while f is not None and id(f) not in seen:
+                seen.add(id(f))
+                if id(f) not in copied:
+                    order.append(f)
+                f = f.parent
+        return order
+
+    def sharing_name(self, name: str, frame: Frame, buffers: frozenset):
+        if not buffers:
+            return None
+        for f in self.live_frames(frame):
+            for other, held in f.buffers.items():
+                if (f is frame and other == name) or not held & buffers:
+                    continue
+                return f"'{other}'" if f is frame else f"'{other}' of {f.name}()"
+        return None
+
+    def note_contents(self, container, added: frozenset, frame: Frame):
+        """A list or dict now also holds arrays in ``added``: every name bound to it may
+        reach them."""
+        if not added:
+            return
+        for f in self.live_frames(frame):
+            for other, value in f.env.items():
+                if value is container:
+                    f.buffers[other] = f.buffers.get(other, NO_BUFFERS) | added
 
     def stmt_If(self, stmt, frame, cont):  # only reached through exec_if
         self.exec_if(stmt, frame, cont)
@@ -232,22 +377,27 @@ class Tracer(Expressions):
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
             self.fail(stmt, "return inside a data-dependent if within a loop")
-        branches = []
+        branches, returned = [], NO_BUFFERS
         for body in (stmt.body, stmt.orelse):
             child = fork(frame)
-            if has_return:   # run each branch with everything after it, then select
-                rest = [s for block in cont for s in block]
-                try:
-                    self.exec_block(body + rest, child, ())
-                    value = None
-                except Return as r:
-                    value = r.value
-                branches.append(value)
-            else:
-                self.exec_block(body, child, ())
-                branches.append(child)
+            self.frames.append(child)
+            try:
+                if has_return:   # run each branch with everything after it, then select
+                    rest = [s for block in cont for s in block]
+                    try:
+                        self.exec_block(body + rest, child, ())
+                        value = None
+                    except Return as r:
+                        value, returned = r.value, returned | r.buffers
+                    branches.append(value)
+                else:
+                    self.exec_block(body, child, ())
+                    branches.append(child)
+            finally:
+                self.frames.pop()
+            self.frame = frame
         if has_return:
-            raise Return(self.merge(cond, branches[0], branches[1], stmt, "return value"))
+            raise Return(self.merge(cond, branches[0], branches[1], stmt, "return value"), returned)
         then, other = branches
         loc = frame.source.loc(stmt)
         for name in sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env)):
@@ -256,25 +406,45 @@ class Tracer(Expressions):
                 frame.env[name] = Undefined(name, loc)
                 continue
             frame.env[name] = self.merge(cond, a, b, stmt, f"variable '{name}'")
+            # the value is one side's or the other's: it may live where either lives
+            self.bind_buffers(frame, name, frame.env[name],
+                              then.buffers.get(name, NO_BUFFERS) | other.buffers.get(name, NO_BUFFERS))
             if frame.env[name] is not a:
                 self.record(frame, stmt, frame.env[name], name)
-        frame.owned_by_caller = then.owned_by_caller & other.owned_by_caller
 
     def merge(self, cond, a, b, stmt, what):
+        """The value of a data-dependent choice between ``a`` and ``b``: a select of arrays
+        and numbers, item by item for tuples and lists of one length (iterative, so deeply
+        nested values cannot exhaust the stack), the value itself where both sides agree."""
+        top: list = []
+        stack = [(a, b, top)]
+        sequences = []          # (kind, items), outermost first
+        while stack:
+            x, y, into = stack.pop()
+            if x is not y and isinstance(x, (list, tuple)) and type(x) is type(y) and len(x) == len(y):
+                items: list = []
+                sequences.append((type(x), items))
+                into.append(_Merged(len(sequences) - 1))
+                stack.extend((p, q, items) for p, q in reversed(list(zip(x, y))))
+            else:
+                into.append(self.merge_leaf(cond, x, y, stmt, what))
+        built: list = [None] * len(sequences)
+        for i in reversed(range(len(sequences))):   # inner sequences first
+            kind, items = sequences[i]
+            built[i] = kind(built[v.index] if isinstance(v, _Merged) else v for v in items)
+        return built[top[0].index] if isinstance(top[0], _Merged) else top[0]
+
+    def merge_leaf(self, cond, a, b, stmt, what):
         if a is b:
             return a
         if isinstance(a, Undefined) or isinstance(b, Undefined):
             return a if isinstance(a, Undefined) else b
-        if is_data(a) or is_data(b):
-            if all(isinstance(v, (Node, numbers.Number, np.ndarray)) for v in (a, b)):
-                return ops.where(cond, a, b)
-        elif isinstance(a, (numbers.Number, np.ndarray)) and isinstance(b, (numbers.Number, np.ndarray)):
-            if np.array_equal(a, b):
-                return a
+        leaves = all(isinstance(v, (Node, numbers.Number, np.ndarray)) for v in (a, b))
+        if leaves and not is_data(a) and not is_data(b) and np.array_equal(a, b):
+            return a
+        if leaves and (is_data(a) or is_data(b) or isinstance(a, (numbers.Number, np.ndarray))):
+            self.check_branch_shapes(cond, a, b, stmt, what)
             return ops.where(cond, a, b)
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) \
-                and type(a) is type(b):
-            return type(a)(self.merge(cond, x, y, stmt, what) for x, y in zip(a, b))
         try:
             if a == b:
                 return a
@@ -285,6 +455,24 @@ class Tracer(Expressions):
         self.fail(stmt, f"{what} differs between the branches of a data-dependent if in a way "
                   "that cannot be selected elementwise")
 
+    def check_branch_shapes(self, cond, a, b, stmt, what):
+        """A data-dependent choice between values of two shapes has a shape known only at
+        run time; a select would broadcast the smaller one (wrong numbers), so refuse it. With
+        an array condition (an elementwise if) each side need only broadcast to its shape."""
+        shape_a, shape_b = tuple(np.shape(a)), tuple(np.shape(b))
+        if shape_a == shape_b:
+            return
+        cond_shape = tuple(np.shape(cond))
+        try:
+            elementwise = bool(cond_shape) and np.broadcast_shapes(cond_shape, shape_a, shape_b) == cond_shape
+        except ValueError:
+            elementwise = False
+        if not elementwise:
+            self.fail(stmt, f"{what} has shape {shape_a} on one branch and {shape_b} on the other "
+                      "of a data-dependent if (its shape would depend on the data)",
+                      "give both branches the same shape (e.g. np.full_like / np.broadcast_to), or "
+                      "select elementwise with np.where")
+
     def stmt_For(self, stmt, frame, cont):
         if stmt.orelse:
             self.fail(stmt, "for ... else")
@@ -293,10 +481,11 @@ class Tracer(Expressions):
             items = iter(iterable)
         except TypeError:
             self.fail(stmt.iter, f"iteration over {type(iterable).__name__}")
+        origin = self.origin_of(stmt.iter, frame)   # rows of an array are views of it
         frame.loop_depth += 1
         try:
             for item in items:
-                self.assign(stmt.target, item, frame, stmt)
+                self.assign(stmt.target, item, frame, stmt, origin=origin)
                 try:
                     self.exec_block(stmt.body, frame, ())
                 except Continue:
@@ -346,6 +535,33 @@ class Tracer(Expressions):
         self.fail(stmt, "while loop", "use a for loop over a static range()")
 
 
+def _lift_constant(array):
+    """A constant array written with traced values becomes a node at that first write: a
+    ``full`` node when every element is one value (np.zeros(n), np.ones(n), np.full), so the
+    generated code reads np.zeros(n) rather than a table."""
+    if not isinstance(array, np.ndarray):
+        return array
+    if array.size and array.dtype.name in ("float32", "float64", "bool") + INT_DTYPES \
+            and bool(np.all(array == array.flat[0])) \
+            and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
+        return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
+    return ops.lift(array)
+
+
+# Python's in-place operators on containers: they change the object, every name bound to it
+# sees the change
+_CONTAINER_IN_PLACE = {(list, ast.Add): operator.iadd, (list, ast.Mult): operator.imul,
+                       (dict, ast.BitOr): operator.ior}
+
+
+class _Merged:
+    """A placeholder, while merging, for the sequence built at ``index``."""
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
 def _arg_node(i: int, name: str, value):
     if isinstance(value, bool) or isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
         return None   # static: the trace is specialised on it
@@ -363,18 +579,55 @@ def _arg_node(i: int, name: str, value):
                     f"got {type(value).__name__}")
 
 
-def _flatten(value, outputs: list, tracer, tree):
+def _flatten(value, outputs: list, loc: Loc):
     """Append the leaves of a return value to ``outputs``; return its out_tree (ints index
-    ``outputs``)."""
-    if isinstance(value, (tuple, list)):
-        return tuple(_flatten(v, outputs, tracer, tree) for v in value)
-    if value is None:
-        raise TypeError(f"{tracer.frame.source.loc(tree)}: the function returned None; "
-                        "a differentiated function must return a number or an array")
-    if not isinstance(value, (Node, numbers.Number, np.ndarray, np.generic)):
-        raise TypeError(f"the function returned a {type(value).__name__}; expected numbers/arrays")
-    outputs.append(value)
-    return len(outputs) - 1
+    ``outputs``). Iterative: a deeply nested return value cannot exhaust the stack."""
+    result = []
+    stack = [(value, result)]   # (value, the list its tree goes into)
+    while stack:
+        v, into = stack.pop()
+        if isinstance(v, (tuple, list)):
+            children: list = []
+            into.append(children)
+            stack.extend((item, children) for item in reversed(v))
+            continue
+        if v is None:
+            raise TypeError(f"{loc}: the function returned None; "
+                            "a differentiated function must return a number or an array")
+        if not isinstance(v, (Node, numbers.Number, np.ndarray, np.generic)):
+            raise TypeError(f"the function returned a {type(v).__name__}; expected numbers/arrays")
+        outputs.append(v)
+        into.append(len(outputs) - 1)
+    return _freeze(result[0])
+
+
+def _freeze(tree):
+    """Nested lists -> nested tuples, without recursion."""
+    if not isinstance(tree, list):
+        return tree
+    order, stack = [], [tree]
+    while stack:               # every list, parents before children
+        t = stack.pop()
+        order.append(t)
+        stack.extend(c for c in t if isinstance(c, list))
+    frozen: dict = {}
+    for t in reversed(order):  # children before parents
+        frozen[id(t)] = tuple(frozen[id(c)] if isinstance(c, list) else c for c in t)
+    return frozen[id(tree)]
+
+
+def _flat_buffers(origin) -> frozenset:
+    """The union of an origin tree (buffers, or tuples of origin trees)."""
+    if isinstance(origin, frozenset):
+        return origin
+    found, stack = set(), [origin]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, frozenset):
+            found |= o
+        else:
+            stack.extend(o)
+    return frozenset(found)
 
 
 def _locate(e: Exception, loc: Loc) -> Exception:
@@ -388,6 +641,15 @@ def _locate(e: Exception, loc: Loc) -> Exception:
 
 
 
-def trace(fn, args, name: str | None = None) -> Graph:
-    """Trace ``fn`` for these arguments (values give shapes, dtypes and static values)."""
-    return Tracer().trace(fn, list(args), name)
+def _in_library(module_name) -> bool:
+    return isinstance(module_name, str) and module_name.split(".")[0] in LIBRARY_PACKAGES
+
+
+def _is_library(value) -> bool:
+    return isinstance(value, types.ModuleType) and _in_library(value.__name__)
+
+
+def trace(fn, args, name: str | None = None, captures: dict | None = None) -> Graph:
+    """Trace ``fn`` for these arguments (values give shapes, dtypes and static values);
+    ``captures`` receives what it read from globals, closure cells and module attributes."""
+    return Tracer(captures).trace(fn, list(args), name)

@@ -213,7 +213,9 @@ class Graph:
     parameter i, or ``None`` for a static (int/bool) parameter. ``out_tree`` says how outputs
     are returned: an int indexes ``outputs``, a tuple of trees is a Python tuple.
     ``names``/``locs`` map nodes to the user's variable names and source locations;
-    ``grad_origin`` maps derivative nodes to the forward node whose rule produced them.
+    ``grad_origin`` maps derivative nodes to the forward node whose rule produced them;
+    ``stopped`` maps each ``stop_gradient`` node reverse mode passed to the cotangent that
+    reached it (``None`` if none did): the derivative terms it removed (``f.grad.stopped()``).
     """
     name: str
     params: tuple
@@ -224,6 +226,7 @@ class Graph:
     locs: dict = field(default_factory=dict)
     grad_origin: dict = field(default_factory=dict)
     filename: str = "<symgrad>"
+    stopped: dict = field(default_factory=dict)
 
     def nodes(self) -> list[Node]:
         return toposort(self.outputs)
@@ -231,7 +234,7 @@ class Graph:
     def derive(self, name: str, outputs, out_tree) -> "Graph":
         """A new graph over the same arguments, sharing copies of the side tables."""
         return Graph(name, self.params, self.inputs, tuple(outputs), out_tree, dict(self.names),
-                     dict(self.locs), dict(self.grad_origin), self.filename)
+                     dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped))
 
     def listing(self) -> str:
         """A readable, deterministic listing: one line per node, ``%k = op(...)``."""

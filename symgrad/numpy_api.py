@@ -99,11 +99,24 @@ def _square(x):
 
 
 def _logaddexp(a, b):
-    # max(a, b), but a tie is 0.5 a + 0.5 b (the same value) so that the derivative there is
-    # sigmoid(0) = 1/2 to each side, not 1 to one of them (logistic losses start at a tie)
+    """NumPy's formula, ``larger + log1p(exp(smaller - larger))``, the sides chosen by one
+    select (a tie takes a's): each side is analytic, so every derivative order is right at a
+    tie (1/2 to each argument, 1/4 second order; an |a - b| form had abs'(0) = 0 inside), and
+    the exp never overflows. Equal infinities give that infinity, as NumPy (their difference
+    is nan)."""
     a, b = ops.lift(a), ops.lift(b)
-    m = ops.where(ops.gt(a, b), a, ops.where(ops.lt(a, b), b, 0.5 * a + 0.5 * b))
-    return m + ops.log1p(ops.exp(-ops.abs_(ops.sub(a, b))))
+    a_larger = ops.ge(a, b)
+    larger = ops.where(a_larger, a, b)
+    gap = ops.where(a_larger, ops.sub(b, a), ops.sub(a, b))   # <= 0
+    d = ops.sub(a, b)
+    infinite_tie = ops.logical_and(ops.eq(a, b), ops.ne(d, d))
+    return ops.where(infinite_tie, ops.stop_gradient(a), larger + ops.log1p(ops.exp(gap)))
+
+
+def _sqrt_of_square_sum(s):
+    """sqrt(s) for a sum of squares (std, norm), whose gradient at s == 0 is 0 rather than
+    0 / 0 (the convention of abs'(0) = 0: the norm of one number is its absolute value)."""
+    return ops.where(ops.eq(s, 0), 0.0, ops.sqrt(s))
 
 
 def _squeeze(x, axis=None):
@@ -143,7 +156,7 @@ def _norm(x, ord=None, axis=None, keepdims=False):
         raise NotImplementedError(f"np.linalg.norm with ord={ord!r}: only the 2-norm of vectors "
                                   "and the Frobenius norm are supported")
     x = ops.to_float(x)
-    return ops.sqrt(ops.reduce("sum", x * x, axis, keepdims))
+    return _sqrt_of_square_sum(ops.reduce("sum", x * x, axis, keepdims))
 
 
 def _var(x, axis=None, keepdims=False, ddof=0):
@@ -157,7 +170,7 @@ def _var(x, axis=None, keepdims=False, ddof=0):
 
 
 def _std(x, axis=None, keepdims=False, ddof=0):
-    return ops.sqrt(_var(x, axis, keepdims, ddof))
+    return _sqrt_of_square_sum(_var(x, axis, keepdims, ddof))
 
 
 def _stop_gradient_eager(x):

@@ -281,9 +281,18 @@ def power(a, b) -> Node:
 
 
 def _pow_vjp(g, n):
+    """d/da = b a^(b-1), 0 where b == 0 (0 * a^-1 would be nan at a == 0); d/db = a^b log(a),
+    0 at a == 0 (log(0) * 0 would be nan; JAX's and autograd's convention): a select on the
+    operand, so the rule stays finite there at every order."""
     a, b = n.inputs
-    ga = g * b * (a ** (b - 1)) if b.op != "const" or b.attrs[0] != 0 else None
-    gb = None if b.op in ("const", "full", "array") else g * log(a) * n
+    known = b.attrs[0] if b.op in ("const", "full") else None   # an exponent of one value
+    if known == 0:
+        ga = None
+    elif known is not None:
+        ga = g * b * (a ** (b - 1))
+    else:
+        ga = g * where(eq(b, 0), 0, b * a ** (b - 1))
+    gb = None if b.op in ("const", "full", "array") else g * n * log(where(eq(a, 0), 1, a))
     return ga, gb
 
 

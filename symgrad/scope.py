@@ -6,6 +6,7 @@ import ast
 import builtins
 from typing import TYPE_CHECKING
 
+from .aliases import NO_BUFFERS, foreign_buffers
 from .ir import Loc, Node
 
 if TYPE_CHECKING:
@@ -30,23 +31,41 @@ def is_data(v) -> bool:
 
 
 def walk_nodes(value):
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from walk_nodes(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from walk_nodes(v)
+    """The IR nodes inside a value (nested lists, tuples, dicts), depth first, left to right;
+    iterative, so a deeply nested value cannot exhaust the stack."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Node):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
 
 
-def copy_value(v):
-    """Branches of a data-dependent if work on private copies of mutable containers."""
-    if isinstance(v, list):
-        return [copy_value(x) for x in v]
-    if isinstance(v, dict):
-        return {k: copy_value(x) for k, x in v.items()}
-    return v
+def _empty_like(v):
+    return [] if isinstance(v, list) else {} if isinstance(v, dict) else None
+
+
+def copy_value(value):
+    """Branches of a data-dependent if work on private copies of mutable containers (lists
+    and dicts, copied to any depth without recursion)."""
+    top = _empty_like(value)
+    if top is None:
+        return value
+    stack = [(value, top)]
+    while stack:
+        src, dst = stack.pop()
+        for key, item in (src.items() if isinstance(src, dict) else enumerate(src)):
+            child = _empty_like(item)
+            if child is not None:
+                stack.append((item, child))
+            if isinstance(dst, dict):
+                dst[key] = item if child is None else child
+            else:
+                dst.append(item if child is None else child)
+    return top
 
 
 class Undefined:
@@ -66,8 +85,8 @@ class InterpFunction:
 
 
 class Return(Exception):
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, value, buffers: frozenset = NO_BUFFERS):
+        self.value, self.buffers = value, buffers
 
 
 class Break(Exception):
@@ -84,9 +103,12 @@ class Frame:
         self.tracer, self.source, self.globals, self.parent = tracer, source, globals_, parent
         self.closure = closure
         self.env: dict = {}
-        self.owned_by_caller: set[str] = set()
+        # name -> the buffers its array value may live in (symgrad.aliases); absent for
+        # values that hold no array
+        self.buffers: dict[str, frozenset] = {}
         self.loop_depth = 0
         self.name = name
+        self.forked_from: "Frame | None" = None   # a branch's frame: the scope it copies
 
     def lookup(self, name: str, node: ast.AST):
         frame = self
@@ -97,26 +119,48 @@ class Frame:
                     self.tracer.fail(node, f"variable '{name}' is assigned in only one branch of "
                                      f"a data-dependent if (line {value.loc.lineno})")
                 return value
-            if name in frame.closure:
-                return frame.closure[name]
+            if name in frame.closure:   # a cell: read now, and recorded (it may be rebound)
+                value = frame.closure[name].cell_contents
+                self.tracer.captured(frame.closure[name], name, value)
+                return value
             frame = frame.parent
         root = self
         while root.parent is not None:
             root = root.parent
-        if name in root.globals:
-            return root.globals[name]
+        value = root.globals.get(name, MISSING)
+        self.tracer.captured(root.globals, name, value)   # a builtin is a global not defined
+        if value is not MISSING:
+            return value
         if name in SAFE_BUILTINS:
             return SAFE_BUILTINS[name]
         if hasattr(builtins, name):   # calls are vetted in Tracer.call
             return getattr(builtins, name)
         raise NameError(f"{self.source.loc(node)}: name '{name}' is not defined")
 
+    def buffers_of(self, name: str) -> frozenset:
+        """The buffers ``name``'s value may live in, resolved like :meth:`lookup` (globals
+        and closure cells are memory the function does not own)."""
+        frame = self
+        while frame is not None:
+            if name in frame.env:
+                return frame.buffers.get(name, NO_BUFFERS)
+            if name in frame.closure:
+                return foreign_buffers(f"closure variable '{name}'", frame.closure[name].cell_contents)
+            frame = frame.parent
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        if name in root.globals:
+            return foreign_buffers(f"global '{name}'", root.globals[name])
+        return NO_BUFFERS
+
 
 def fork(frame: Frame) -> Frame:
     child = Frame(frame.tracer, frame.source, frame.globals, frame.parent, frame.closure, frame.name)
     child.env = {k: copy_value(v) for k, v in frame.env.items()}
-    child.owned_by_caller = set(frame.owned_by_caller)
+    child.buffers = dict(frame.buffers)
     child.loop_depth = frame.loop_depth
+    child.forked_from = frame
     return child
 
 
@@ -129,12 +173,15 @@ def first_seen(*envs):
 
 
 def closure_of(fn) -> dict:
+    """The function's filled closure cells by name (cells, not values: a trace records which
+    cells it read, so a call after one is rebound traces again)."""
     if not fn.__closure__:
         return {}
     out = {}
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
         try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            pass
+            cell.cell_contents
+        except ValueError:   # not assigned yet
+            continue
+        out[name] = cell
     return out

@@ -6,6 +6,14 @@ new node or the node itself; the pass applies rules bottom-up until nothing chan
 hash-consing already shares them. Dead code is whatever the outputs no longer reach.
 
 No ``x * 0 -> 0``: it is wrong for inf and nan, and reverse mode never creates numeric zeros.
+
+Select sinking (derivative nodes only): the cotangent of a select is ``where(c, g, 0)``, and the
+rules of the ops below it would multiply that zero into their own factors, so the side not
+selected leaked in as ``0 * nan`` (``where(x > 0, sqrt(x), 0)`` at 0, Tangent's safe sqrt).
+The sink rules move the select outwards instead (``where(c, g, 0) / y -> where(c, g / y, 0)``),
+so a side not selected is never combined with anything. They change what a NaN becomes where
+the select picks the zero, which is the point for derivatives but not NumPy's semantics: the
+user's own forward computation (nodes with a source location) is left as written.
 """
 from __future__ import annotations
 
@@ -14,7 +22,8 @@ import warnings
 import numpy as np
 
 from .ir import OPS, Graph, Node, label_new, make, toposort
-from .ops import broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div
+from .ops import (broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div, where,
+                  cast)
 
 FOLDABLE = ("elementwise",)
 
@@ -188,7 +197,106 @@ def _where(n):
     if v is not None:                           # where(True, x, y) -> x
         chosen = a if v else b
         return chosen if _same_type(chosen, n) else n
+    if a.op == "where" and a.inputs[0] is c:    # where(c, where(c, x, y), z) -> where(c, x, z)
+        return where(c, a.inputs[1], b)
+    if b.op == "where" and b.inputs[0] is c:    # where(c, x, where(c, y, z)) -> where(c, x, z)
+        return where(c, a, b.inputs[2])
+    if a.op == "where" and b.op == "where" and a.inputs[0] is b.inputs[0] and (
+            a.inputs[1] is b.inputs[1] or a.inputs[2] is b.inputs[2]):
+        d = a.inputs[0]                         # where(c, where(d, x, y), where(d, x, w))
+        return where(d, where(c, a.inputs[1], b.inputs[1]),      # -> where(d, x, where(c, y, w))
+                     where(c, a.inputs[2], b.inputs[2]))         # (one select fewer; a shared
+    return n                                    # side is what keeps it from swapping back)
+
+
+# -- select sinking (derivative nodes only; see the module docstring) --------------------------
+
+def _masked(n: Node) -> bool:
+    """A select with one zero side: ``where(c, t, 0)`` or ``where(c, 0, f)``."""
+    return n.op == "where" and _is(n.inputs[1], 0) != _is(n.inputs[2], 0)
+
+
+def _map_sides(w: Node, fn, dtype: str) -> Node:
+    """``where(c, fn(t), fn(f))`` for ``w = where(c, t, f)``, a zero side staying a zero (never
+    ``fn(0)``: that is where ``0 * nan`` came from)."""
+    c, t, f = w.inputs
+    zero = const(0, dtype)
+    return where(c, zero if _is(t, 0) else fn(t), zero if _is(f, 0) else fn(f))
+
+
+def _sink_product(n):
+    a, b = n.inputs
+    build = mul if n.op == "mul" else div
+    if _masked(a):                              # where(c, t, 0) * y -> where(c, t * y, 0)
+        return _map_sides(a, lambda t: build(t, b), n.dtype)
+    if n.op == "mul" and _masked(b):            # y * where(c, t, 0) -> where(c, y * t, 0)
+        return _map_sides(b, lambda t: mul(a, t), n.dtype)
     return n
+
+
+def _sink_sum_of_selects(n):
+    """where(c, a, b) + where(c, d, e) -> where(c, a + d, b + e) (likewise -): each element
+    takes both terms from the same side, so zeros of the two sides never meet a value."""
+    a, b = n.inputs
+    build = add if n.op == "add" else sub
+    if a.op == "where" and b.op == "where" and a.inputs[0] is b.inputs[0]:
+        c = a.inputs[0]
+        return where(c, build(a.inputs[1], b.inputs[1]), build(a.inputs[2], b.inputs[2]))
+    return n
+
+
+def _sink_neg(n):
+    (a,) = n.inputs
+    return _map_sides(a, neg, n.dtype) if _masked(a) else n    # -where(c, t, 0) -> where(c, -t, 0)
+
+
+def _sink_cast(n):
+    (a,) = n.inputs                             # cast(where(c, t, 0)) -> where(c, cast(t), 0)
+    return _map_sides(a, lambda t: cast(t, n.dtype), n.dtype) if _masked(a) else n
+
+
+def _aligned(shape: tuple, ndim: int) -> tuple:
+    return (1,) * (ndim - len(shape)) + tuple(shape)
+
+
+def _sink_sum(n):
+    """sum(where(c, t, 0), axes) -> where(c', sum(t, axes), 0) when c does not vary along the
+    summed axes (c' is c with them dropped); otherwise the select must stay inside the sum."""
+    (w,) = n.inputs
+    if not _masked(w):
+        return n
+    axes, keepdims = n.attrs
+    c = w.inputs[0]
+    c_full = _aligned(c.shape, w.ndim)
+    if any(c_full[a] != 1 for a in axes):
+        return n
+    kept = tuple(1 if i in axes else d for i, d in enumerate(c_full)) if keepdims else \
+        tuple(d for i, d in enumerate(c_full) if i not in axes)
+    c2 = reshape(c, kept)
+    return where(c2, *(const(0, n.dtype) if _is(x, 0) else make("sum", (_widen(x, w),), n.attrs)
+                       for x in w.inputs[1:]))
+
+
+def _sink_reshape(n):
+    """reshape(where(c, t, 0)) -> where(reshape(c), reshape(t), 0) when c has the select's
+    shape or is a scalar (a broadcast c would not reshape alongside)."""
+    (w,) = n.inputs
+    if not _masked(w):
+        return n
+    c = w.inputs[0]
+    if c.shape == w.shape:
+        c2 = reshape(c, n.shape)
+    elif c.ndim == 0:
+        c2 = c
+    else:
+        return n
+    return where(c2, *(const(0, n.dtype) if _is(x, 0) else reshape(_widen(x, w), n.shape)
+                       for x in w.inputs[1:]))
+
+
+SINK_RULES = {"mul": _sink_product, "div": _sink_product, "add": _sink_sum_of_selects,
+              "sub": _sink_sum_of_selects, "neg": _sink_neg, "cast": _sink_cast,
+              "sum": _sink_sum, "reshape": _sink_reshape}
 
 
 RULES = {"sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
@@ -196,41 +304,58 @@ RULES = {"sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg":
          "transpose": _fold_shape, "getitem": _fold_shape}
 
 
-def _rewrite(n: Node, memo: dict) -> Node:
-    """Apply rules to ``n`` (whose inputs are already simplified) until it stops changing."""
+def _rewrite(n: Node, memo: dict, forward, sink: bool) -> Node:
+    """Apply rules to ``n`` (whose inputs are already simplified) until it stops changing;
+    ``sink``: ``n`` belongs to a derivative, so the select-sinking rules apply too."""
     while True:
         m = _fold(n)
         if m is n:
             m = _drop_broadcasts(n)
         if m is n and n.op in RULES:
             m = RULES[n.op](n)
+        if m is n and sink and n.op in SINK_RULES:
+            m = SINK_RULES[n.op](n)
         if m is n:
             return n
-        # A rule may build new nodes above simplified ones; simplify those too.
-        n = _simplify_node(m, memo)
+        # A rule may build new nodes above simplified ones; simplify those too (they belong to
+        # what n belonged to: forward code rewritten stays forward).
+        n = _simplify_node(m, memo, forward, sink)
 
 
-def _simplify_node(n: Node, memo: dict) -> Node:
+def _simplify_node(n: Node, memo: dict, forward, inherited: bool | None = None) -> Node:
     if n in memo:
         return memo[n]
     for sub_node in toposort([n], known=memo):   # only the part not simplified yet
         inputs = tuple(memo[i] for i in sub_node.inputs)
         rebuilt = sub_node if all(x is y for x, y in zip(inputs, sub_node.inputs)) else \
             make(sub_node.op, inputs, sub_node.attrs)
-        result = memo[rebuilt] if rebuilt in memo else _rewrite(rebuilt, memo)
+        sink = sub_node not in forward if inherited is None else inherited
+        result = memo[rebuilt] if rebuilt in memo else _rewrite(rebuilt, memo, forward, sink)
         memo[sub_node] = memo[rebuilt] = memo[result] = result
     return memo[n]
 
 
-def simplify_nodes(outputs, memo: dict | None = None) -> list[Node]:
+def simplify_nodes(outputs, memo: dict | None = None, forward=frozenset()) -> list[Node]:
+    """Simplified ``outputs``; nodes in ``forward`` (the user's own computation) keep NumPy's
+    semantics exactly, the others are derivative nodes and get select sinking too."""
     memo = {} if memo is None else memo
-    return [_simplify_node(o, memo) for o in outputs]
+    return [_simplify_node(o, memo, forward) for o in outputs]
+
+
+def forward_nodes(graph: Graph) -> set[Node]:
+    """The nodes of the user's computation: traced from a source line (or leaves) and computed
+    from such nodes only. What autodiff built is not among them."""
+    forward: set[Node] = set()
+    for n in toposort(graph.outputs):
+        if (n in graph.locs or not n.inputs) and all(i in forward for i in n.inputs):
+            forward.add(n)
+    return forward
 
 
 def simplify(graph: Graph) -> Graph:
     """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
     memo: dict[Node, Node] = {}
-    outputs = simplify_nodes(graph.outputs, memo)
+    outputs = simplify_nodes(graph.outputs, memo, forward_nodes(graph))
     result = graph.derive(graph.name, outputs, graph.out_tree)
     for table in (result.locs, result.grad_origin):
         for old, value in list(table.items()):
@@ -242,4 +367,3 @@ def simplify(graph: Graph) -> Graph:
         if new is not None and new is not old:
             result.names.setdefault(new, value)
     return result
-

@@ -1,6 +1,7 @@
 """Reading a Python function's source: the syntax tree and where its lines are in the file."""
 from __future__ import annotations
 
+import __future__
 import ast
 import inspect
 import linecache
@@ -24,13 +25,37 @@ class Source:
         return Loc(self.filename, lineno, col, text)
 
 
+# id(code) -> (code, Source). Keyed by identity: code objects compare equal across files
+# (equality ignores co_filename), so an equality-keyed cache could serve one module's text
+# for another's function. Holding the code keeps its id from being reused.
 _source_cache: dict = {}
+
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
 
 
 def function_source(fn) -> Source:
     code = fn.__code__
-    if code in _source_cache:
-        return _source_cache[code]
+    cached = _source_cache.get(id(code))
+    if cached is not None and cached[0] is code:
+        return cached[1]
+    source, text = _read_source(fn)
+    if not _matches(source, text, code):
+        linecache.checkcache(source.filename)     # the file may have changed since it was cached
+        source, text = _read_source(fn)
+        if not _matches(source, text, code):
+            raise UnsupportedSyntaxError(
+                f"the source of {fn.__qualname__} in {source.filename} no longer matches the "
+                "code being run (the file was edited after it was imported); reload the module "
+                "or restart the process", source.filename, code.co_firstlineno) from None
+    _source_cache[id(code)] = (code, source)
+    return source
+
+
+def _read_source(fn) -> tuple[Source, str]:
+    """The parsed function and the (dedented) text it was parsed from."""
+    code = fn.__code__
     filename = inspect.getsourcefile(fn) or code.co_filename
     try:
         lines, start = inspect.getsourcelines(fn)
@@ -57,13 +82,52 @@ def function_source(fn) -> Source:
                                          "tells them apart by source positions)",
                                          filename, start, 0, lines[0])
     else:
-        tree = next(n for n in ast.walk(module)
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fn.__name__)
+        tree = next((n for n in ast.walk(module)
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fn.__name__), None)
+        if tree is None:
+            raise UnsupportedSyntaxError(
+                f"the source of {fn.__qualname__} in {filename} no longer matches the code being "
+                f"run (no def {fn.__name__} at line {start}: the file was edited after it was "
+                "imported); reload the module or restart the process", filename, start)
         if isinstance(tree, ast.AsyncFunctionDef):
             raise UnsupportedSyntaxError("async def", filename, start + tree.lineno - 1, 0, lines[0])
-    source = Source(filename, tree, start - 1, indent)
-    _source_cache[code] = source
-    return source
+    return Source(filename, tree, start - 1, indent), dedented
+
+
+def _matches(source: Source, text: str, code) -> bool:
+    """Whether the parsed function is the one ``code`` was compiled from: it starts on the
+    same line, and compiling it again gives the same constants (an edit that
+    keeps the lines, e.g. a changed number, shows there). Scope-dependent details (globals
+    versus closure cells) are not compared: the function is compiled here on its own."""
+    tree = source.tree
+    first = min([tree.lineno] + [d.lineno for d in getattr(tree, "decorator_list", ())])
+    if first + source.line_offset != code.co_firstlineno:
+        return False
+    if isinstance(tree, ast.Lambda):
+        return True     # told apart by position already (_find_lambda)
+    try:    # from the text: compiling the tree itself recurses on deep expressions
+        compiled = compile(text, "<symgrad check>", "exec",
+                           flags=code.co_flags & _FUTURE_FLAGS, dont_inherit=True)
+    except (SyntaxError, RecursionError, MemoryError):
+        return True      # cannot be compiled alone (nonlocal) or too deep: the line check holds
+    recompiled = next((c for c in compiled.co_consts
+                       if hasattr(c, "co_code") and c.co_name == tree.name), None)
+    return recompiled is not None and _fingerprint(recompiled) == _fingerprint(code)
+
+
+def _fingerprint(code) -> tuple:
+    """Constants (of nested functions too, by type and repr) and argument counts. (Local
+    names are left out: inside a class, private names are mangled.)"""
+    consts, stack = [], [code]
+    while stack:
+        c = stack.pop()
+        consts.append((c.co_name, c.co_argcount, c.co_kwonlyargcount))
+        for k in c.co_consts:
+            if hasattr(k, "co_code"):
+                stack.append(k)
+            else:
+                consts.append((type(k).__name__, repr(k)))
+    return tuple(consts)
 
 
 
