@@ -23,7 +23,9 @@ import time
 
 import llvmlite.binding as llvm
 
-from . import diskcache, settings
+from symgrad import settings
+
+from . import diskcache
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-5"

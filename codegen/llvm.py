@@ -8,7 +8,7 @@ run-time parameter (``codegen.kernel``), and compiled or fetched from the machin
 then only fills a pointer table, allocates the outputs and calls the kernel through ctypes,
 which releases the GIL. Large stages are split across a thread pool.
 
-Environment (validated by ``codegen.settings``; read when a kernel is first prepared or the
+Environment (validated by ``symgrad.settings``; read when a kernel is first prepared or the
 back end initialises):
 
 * ``SYMGRAD_CACHE_DIR``: machine-code cache directory (default ``~/.cache/symgrad``; delete it
@@ -31,7 +31,9 @@ import numpy as np
 
 from symgrad.ir import Graph
 
-from . import jit, settings
+from symgrad import settings
+
+from . import jit
 from .kernel import KernelModule
 from .schedule import Schedule
 

@@ -20,7 +20,6 @@ import functools
 import importlib
 import inspect
 import numbers
-import os
 import pickle
 import threading
 from collections import OrderedDict
@@ -30,7 +29,7 @@ import numpy as np
 from .autodiff import grad_graph
 from .emit_python import compile_python, emit
 from .frontend import trace
-from . import ops
+from . import ops, settings
 from .ir import Graph, make, substitute
 from .scope import MISSING
 from .simplify import simplify
@@ -81,23 +80,12 @@ def _arg_key(value):
     raise TypeError(f"expected a float, int, bool or NumPy array argument, got {kind.__name__}")
 
 
-DEFAULT_TRACE_CACHE_SIZE = 64
+DEFAULT_TRACE_CACHE_SIZE = settings.VARIABLES["SYMGRAD_TRACE_CACHE_SIZE"].default
 
 
 def trace_cache_size() -> int:
     """Signatures each Function keeps (``SYMGRAD_TRACE_CACHE_SIZE``, a positive integer)."""
-    text = os.environ.get("SYMGRAD_TRACE_CACHE_SIZE")
-    if text is None or not text.strip():
-        return DEFAULT_TRACE_CACHE_SIZE
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise ValueError(f"SYMGRAD_TRACE_CACHE_SIZE={text!r}: expected a positive integer, the "
-                         f"number of argument signatures each function keeps traced (default "
-                         f"{DEFAULT_TRACE_CACHE_SIZE})")
-    return size
+    return settings.read("SYMGRAD_TRACE_CACHE_SIZE")
 
 
 # -- captured globals ------------------------------------------------------------------------------

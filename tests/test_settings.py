@@ -1,4 +1,4 @@
-"""Environment variables: one validating reader (codegen.settings); a bad value is a
+"""Environment variables: one validating reader (symgrad.settings); a bad value is a
 ValueError naming the variable and what it accepts, at the first use, never at import."""
 import os
 import subprocess
@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import jit, settings
+from codegen import jit
 from codegen import llvm as cpu
+from symgrad import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BAD = {"SYMGRAD_NUM_THREADS": ["abc", "0", "-2", "1.5"],
        "SYMGRAD_PARALLEL_MIN": ["abc", "-1", "1e5"],
        "SYMGRAD_PRECISE_MATH": ["maybe", "2"],
-       "SYMGRAD_NO_CACHE": ["perhaps", "10"]}   # (any path is a valid SYMGRAD_CACHE_DIR)
+       "SYMGRAD_NO_CACHE": ["perhaps", "10"],
+       "SYMGRAD_TRACE_CACHE_SIZE": ["many", "0"]}   # (any path is a valid SYMGRAD_CACHE_DIR)
 
 
 def test_every_variable_is_in_the_table():

@@ -1,6 +1,6 @@
-"""The environment variables symgrad reads: one table saying what each accepts, and one reader
-that validates, so a bad value is a ``ValueError`` naming the variable and what it accepts
-(never a bare ``int()`` error, and never at import time).
+"""The environment variables symgrad reads (the API and the back ends): one table saying what
+each accepts, and one reader that validates, so a bad value is a ``ValueError`` naming the
+variable and what it accepts (never a bare ``int()`` error, and never at import time).
 
 An unset or empty variable means its default.
 """
@@ -57,6 +57,9 @@ VARIABLES = {
     "SYMGRAD_NO_CACHE": Variable(_flag, False, FLAG, "disable the on-disk machine-code cache"),
     "SYMGRAD_CACHE_DIR": Variable(
         _directory, None, "a directory path", "machine-code cache directory"),
+    "SYMGRAD_TRACE_CACHE_SIZE": Variable(
+        _integer(1), 64, "a positive integer",
+        "the number of argument signatures each function keeps traced, default 64"),
 }
 
 
