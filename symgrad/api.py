@@ -20,8 +20,10 @@ import functools
 import importlib
 import inspect
 import numbers
+import os
 import pickle
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -188,6 +190,7 @@ class Function:
         self._cache: OrderedDict = OrderedDict()   # signature -> Compiled, least recent first
         self._cache_size = trace_cache_size()
         self._lock = threading.Lock()
+        _functions.add(self)
         self._last_key = None   # signature of the latest call, for .source/.ir
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
@@ -489,6 +492,20 @@ class Function:
 
     def __copy__(self):
         return self.__deepcopy__({})
+
+
+_functions: "weakref.WeakSet[Function]" = weakref.WeakSet()   # for their locks after a fork
+
+
+def _after_fork_in_child():
+    """A forked child has only the thread that forked: a Function's lock that another thread
+    held while tracing would never be released, and the child's next call would wait forever
+    (multiprocessing's "fork" pools). The back ends reset their own locks likewise."""
+    for f in list(_functions):
+        f._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _find(module, qualname):

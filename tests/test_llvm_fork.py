@@ -40,6 +40,11 @@ def fresh(k):
     return float(np.sum(h(x + k)))
 
 
+def new_shape(k):
+    # g traces a new signature (a 2-d argument) in the child: its lock must be free there
+    return float(np.sum(g(np.reshape(x[:50_000], (250, 200)) + k)))
+
+
 def reference(k):
     return float(np.sum(np.sin(x + k) + (x + k) * np.cos(x + k)))
 """
@@ -60,8 +65,9 @@ held, release = threading.Event(), threading.Event()
 
 
 def hold():
-    # another thread in the middle of a call and of building a kernel at the moment of the fork
-    with native.lock, cpu._entry_lock, cpu._pool_lock:
+    # another thread in the middle of a call, of tracing a new signature and of building a
+    # kernel at the moment of the fork
+    with native.lock, g._lock, cpu._entry_lock, cpu._pool_lock:
         held.set()
         release.wait()
 
@@ -71,11 +77,12 @@ t.start()
 held.wait()
 ctx = mp.get_context("fork")
 with ctx.Pool(1) as pool:
-    got = pool.map(work, [1.0]) + pool.map(fresh, [0.5])
+    got = pool.map(work, [1.0]) + pool.map(fresh, [0.5]) + pool.map(new_shape, [2.0])
 release.set()
 t.join()
 np.testing.assert_allclose(got[0], reference(1.0), rtol=1e-12)
 np.testing.assert_allclose(got[1], fresh(0.5), rtol=1e-12)
+np.testing.assert_allclose(got[2], new_shape(2.0), rtol=1e-12)
 print("ok")
 """
 
