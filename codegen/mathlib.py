@@ -94,7 +94,8 @@ class CPUMath(MathTarget):
     def call(self, builder, op, dtype, args):
         if dtype == "float64" and op in OWN_F64 and not self.precise:
             name, body = OWN_F64[op]
-            return builder.call(_define(builder.module, name, body), args, name=op)
+            fn = _define(builder.module, name, lambda b, x: body(b, x, self))
+            return builder.call(fn, args, name=op)
         return super().call(builder, op, dtype, args)
 
     def scalar_address(self, sym: str) -> int:
@@ -102,6 +103,8 @@ class CPUMath(MathTarget):
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
+        if cname.endswith("_far"):      # our own SIMD versions (see _far_helper)
+            return [(f"_ZGV{isa}N{lanes}v_symgrad_{cname}", lanes) for isa, lanes in self.isas]
         if self.libmvec is None or self.precise:
             return []
         out = []
@@ -143,8 +146,10 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         text = "\n".join(lines)
         for name, lanes in variants:
             vt = f"<{lanes} x {ty}>"
-            decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
             used.append(f'ptr @"{name}"')
+            if f'define internal {vt} @"{name}"(' in text:
+                continue        # defined in the module (our own), not in libmvec
+            decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
     if used:
         decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
                      f"[{', '.join(used)}], section \"llvm.metadata\"")
@@ -215,12 +220,12 @@ def _define(module: ir.Module, name: str, body) -> ir.Function:
     return fn
 
 
-def _exp_body(b, x):
+def _exp_body(b, x, math=None):
     k, p = _exp_parts(b, x)
     return _scale(b, b.fadd(ir.Constant(ir.DoubleType(), 1.0), p), k)
 
 
-def _expm1_body(b, x):
+def _expm1_body(b, x, math=None):
     """e^x - 1 = 2^k p + (2^k - 1): both terms exact-ish for |k| <= 53 (no cancellation for
     k >= 0, mild for k < 0); beyond, 2^k (1 + p) - 1."""
     d, i64 = ir.DoubleType(), ir.IntType(64)
@@ -235,4 +240,264 @@ def _expm1_body(b, x):
     return b.select(small, near, far)
 
 
-OWN_F64 = {"exp": ("sg_exp_f64", _exp_body), "expm1": ("sg_expm1_f64", _expm1_body)}
+
+# ----------------------------------------------------------------------------------------------
+# Our own float64 sin, cos, log1p and tanh, in the same style. Polynomial coefficients and the
+# pi/2 split are derived with mpmath by benchmarks/derive_math_coefficients.py (Chebyshev fits;
+# tests/test_math_accuracy.py re-derives them and checks these tables).
+
+PIO2_PARTS = [1.5707963267341256, 6.077100506303966e-11, 2.0222662487111665e-21,
+              8.4784276603689e-32]     # pi/2 = sum; the first three have 32 significant bits
+TWO_OVER_PI = 0.6366197723675814
+SIN_POLY = [-0.16666666666666666, 0.008333333333333331, -0.00019841269841264567,
+            2.755731921895467e-06, -2.5052106100223988e-08, 1.6058510870346914e-10,
+            -7.585486197905696e-13]          # (sin r - r) / r^3 in z = r^2, |r| <= pi/4
+COS_POLY = [0.041666666666666664, -0.0013888888888887241, 2.4801587298532203e-05,
+            -2.7557317151829844e-07, 2.0876121528679728e-09, -1.1380867752723252e-11]         # (cos r - 1 + z/2) / z^2
+LOG_POLY = [0.6666666666666666, 0.4000000000000088, 0.2857142857080329, 0.222222223917858,
+            0.18181795632452163, 0.1538624012056702, 0.13268761951330021, 0.13086743139119072]             # (2 atanh s - 2 s) / s^3 in z = s^2, |s| <= 0.1716
+TANH_POLY = [-0.3333333333333333, 0.13333333333333183, -0.05396825396808037, 0.0218694885283181,
+             -0.00886323534557735, 0.0035921254479696534, -0.0014558109507053411,
+             0.0005898843923888812, -0.0002385260361392742, 9.514406287829865e-05,
+             -3.567392597709144e-05, 1.0938896099319773e-05, -1.935265368692235e-06]   # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
+
+# Cody-Waite bound: k = rint(|x| 2/pi) < 2^21 keeps k * PIO2_PARTS[i] exact (32 + 21 bits).
+# Lanes beyond it (and inf) take glibc's scalar sin/cos, whose Payne-Hanek reduction is exact.
+REDUCE_MAX = 2.0 ** 21
+TANH_POLY_MAX = 0.7
+SHIFTER = 6755399441055744.0            # 1.5 * 2^52: x + SHIFTER rounds x to an integer
+SIGN_BIT = -(1 << 63)
+
+
+class _F64:
+    """Shorthand for emitting scalar double arithmetic (the vectoriser widens all of it)."""
+
+    def __init__(self, b: ir.IRBuilder):
+        self.b = b
+        self.d, self.i64 = ir.DoubleType(), ir.IntType(64)
+        mod = b.module
+        self._fma = mod.declare_intrinsic("llvm.fmuladd", [self.d],
+                                          ir.FunctionType(self.d, [self.d] * 3))
+        self._fabs = mod.declare_intrinsic("llvm.fabs", [self.d], ir.FunctionType(self.d, [self.d]))
+
+    def c(self, v):
+        return ir.Constant(self.d, v)
+
+    def i(self, v):
+        return ir.Constant(self.i64, v)
+
+    def fma(self, a, x, y):
+        """a * x + y, fused where the CPU can (only used where either rounding is fine)."""
+        return self.b.call(self._fma, [a, x, y])
+
+    def abs(self, x):
+        return self.b.call(self._fabs, [x])
+
+    def horner(self, z, coeffs):
+        acc = self.c(coeffs[-1])
+        for coef in reversed(coeffs[:-1]):
+            acc = self.fma(acc, z, self.c(coef))
+        return acc
+
+    def bits(self, x):
+        return self.b.bitcast(x, self.i64)
+
+    def double(self, n):
+        return self.b.bitcast(n, self.d)
+
+    def xor_sign(self, x, sign):
+        """x with its sign bit xor-ed by the sign bit of the i64 ``sign``."""
+        return self.double(self.b.xor(self.bits(x), self.b.and_(sign, self.i(SIGN_BIT))))
+
+    def two_diff(self, a, y):
+        """(s, e) with s + e = a - y exactly (Knuth's branch-free TwoSum)."""
+        b = self.b
+        s = b.fsub(a, y)
+        v = b.fsub(s, a)
+        return s, b.fadd(b.fsub(a, b.fsub(s, v)), b.fsub(b.fneg(y), v))
+
+
+def _reduce_pio2(f: _F64, ax):
+    """|x| = k pi/2 + (rh + rl) for 0 <= |x| <= REDUCE_MAX: returns (k as i64, rh, rl).
+
+    Cody-Waite with a four-part pi/2 (149 bits): ax - k P1 is exact (Sterbenz), k P2 and k P3
+    are exact, and the two TwoSums keep what their subtractions round off, so r is right to
+    ~2^-120 absolute even next to a multiple of pi/2, where it cancels to ~2^-60.
+    """
+    b = f.b
+    t = b.fadd(b.fmul(ax, f.c(TWO_OVER_PI)), f.c(SHIFTER))
+    k = b.fsub(t, f.c(SHIFTER))
+    p1, p2, p3, p4 = (b.fmul(k, f.c(p)) for p in PIO2_PARTS)
+    a = b.fsub(ax, p1)
+    s1, e1 = f.two_diff(a, p2)
+    s2, e2 = f.two_diff(s1, p3)
+    tail = b.fsub(b.fadd(e1, e2), p4)
+    rh = b.fadd(s2, tail)
+    rl = b.fsub(tail, b.fsub(rh, s2))
+    return f.bits(t), rh, rl      # the low bits of t's significand are k
+
+
+def _sin_poly(f: _F64, rh, rl, z):
+    """sin(rh + rl) = rh + (rh z S(z) + rl (1 - z/2)) for |rh| <= pi/4."""
+    b = f.b
+    tail = b.fmul(rl, f.fma(z, f.c(-0.5), f.c(1.0)))
+    return b.fadd(rh, f.fma(b.fmul(rh, z), f.horner(z, SIN_POLY), tail))
+
+
+def _cos_poly(f: _F64, rh, rl, z):
+    """cos(rh + rl) = w + ((1 - w) - z/2 + z^2 C(z) - rh rl) with w = 1 - z/2 rounded: the
+    parenthesis recovers what w rounded off, so the result is within ~0.6 ulp."""
+    b = f.b
+    hz = b.fmul(z, f.c(0.5))
+    w = b.fsub(f.c(1.0), hz)
+    lost = b.fsub(b.fsub(f.c(1.0), w), hz)
+    tail = f.fma(b.fmul(z, z), f.horner(z, COS_POLY), b.fneg(b.fmul(rh, rl)))
+    return b.fadd(w, b.fadd(lost, tail))
+
+
+def _sin_cos_body(cname: str):
+    """sin or cos: the polynomial of the quadrant for |x| <= REDUCE_MAX, glibc beyond."""
+    quarter = 0 if cname == "sin" else 1      # cos x = sin(x + pi/2): one quadrant further
+
+    def body(b, x, math):
+        f = _F64(b)
+        ax = f.abs(x)
+        near = b.fcmp_ordered("<=", ax, f.c(REDUCE_MAX))
+        k, rh, rl = _reduce_pio2(f, b.select(near, ax, f.c(0.0)))   # far and NaN lanes: 0
+        z = b.fmul(rh, rh)
+        q = b.add(k, f.i(quarter))
+        odd = b.icmp_unsigned("!=", b.and_(q, f.i(1)), f.i(0))
+        v = b.select(odd, _cos_poly(f, rh, rl, z), _sin_poly(f, rh, rl, z))
+        v = f.xor_sign(v, b.shl(q, f.i(62)))          # quadrants 2 and 3 negate
+        if cname == "sin":
+            v = f.xor_sign(v, f.bits(x))               # sin(-x) = -sin(x), sin(-0) = -0
+        return b.select(near, v, b.call(_far_helper(b.module, cname, math), [x]))
+    return body
+
+
+def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
+    """``symgrad_<cname>_far(x)``: glibc's scalar result where |x| > REDUCE_MAX, else 0.
+
+    It stays a call (noinline) with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that
+    the loop vectoriser substitutes like libmvec's: each tests all lanes at once and calls libm
+    only for the far ones, so ordinary arguments cost one compare and a never-taken branch per
+    vector, and the loop around stays vectorised.
+    """
+    sym = f"symgrad_{cname}_far"
+    fn = module.globals.get(sym)
+    if fn is not None:
+        return fn
+    d = ir.DoubleType()
+    libm = module.globals.get(math.symbol(cname, "float64")) or ir.Function(
+        module, ir.FunctionType(d, [d]), math.symbol(cname, "float64"))
+    fn = _far_function(module, sym, d, lambda b, x, far: _far_scalar(b, x, far, libm))
+    for name, lanes in math.variants(cname + "_far", "float64", 1):
+        vt = ir.VectorType(d, lanes)
+        _far_function(module, name, vt, lambda b, x, far, n=lanes: _far_lanes(b, x, far, libm, n))
+    notes = getattr(module, "math_calls", None)     # absent where no SIMD text is attached
+    if notes is not None:
+        notes.add((cname + "_far", "float64", 1, sym))
+    return fn
+
+
+def _far_function(module, name, ty, body):
+    fn = ir.Function(module, ir.FunctionType(ty, [ty]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")     # the vectoriser must see the call, not its branches
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x = fn.args[0]
+    vector = isinstance(ty, ir.VectorType)
+    fabs_name = f"llvm.fabs.v{ty.count}f64" if vector else "llvm.fabs.f64"
+    fabs = module.globals.get(fabs_name) or ir.Function(module, ir.FunctionType(ty, [ty]), fabs_name)
+    bound = ir.Constant(ty, [REDUCE_MAX] * ty.count if vector else REDUCE_MAX)
+    far = b.fcmp_ordered(">", b.call(fabs, [x]), bound, name="far")
+    b.ret(body(b, x, far))
+    return fn
+
+
+def _far_scalar(b, x, far, libm):
+    return _if_far(b, far, lambda: b.call(libm, [x], name="libm"), ir.Constant(x.type, 0.0))
+
+
+def _far_lanes(b, x, far, libm, lanes):
+    """Per lane: libm where far; the whole loop is skipped when no lane is (the usual case)."""
+    any_far = b.icmp_unsigned("!=", b.bitcast(far, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0))
+
+    def each_lane():
+        v = ir.Constant(x.type, [0.0] * lanes)
+        for i in range(lanes):
+            lane = ir.Constant(ir.IntType(32), i)
+            v = _if_far(b, b.extract_element(far, lane),
+                        lambda v=v, lane=lane: b.insert_element(
+                            v, b.call(libm, [b.extract_element(x, lane)], name="libm"), lane), v)
+        return v
+    return _if_far(b, any_far, each_lane, ir.Constant(x.type, [0.0] * lanes))
+
+
+def _if_far(b: ir.IRBuilder, cond, then, otherwise):
+    """``then()`` emitted under ``cond`` (marked unlikely), ``otherwise`` elsewhere: a phi."""
+    before = b.block
+    with b.if_then(cond, likely=False):
+        value = then()
+        then_end = b.block
+    phi = b.phi(value.type)
+    phi.add_incoming(value, then_end)
+    phi.add_incoming(otherwise, before)
+    return phi
+
+
+def _log1p_body(b, x, math=None):
+    """log(1 + x) = e ln2 + log(m) + c with u = 1 + x rounded = 2^e m, m in [sqrt(1/2),
+    sqrt(2)), and c = (x - (u - 1)) / u the part of x that u rounded off (exact numerator:
+    u - 1 and the difference are exact by Sterbenz for u < 2^53; beyond, c is negligible).
+    log(m) = log(1 + f) = 2 atanh(s), s = f / (2 + f), arranged as in fdlibm's log: f - (f^2/2
+    - s (f^2/2 + R(s^2))) keeps the big terms exact and the error below 1 ulp."""
+    f = _F64(b)
+    u = b.fadd(f.c(1.0), x)
+    c = b.fdiv(b.fsub(x, b.fsub(u, f.c(1.0))), u)
+    bits = f.bits(u)
+    e = b.ashr(b.sub(bits, f.i(0x3FE6A09E667F3BCD)), f.i(52))      # bits of sqrt(1/2)
+    m = f.double(b.sub(bits, b.shl(e, f.i(52))))
+    frac = b.fsub(m, f.c(1.0))
+    s = b.fdiv(frac, b.fadd(f.c(2.0), frac))
+    z = b.fmul(s, s)
+    r = b.fmul(z, f.horner(z, LOG_POLY))
+    hfsq = b.fmul(b.fmul(frac, frac), f.c(0.5))
+    # e as a double without an int-to-float conversion (slow on AVX2): the bits of SHIFTER
+    # plus e are the double SHIFTER + e (one binade, ulp 1, for |e| < 2^51)
+    ef = b.fsub(f.double(b.add(e, f.bits(f.c(SHIFTER)))), f.c(SHIFTER))
+    low = b.fadd(b.fmul(ef, f.c(LN2_LO)), c)
+    inner = b.fsub(b.fsub(hfsq, b.fadd(b.fmul(s, b.fadd(hfsq, r)), low)), frac)
+    y = b.fsub(b.fmul(ef, f.c(LN2_HI)), inner)
+    lt = lambda v: b.fcmp_ordered("<", x, f.c(v))   # noqa: E731 - local shorthand
+    y = b.select(b.fcmp_ordered("<", f.abs(x), f.c(2.0 ** -54)), x, y)  # log1p(x) = x, -0 too
+    y = b.select(b.fcmp_ordered("==", x, f.c(float("inf"))), x, y)
+    y = b.select(b.fcmp_ordered("==", x, f.c(-1.0)), f.c(float("-inf")), y)
+    return b.select(lt(-1.0), f.c(float("nan")), y)
+
+
+def _tanh_body(b, x, math=None):
+    """tanh|x| = |x| + |x|^3 P(x^2) below TANH_POLY_MAX, else 1 - 2 / (expm1(2|x|) + 2)
+    (no cancellation there: the quotient is <= 0.5); the sign is x's. It reaches 1 (rounded)
+    well before 2|x| = 40, where the argument is clamped."""
+    f = _F64(b)
+    ax = f.abs(x)
+    z = b.fmul(ax, ax)
+    poly = f.fma(b.fmul(ax, z), f.horner(z, TANH_POLY), ax)
+    # 1 - 2 / (e^40 + 1) rounds to 1: clamping there keeps em1 and the correction finite
+    two_ax = b.fmul(ax, f.c(2.0))
+    two_ax = b.select(b.fcmp_ordered("<", two_ax, f.c(40.0)), two_ax, f.c(40.0))
+    em1 = b.call(_define(b.module, "sg_expm1_f64", _expm1_body), [two_ax])
+    den = b.fadd(em1, f.c(2.0))
+    den_lost = b.fsub(f.c(2.0), b.fsub(den, em1))     # exact (Fast2Sum: em1 >= 2 here)
+    w = b.fdiv(f.c(2.0), den)                         # 2 / (den + den_lost) to first order:
+    w = f.fma(b.fmul(b.fmul(w, w), f.c(-0.5)), den_lost, w)
+    far = b.fsub(f.c(1.0), w)
+    t = b.select(b.fcmp_ordered("<", ax, f.c(TANH_POLY_MAX)), poly, far)
+    return f.xor_sign(t, f.bits(x))
+
+
+OWN_F64 = {"exp": ("sg_exp_f64", _exp_body), "expm1": ("sg_expm1_f64", _expm1_body),
+           "sin": ("sg_sin_f64", _sin_cos_body("sin")), "cos": ("sg_cos_f64", _sin_cos_body("cos")),
+           "log1p": ("sg_log1p_f64", _log1p_body), "tanh": ("sg_tanh_f64", _tanh_body)}
