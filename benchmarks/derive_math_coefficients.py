@@ -68,6 +68,7 @@ def coefficients() -> dict[str, list[float]]:
         pio2 = mp.pi / 2
         return {
             "PIO2_PARTS": _split(pio2, 4, 32),
+            "PIO2_FMA_PARTS": _split(pio2, 3, 53),
             "TWO_OVER_PI": [float(2 / mp.pi)],
             "SIN_POLY": _fit(_odd_tail(mp.sin, mp.mpf(-1) / 6), SIN_COS_R_MAX ** 2, 7),
             "COS_POLY": _fit(_cos_tail, SIN_COS_R_MAX ** 2, 6),

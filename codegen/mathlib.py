@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import re
 
 from llvmlite import ir
 
@@ -73,6 +74,7 @@ class CPUMath(MathTarget):
         # precise: scalar glibc libm only (< 1 ulp, no SIMD). libmvec trades up to ~3.5 ulp
         # (measured, f64 sin/cos) for 3-5x throughput; SYMGRAD_PRECISE_MATH=1 selects this.
         self.precise = precise
+        self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         try:
             self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
@@ -128,7 +130,7 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
     groups, decls, used = [], [], []
     for k, (cname, dtype, nargs, sym) in enumerate(sorted(calls)):
         ty = "double" if dtype == "float64" else "float"
-        scalar_call = f'call {ty} @"{sym}"('
+        scalar_call = re.compile(rf'call (preserve_allcc )?{ty} @"{sym}"\(')
         variants = math.variants(cname, dtype, nargs)
         attr = f"#{900 + k}"
         mapping = ",".join(f"{name[:name.index('_', 4) + 1]}{sym}({name})" for name, _ in variants)
@@ -138,7 +140,7 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         groups.append(f"attributes {attr} = {{ {body} }}")
         lines = []
         for line in text.split("\n"):
-            if scalar_call in line and line.rstrip().endswith(")"):
+            if scalar_call.search(line) and line.rstrip().endswith(")"):
                 line = line + " " + attr
             elif line.startswith(f'declare {ty} @"{sym}"('):
                 line = line + " " + attr
@@ -147,13 +149,26 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         for name, lanes in variants:
             vt = f"<{lanes} x {ty}>"
             used.append(f'ptr @"{name}"')
-            if f'define internal {vt} @"{name}"(' in text:
+            if re.search(rf'^define [^\n]*@"{re.escape(name)}"\(', text, re.M):
                 continue        # defined in the module (our own), not in libmvec
             decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
+    text = _mark_no_caller_saved(text, groups)
     if used:
         decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
                      f"[{', '.join(used)}], section \"llvm.metadata\"")
     return text + "\n" + "\n".join(decls + groups) + "\n"
+
+
+_FAR_DEFINE = re.compile(r'^(define internal [^\n]*@"(_ZGV\w+_)?symgrad_\w+_far(_slow)?"\([^\n]*)$', re.M)
+
+
+def _mark_no_caller_saved(text: str, groups: list[str]) -> str:
+    """Give the far-argument helpers (``_far_helper``) the x86 ``no_caller_saved_registers``
+    attribute (llvmlite has no string function attributes, hence the text edit)."""
+    if not _FAR_DEFINE.search(text):
+        return text
+    groups.append('attributes #899 = { "no_caller_saved_registers" }')
+    return _FAR_DEFINE.sub(r"\1 #899", text)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,6 +263,7 @@ def _expm1_body(b, x, math=None):
 
 PIO2_PARTS = [1.5707963267341256, 6.077100506303966e-11, 2.0222662487111665e-21,
               8.4784276603689e-32]     # pi/2 = sum; the first three have 32 significant bits
+PIO2_FMA_PARTS = [1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33]
 TWO_OVER_PI = 0.6366197723675814
 SIN_POLY = [-0.16666666666666666, 0.008333333333333331, -0.00019841269841264567,
             2.755731921895467e-06, -2.5052106100223988e-08, 1.6058510870346914e-10,
@@ -290,6 +306,12 @@ class _F64:
         """a * x + y, fused where the CPU can (only used where either rounding is fine)."""
         return self.b.call(self._fma, [a, x, y])
 
+    def fma_exact(self, a, x, y):
+        """a * x + y with one rounding (llvm.fma: only emitted for CPUs that have FMA)."""
+        mod = self.b.module
+        fn = mod.declare_intrinsic("llvm.fma", [self.d], ir.FunctionType(self.d, [self.d] * 3))
+        return self.b.call(fn, [a, x, y])
+
     def abs(self, x):
         return self.b.call(self._fabs, [x])
 
@@ -317,24 +339,33 @@ class _F64:
         return s, b.fadd(b.fsub(a, b.fsub(s, v)), b.fsub(b.fneg(y), v))
 
 
-def _reduce_pio2(f: _F64, ax):
-    """|x| = k pi/2 + (rh + rl) for 0 <= |x| <= REDUCE_MAX: returns (k as i64, rh, rl).
+def _reduce_pio2(f: _F64, ax, fused: bool):
+    """|x| = k pi/2 + (rh + rl) for 0 <= |x| <= REDUCE_MAX: returns (k as i64, rh, rl), r
+    right to ~2^-120 absolute even next to a multiple of pi/2, where it cancels to ~2^-60.
 
-    Cody-Waite with a four-part pi/2 (149 bits): ax - k P1 is exact (Sterbenz), k P2 and k P3
-    are exact, and the two TwoSums keep what their subtractions round off, so r is right to
-    ~2^-120 absolute even next to a multiple of pi/2, where it cancels to ~2^-60.
+    rh + rl need not be normalised (rl may exceed half an ulp of rh by a few bits where r is
+    tiny): the polynomials use rl only linearly, and there the r^2 terms are negligible.
     """
     b = f.b
     t = b.fadd(b.fmul(ax, f.c(TWO_OVER_PI)), f.c(SHIFTER))
     k = b.fsub(t, f.c(SHIFTER))
+    if fused:
+        # pi/2 in three 53-bit parts (159 bits): ax - k C1 is exact in one fma (the result
+        # fits: it is a multiple of 2^-52 below 1, or Sterbenz for |x| < 1), k C2 is split
+        # exactly by fma, and a TwoSum keeps what the subtraction rounds off.
+        c1, c2, c3 = PIO2_FMA_PARTS
+        r = f.fma_exact(b.fneg(k), f.c(c1), ax)
+        w = b.fmul(k, f.c(c2))
+        w_low = f.fma_exact(k, f.c(c2), b.fneg(w))
+        rh, e = f.two_diff(r, w)
+        return f.bits(t), rh, b.fsub(e, b.fadd(w_low, b.fmul(k, f.c(c3))))
+    # Without FMA, Cody-Waite with a four-part pi/2 (149 bits): ax - k P1 is exact
+    # (Sterbenz), k P2 and k P3 are exact, and two TwoSums keep what the subtractions round off.
     p1, p2, p3, p4 = (b.fmul(k, f.c(p)) for p in PIO2_PARTS)
     a = b.fsub(ax, p1)
     s1, e1 = f.two_diff(a, p2)
-    s2, e2 = f.two_diff(s1, p3)
-    tail = b.fsub(b.fadd(e1, e2), p4)
-    rh = b.fadd(s2, tail)
-    rl = b.fsub(tail, b.fsub(rh, s2))
-    return f.bits(t), rh, rl      # the low bits of t's significand are k
+    rh, e2 = f.two_diff(s1, p3)
+    return f.bits(t), rh, b.fsub(b.fadd(e1, e2), p4)      # the low bits of t are k
 
 
 def _sin_poly(f: _F64, rh, rl, z):
@@ -363,7 +394,7 @@ def _sin_cos_body(cname: str):
         f = _F64(b)
         ax = f.abs(x)
         near = b.fcmp_ordered("<=", ax, f.c(REDUCE_MAX))
-        k, rh, rl = _reduce_pio2(f, b.select(near, ax, f.c(0.0)))   # far and NaN lanes: 0
+        k, rh, rl = _reduce_pio2(f, b.select(near, ax, f.c(0.0)), math.fma)   # far, NaN: 0
         z = b.fmul(rh, rh)
         q = b.add(k, f.i(quarter))
         odd = b.icmp_unsigned("!=", b.and_(q, f.i(1)), f.i(0))
@@ -379,9 +410,11 @@ def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
     """``symgrad_<cname>_far(x)``: glibc's scalar result where |x| > REDUCE_MAX, else 0.
 
     It stays a call (noinline) with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that
-    the loop vectoriser substitutes like libmvec's: each tests all lanes at once and calls libm
-    only for the far ones, so ordinary arguments cost one compare and a never-taken branch per
-    vector, and the loop around stays vectorised.
+    the loop vectoriser substitutes like libmvec's, so the loop around stays vectorised. Each
+    tests all lanes at once and calls a ``_slow`` function (libm for the far lanes) only when
+    one is far. Both are ``no_caller_saved_registers`` (see finish_cpu_module): the C
+    convention would make every vector register caller-saved, and the loop would reload all
+    its constants after each call; this way the check costs a compare and a branch.
     """
     sym = f"symgrad_{cname}_far"
     fn = module.globals.get(sym)
@@ -390,14 +423,18 @@ def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
     d = ir.DoubleType()
     libm = module.globals.get(math.symbol(cname, "float64")) or ir.Function(
         module, ir.FunctionType(d, [d]), math.symbol(cname, "float64"))
-    fn = _far_function(module, sym, d, lambda b, x, far: _far_scalar(b, x, far, libm))
-    for name, lanes in math.variants(cname + "_far", "float64", 1):
-        vt = ir.VectorType(d, lanes)
-        _far_function(module, name, vt, lambda b, x, far, n=lanes: _far_lanes(b, x, far, libm, n))
+    versions = [(sym, d)] + [(name, ir.VectorType(d, lanes))
+                             for name, lanes in math.variants(cname + "_far", "float64", 1)]
+    for name, ty in versions:
+        slow = _far_function(module, name + "_slow", ty,
+                             lambda b, x, far: _each_far_lane(b, x, far, libm))
+        zero = ir.Constant(ty, [0.0] * ty.count if isinstance(ty, ir.VectorType) else 0.0)
+        _far_function(module, name, ty, lambda b, x, far, slow=slow, zero=zero: _if_far(
+            b, _any_lane(b, far), lambda: b.call(slow, [x], name="far.lanes"), zero))
     notes = getattr(module, "math_calls", None)     # absent where no SIMD text is attached
     if notes is not None:
         notes.add((cname + "_far", "float64", 1, sym))
-    return fn
+    return module.globals[sym]
 
 
 def _far_function(module, name, ty, body):
@@ -416,23 +453,24 @@ def _far_function(module, name, ty, body):
     return fn
 
 
-def _far_scalar(b, x, far, libm):
-    return _if_far(b, far, lambda: b.call(libm, [x], name="libm"), ir.Constant(x.type, 0.0))
+def _any_lane(b, far):
+    if not isinstance(far.type, ir.VectorType):
+        return far
+    mask = ir.IntType(far.type.count)
+    return b.icmp_unsigned("!=", b.bitcast(far, mask), ir.Constant(mask, 0))
 
 
-def _far_lanes(b, x, far, libm, lanes):
-    """Per lane: libm where far; the whole loop is skipped when no lane is (the usual case)."""
-    any_far = b.icmp_unsigned("!=", b.bitcast(far, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0))
-
-    def each_lane():
-        v = ir.Constant(x.type, [0.0] * lanes)
-        for i in range(lanes):
-            lane = ir.Constant(ir.IntType(32), i)
-            v = _if_far(b, b.extract_element(far, lane),
-                        lambda v=v, lane=lane: b.insert_element(
-                            v, b.call(libm, [b.extract_element(x, lane)], name="libm"), lane), v)
-        return v
-    return _if_far(b, any_far, each_lane, ir.Constant(x.type, [0.0] * lanes))
+def _each_far_lane(b, x, far, libm):
+    """libm on each far lane (0 on the others)."""
+    if not isinstance(x.type, ir.VectorType):
+        return b.call(libm, [x], name="libm")
+    v = ir.Constant(x.type, [0.0] * x.type.count)
+    for i in range(x.type.count):
+        lane = ir.Constant(ir.IntType(32), i)
+        v = _if_far(b, b.extract_element(far, lane),
+                    lambda v=v, lane=lane: b.insert_element(
+                        v, b.call(libm, [b.extract_element(x, lane)], name="libm"), lane), v)
+    return v
 
 
 def _if_far(b: ir.IRBuilder, cond, then, otherwise):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import mathlib
+from codegen import jit, mathlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -124,8 +124,27 @@ def _near_multiples_of_half_pi(count, k_max, seed=1):
     return np.concatenate([x, np.nextafter(x, 0), np.nextafter(x, np.inf)])
 
 
+@pytest.fixture(params=["fma", "no-fma"])
+def reduction(request):
+    """Compile with the FMA Cody-Waite reduction or the exact-products one (the one CPUs
+    without FMA get; plain multiplies and adds, so it runs the same on any CPU)."""
+    math = jit.target()["math"]
+    saved = math.fma
+    math.fma = request.param == "fma"
+    yield request.param
+    math.fma = saved
+
+
 @pytest.mark.parametrize("op", [op for op in ("sin", "cos") if op in OWN])
-def test_sin_cos_next_to_multiples_of_half_pi(op):
+def test_sin_cos_both_reductions_within_two_ulp(op, reduction):
+    x = samples(op, seed=2)[::4]
+    got = sg.differentiate(CASES[op][0])(x)
+    err = ulp_error(got, getattr(np, op)(x.astype(np.longdouble)))
+    assert err.max() <= MAX_ULP, (op, reduction, float(err.max()), x[np.argmax(err)])
+
+
+@pytest.mark.parametrize("op", [op for op in ("sin", "cos") if op in OWN])
+def test_sin_cos_next_to_multiples_of_half_pi(op, reduction):
     x = np.concatenate([_near_multiples_of_half_pi(300, 1_300_000),
                         np.array([1e22, 1e300, 1.7976931348623157e308, 2.0 ** 21,
                                   np.nextafter(2.0 ** 21, np.inf)])])
