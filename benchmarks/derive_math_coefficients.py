@@ -63,13 +63,15 @@ def _split(value, parts, bits):
     return out
 
 
-def coefficients() -> dict[str, list[float]]:
-    with mp.workdps(60):
+def coefficients() -> dict[str, list]:
+    with mp.workdps(420):        # 1216 bits of 2/pi need ~370 digits
         pio2 = mp.pi / 2
         return {
             "PIO2_PARTS": _split(pio2, 4, 32),
             "PIO2_FMA_PARTS": _split(pio2, 3, 53),
             "TWO_OVER_PI": [float(2 / mp.pi)],
+            # floor(2/pi 2^1216) for the Payne-Hanek reduction of huge arguments
+            "TWO_OVER_PI_BITS": [int(mp.floor(2 / mp.pi * mp.mpf(2) ** 1216))],
             "SIN_POLY": _fit(_odd_tail(mp.sin, mp.mpf(-1) / 6), SIN_COS_R_MAX ** 2, 7),
             "COS_POLY": _fit(_cos_tail, SIN_COS_R_MAX ** 2, 6),
             "LOG_POLY": _fit(_log_tail, LOG_S_MAX ** 2, 8),

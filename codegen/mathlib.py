@@ -159,12 +159,16 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
     return text + "\n" + "\n".join(decls + groups) + "\n"
 
 
-_FAR_DEFINE = re.compile(r'^(define internal [^\n]*@"(_ZGV\w+_)?symgrad_\w+_far(_slow)?"\([^\n]*)$', re.M)
+_FAR_DEFINE = re.compile(
+    r'^(define internal [^\n]*@"_ZGV[a-z]N(4|8|16)v_symgrad_\w+_far(_slow)?"\([^\n]*)$', re.M)
 
 
 def _mark_no_caller_saved(text: str, groups: list[str]) -> str:
-    """Give the far-argument helpers (``_far_helper``) the x86 ``no_caller_saved_registers``
-    attribute (llvmlite has no string function attributes, hence the text edit)."""
+    """Give the 256- and 512-bit far-argument helpers (``_far_helper``) the x86
+    ``no_caller_saved_registers`` attribute (llvmlite has no string function attributes,
+    hence the text edit). Not the scalar and 2-lane ones: LLVM ends a function whose result
+    is narrower than 256 bits with ``vzeroupper`` when it saved wide registers, which would
+    clear the upper lanes its caller relies on being preserved."""
     if not _FAR_DEFINE.search(text):
         return text
     groups.append('attributes #899 = { "no_caller_saved_registers" }')
@@ -265,6 +269,12 @@ PIO2_PARTS = [1.5707963267341256, 6.077100506303966e-11, 2.0222662487111665e-21,
               8.4784276603689e-32]     # pi/2 = sum; the first three have 32 significant bits
 PIO2_FMA_PARTS = [1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33]
 TWO_OVER_PI = 0.6366197723675814
+TWO_OVER_PI_BITS = int(
+    "a2f9836e4e441529fc2757d1f534ddc0db6295993c439041fe5163abdebbc561b7246e3a424dd2e006492eea09"
+    "d1921cfe1deb1cb129a73ee88235f52ebb4484e99c7026b45f7e413991d639835339f49c845f8bbdf9283b1ff8"
+    "97ffde05980fef2f118b5a0a6d1f6d367ecf27cb09b74f463f669e5fea2d7527bac7ebe5f17b3d0739f78a5292"
+    "ea6bfb5fb11f8d5d0856033046fc7b6bab", 16)     # floor(2/pi 2^1216)
+TWO_OVER_PI_WORDS = 20                  # 19 words of bits and one of zeros above them
 SIN_POLY = [-0.16666666666666666, 0.008333333333333331, -0.00019841269841264567,
             2.755731921895467e-06, -2.5052106100223988e-08, 1.6058510870346914e-10,
             -7.585486197905696e-13]          # (sin r - r) / r^3 in z = r^2, |r| <= pi/4
@@ -395,39 +405,114 @@ def _sin_cos_body(cname: str):
         ax = f.abs(x)
         near = b.fcmp_ordered("<=", ax, f.c(REDUCE_MAX))
         k, rh, rl = _reduce_pio2(f, b.select(near, ax, f.c(0.0)), math.fma)   # far, NaN: 0
-        z = b.fmul(rh, rh)
-        q = b.add(k, f.i(quarter))
-        odd = b.icmp_unsigned("!=", b.and_(q, f.i(1)), f.i(0))
-        v = b.select(odd, _cos_poly(f, rh, rl, z), _sin_poly(f, rh, rl, z))
-        v = f.xor_sign(v, b.shl(q, f.i(62)))          # quadrants 2 and 3 negate
-        if cname == "sin":
-            v = f.xor_sign(v, f.bits(x))               # sin(-x) = -sin(x), sin(-0) = -0
+        v = _quadrant_value(f, cname, x, k, rh, rl)
         return b.select(near, v, b.call(_far_helper(b.module, cname, math), [x]))
     return body
 
 
+def _quadrant_value(f: _F64, cname: str, x, k, rh, rl):
+    """sin or cos of |x| = k pi/2 + rh + rl (only k's low two bits matter), signed."""
+    b = f.b
+    z = b.fmul(rh, rh)
+    q = b.add(k, f.i(0 if cname == "sin" else 1))  # cos x = sin(x + pi/2): one quadrant on
+    odd = b.icmp_unsigned("!=", b.and_(q, f.i(1)), f.i(0))
+    v = b.select(odd, _cos_poly(f, rh, rl, z), _sin_poly(f, rh, rl, z))
+    v = f.xor_sign(v, b.shl(q, f.i(62)))          # quadrants 2 and 3 negate
+    if cname == "sin":
+        v = f.xor_sign(v, f.bits(x))               # sin(-x) = -sin(x), sin(-0) = -0
+    return v
+
+
+def _payne_hanek(f: _F64, ax):
+    """|x| = k pi/2 + (rh + rl) for huge finite |x| > REDUCE_MAX (scalar code: far lanes only).
+
+    |x| = m 2^e with m a 53-bit integer. Bits of 2/pi worth 4 / 2^e or more only add multiples
+    of 4 to |x| 2/pi, so a 192-bit window W of them starting there (2 integer and 190
+    fraction bits once times 2^e) gives |x| 2/pi mod 4 = m W mod 2^192, exactly up to the
+    2^-137 the window drops. Its top bits (rounded) are k, the rest f in [-1/2, 1/2), from
+    which r = f pi/2. Integer arithmetic on i192/i256, which LLVM splits into 64-bit words.
+    """
+    b = f.b
+    i64, i192, i256 = f.i64, ir.IntType(192), ir.IntType(256)
+    bits = f.bits(ax)
+    e = b.sub(b.lshr(bits, f.i(52)), f.i(1075))
+    e = b.select(b.icmp_signed("<", e, f.i(-31)), f.i(-31), e)   # 2^21 = 2^52 2^-31
+    e = b.select(b.icmp_signed(">", e, f.i(972)), f.i(972), e)   # inf: any window (NaN later)
+    m = b.or_(b.and_(bits, f.i((1 << 52) - 1)), f.i(1 << 52))
+    shift = b.sub(f.i(1216 - 190), e)                            # bit of 2/pi 2^1216 at W's 0
+    table = _two_over_pi_table(b.module)
+    word = b.lshr(shift, f.i(6))
+    window = ir.Constant(i256, 0)
+    for j in range(4):
+        ptr = b.gep(table, [ir.Constant(ir.IntType(32), 0), b.add(word, f.i(j))], inbounds=True)
+        w = b.zext(b.load(ptr), i256)
+        window = b.or_(window, b.shl(w, ir.Constant(i256, 64 * j)))
+    window = b.trunc(b.lshr(window, b.zext(b.and_(shift, f.i(63)), i256)), i192)
+    prod = b.mul(b.zext(m, i192), window)                        # mod 2^192: what we want
+    prod = b.add(prod, ir.Constant(i192, 1 << 189))              # round k to nearest
+    k = b.trunc(b.lshr(prod, ir.Constant(i192, 190)), i64)
+    frac = b.sub(b.and_(prod, ir.Constant(i192, (1 << 190) - 1)), ir.Constant(i192, 1 << 189))
+    negative = b.icmp_signed("<", frac, ir.Constant(i192, 0))
+    mag = b.select(negative, b.neg(frac), frac)                  # |f| 2^190 < 2^189
+    ctlz = b.module.declare_intrinsic("llvm.ctlz", [i192],
+                                      ir.FunctionType(i192, [i192, ir.IntType(1)]))
+    lz = b.call(ctlz, [mag, ir.Constant(ir.IntType(1), 0)])
+    lz = b.select(b.icmp_unsigned(">", lz, ir.Constant(i192, 191)), ir.Constant(i192, 191), lz)
+    top = b.shl(mag, lz)                                         # leading bit at 191
+    lz64 = b.trunc(lz, i64)
+    hi = b.fmul(b.uitofp(b.trunc(b.lshr(top, ir.Constant(i192, 139)), i64), f.d),
+                _pow2(b, b.sub(f.i(-51), lz64)))
+    lo = b.fmul(b.uitofp(b.trunc(b.lshr(top, ir.Constant(i192, 75)), i64), f.d),
+                _pow2(b, b.sub(f.i(-115), lz64)))
+    hi = b.select(negative, b.fneg(hi), hi)
+    lo = b.select(negative, b.fneg(lo), lo)
+    # r = (hi + lo) pi/2 as a double-double (fma exact: this is scalar code, libm's fma on
+    # CPUs without FMA is fine for the rare far lanes)
+    c1, c2 = PIO2_FMA_PARTS[0], PIO2_FMA_PARTS[1]
+    rh = b.fmul(hi, f.c(c1))
+    rl = b.fadd(f.fma_exact(hi, f.c(c1), b.fneg(rh)), b.fadd(b.fmul(hi, f.c(c2)), b.fmul(lo, f.c(c1))))
+    s = b.fadd(rh, rl)
+    return k, s, b.fsub(rl, b.fsub(s, rh))
+
+
+def _two_over_pi_table(module: ir.Module):
+    table = module.globals.get("symgrad_two_over_pi")
+    if table is None:
+        ty = ir.ArrayType(ir.IntType(64), TWO_OVER_PI_WORDS)
+        words = [(TWO_OVER_PI_BITS >> (64 * j)) & ((1 << 64) - 1) for j in range(TWO_OVER_PI_WORDS)]
+        table = ir.GlobalVariable(module, ty, "symgrad_two_over_pi")
+        table.global_constant = True
+        table.linkage = "internal"
+        table.initializer = ir.Constant(ty, words)
+    return table
+
+
 def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
-    """``symgrad_<cname>_far(x)``: glibc's scalar result where |x| > REDUCE_MAX, else 0.
+    """``symgrad_<cname>_far(x)``: sin or cos where |x| > REDUCE_MAX, else 0.
 
     It stays a call (noinline) with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that
     the loop vectoriser substitutes like libmvec's, so the loop around stays vectorised. Each
-    tests all lanes at once and calls a ``_slow`` function (libm for the far lanes) only when
-    one is far. Both are ``no_caller_saved_registers`` (see finish_cpu_module): the C
-    convention would make every vector register caller-saved, and the loop would reload all
-    its constants after each call; this way the check costs a compare and a branch.
+    tests all lanes at once and calls a ``_slow`` function (our Payne-Hanek reduction, lane by
+    lane, for the far lanes) only when one is far. The 256- and 512-bit ones are
+    ``no_caller_saved_registers`` (see _mark_no_caller_saved): with the C convention every
+    vector register is caller-saved, and the loop would reload all its constants after each
+    call; this way the check costs a compare and a branch.
     """
     sym = f"symgrad_{cname}_far"
     fn = module.globals.get(sym)
     if fn is not None:
         return fn
     d = ir.DoubleType()
-    libm = module.globals.get(math.symbol(cname, "float64")) or ir.Function(
-        module, ir.FunctionType(d, [d]), math.symbol(cname, "float64"))
     versions = [(sym, d)] + [(name, ir.VectorType(d, lanes))
                              for name, lanes in math.variants(cname + "_far", "float64", 1)]
+    scalar_slow = None
     for name, ty in versions:
-        slow = _far_function(module, name + "_slow", ty,
-                             lambda b, x, far: _each_far_lane(b, x, far, libm))
+        if scalar_slow is None:
+            body = lambda b, x, far: _far_value(b, x, cname)        # noqa: E731
+        else:
+            body = lambda b, x, far, one=scalar_slow: _each_far_lane(b, x, far, one)  # noqa: E731
+        slow = _far_function(module, name + "_slow", ty, body)
+        scalar_slow = scalar_slow or slow
         zero = ir.Constant(ty, [0.0] * ty.count if isinstance(ty, ir.VectorType) else 0.0)
         _far_function(module, name, ty, lambda b, x, far, slow=slow, zero=zero: _if_far(
             b, _any_lane(b, far), lambda: b.call(slow, [x], name="far.lanes"), zero))
@@ -460,16 +545,22 @@ def _any_lane(b, far):
     return b.icmp_unsigned("!=", b.bitcast(far, mask), ir.Constant(mask, 0))
 
 
-def _each_far_lane(b, x, far, libm):
-    """libm on each far lane (0 on the others)."""
-    if not isinstance(x.type, ir.VectorType):
-        return b.call(libm, [x], name="libm")
+def _far_value(b, x, cname):
+    """sin or cos of a far argument (NaN for inf) through the Payne-Hanek reduction."""
+    f = _F64(b)
+    ax = f.abs(x)
+    v = _quadrant_value(f, cname, x, *_payne_hanek(f, ax))
+    return b.select(b.fcmp_ordered("==", ax, f.c(float("inf"))), f.c(float("nan")), v)
+
+
+def _each_far_lane(b, x, far, scalar):
+    """The scalar far function on each far lane (0 on the others)."""
     v = ir.Constant(x.type, [0.0] * x.type.count)
     for i in range(x.type.count):
         lane = ir.Constant(ir.IntType(32), i)
         v = _if_far(b, b.extract_element(far, lane),
                     lambda v=v, lane=lane: b.insert_element(
-                        v, b.call(libm, [b.extract_element(x, lane)], name="libm"), lane), v)
+                        v, b.call(scalar, [b.extract_element(x, lane)], name="far"), lane), v)
     return v
 
 
