@@ -298,8 +298,9 @@ SIGN_BIT = -(1 << 63)
 class _F64:
     """Shorthand for emitting scalar double arithmetic (the vectoriser widens all of it)."""
 
-    def __init__(self, b: ir.IRBuilder):
+    def __init__(self, b: ir.IRBuilder, fused: bool = True):
         self.b = b
+        self.fused = fused      # False: CPUs without FMA (and tests of their code path)
         self.d, self.i64 = ir.DoubleType(), ir.IntType(64)
         mod = b.module
         self._fma = mod.declare_intrinsic("llvm.fmuladd", [self.d],
@@ -313,7 +314,11 @@ class _F64:
         return ir.Constant(self.i64, v)
 
     def fma(self, a, x, y):
-        """a * x + y, fused where the CPU can (only used where either rounding is fine)."""
+        """a * x + y, fused where the CPU can (only used where either rounding is fine);
+        spelled as a multiply and an add for CPUs without FMA, which is what llvm.fmuladd
+        becomes there anyway, so that other machines can test that code path too."""
+        if not self.fused:
+            return self.b.fadd(self.b.fmul(a, x), y)
         return self.b.call(self._fma, [a, x, y])
 
     def fma_exact(self, a, x, y):
@@ -379,29 +384,43 @@ def _reduce_pio2(f: _F64, ax, fused: bool):
 
 
 def _sin_poly(f: _F64, rh, rl, z):
-    """sin(rh + rl) = rh + (rh z S(z) + rl (1 - z/2)) for |rh| <= pi/4."""
-    b = f.b
-    tail = b.fmul(rl, f.fma(z, f.c(-0.5), f.c(1.0)))
-    return b.fadd(rh, f.fma(b.fmul(rh, z), f.horner(z, SIN_POLY), tail))
+    """sin(rh + rl) = rh + (rh z S(z) + rl (1 - z/2)) for |rh| <= pi/4, as (head, rest)."""
+    tail = f.b.fmul(rl, f.fma(z, f.c(-0.5), f.c(1.0)))
+    return rh, f.fma(f.b.fmul(rh, z), f.horner(z, SIN_POLY), tail)
 
 
 def _cos_poly(f: _F64, rh, rl, z):
     """cos(rh + rl) = w + ((1 - w) - z/2 + z^2 C(z) - rh rl) with w = 1 - z/2 rounded: the
-    parenthesis recovers what w rounded off, so the result is within ~0.6 ulp."""
+    parenthesis recovers what w rounded off, so the sum is within ~0.6 ulp. (head, rest)."""
     b = f.b
     hz = b.fmul(z, f.c(0.5))
     w = b.fsub(f.c(1.0), hz)
     lost = b.fsub(b.fsub(f.c(1.0), w), hz)
     tail = f.fma(b.fmul(z, z), f.horner(z, COS_POLY), b.fneg(b.fmul(rh, rl)))
-    return b.fadd(w, b.fadd(lost, tail))
+    return w, b.fadd(lost, tail)
+
+
+def _quotient(f: _F64, num, den):
+    """(nh + nl) / (dh + dl), each pair a head and a smaller rest: the rounded quotient q0 of
+    the rounded sums, corrected by the residual (n - q0 d) / d, with the parts each sum
+    rounded off (Fast2Sum: the heads are the bigger terms) and fma's exact q0 d where the CPU
+    has FMA, so the result is within ~1 ulp."""
+    b = f.b
+    (nh, nl), (dh, dl) = num, den
+    n, d = b.fadd(nh, nl), b.fadd(dh, dl)
+    n_lost = b.fsub(nl, b.fsub(n, nh))
+    d_lost = b.fsub(dl, b.fsub(d, dh))
+    q0 = b.fdiv(n, d)
+    residual = b.fadd(f.fma(b.fneg(q0), d, n), f.fma(b.fneg(q0), d_lost, n_lost))
+    return b.fadd(q0, b.fdiv(residual, d))
 
 
 def _sin_cos_body(cname: str):
-    """sin or cos: the polynomial of the quadrant for |x| <= REDUCE_MAX, glibc beyond."""
-    quarter = 0 if cname == "sin" else 1      # cos x = sin(x + pi/2): one quadrant further
+    """sin, cos or tan: the polynomials of the quadrant for |x| <= REDUCE_MAX (Cody-Waite),
+    a call that reduces the rare far lanes with Payne-Hanek beyond."""
 
     def body(b, x, math):
-        f = _F64(b)
+        f = _F64(b, math.fma)
         ax = f.abs(x)
         near = b.fcmp_ordered("<=", ax, f.c(REDUCE_MAX))
         k, rh, rl = _reduce_pio2(f, b.select(near, ax, f.c(0.0)), math.fma)   # far, NaN: 0
@@ -411,15 +430,21 @@ def _sin_cos_body(cname: str):
 
 
 def _quadrant_value(f: _F64, cname: str, x, k, rh, rl):
-    """sin or cos of |x| = k pi/2 + rh + rl (only k's low two bits matter), signed."""
+    """sin, cos or tan of |x| = k pi/2 + rh + rl (only k's low two bits matter), signed."""
     b = f.b
     z = b.fmul(rh, rh)
-    q = b.add(k, f.i(0 if cname == "sin" else 1))  # cos x = sin(x + pi/2): one quadrant on
+    sin_r, cos_r = _sin_poly(f, rh, rl, z), _cos_poly(f, rh, rl, z)
+    q = b.add(k, f.i(1 if cname == "cos" else 0))  # cos x = sin(x + pi/2): one quadrant on
     odd = b.icmp_unsigned("!=", b.and_(q, f.i(1)), f.i(0))
-    v = b.select(odd, _cos_poly(f, rh, rl, z), _sin_poly(f, rh, rl, z))
-    v = f.xor_sign(v, b.shl(q, f.i(62)))          # quadrants 2 and 3 negate
-    if cname == "sin":
-        v = f.xor_sign(v, f.bits(x))               # sin(-x) = -sin(x), sin(-0) = -0
+    pick = lambda a, c: tuple(b.select(odd, u, v) for u, v in zip(a, c))   # noqa: E731
+    if cname == "tan":      # tan(r + k pi/2) = tan r for even k, -1 / tan r for odd k
+        v = _quotient(f, pick(cos_r, sin_r), pick(sin_r, cos_r))
+        v = f.xor_sign(v, b.shl(q, f.i(63)))
+    else:
+        v = b.fadd(*pick(cos_r, sin_r))
+        v = f.xor_sign(v, b.shl(q, f.i(62)))       # quadrants 2 and 3 negate
+    if cname != "cos":
+        v = f.xor_sign(v, f.bits(x))               # odd functions: f(-0) = -0 too
     return v
 
 
@@ -488,7 +513,7 @@ def _two_over_pi_table(module: ir.Module):
 
 
 def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
-    """``symgrad_<cname>_far(x)``: sin or cos where |x| > REDUCE_MAX, else 0.
+    """``symgrad_<cname>_far(x)``: sin, cos or tan where |x| > REDUCE_MAX, else 0.
 
     It stays a call (noinline) with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that
     the loop vectoriser substitutes like libmvec's, so the loop around stays vectorised. Each
@@ -508,7 +533,7 @@ def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
     scalar_slow = None
     for name, ty in versions:
         if scalar_slow is None:
-            body = lambda b, x, far: _far_value(b, x, cname)        # noqa: E731
+            body = lambda b, x, far: _far_value(b, x, cname, math.fma)     # noqa: E731
         else:
             body = lambda b, x, far, one=scalar_slow: _each_far_lane(b, x, far, one)  # noqa: E731
         slow = _far_function(module, name + "_slow", ty, body)
@@ -545,9 +570,9 @@ def _any_lane(b, far):
     return b.icmp_unsigned("!=", b.bitcast(far, mask), ir.Constant(mask, 0))
 
 
-def _far_value(b, x, cname):
-    """sin or cos of a far argument (NaN for inf) through the Payne-Hanek reduction."""
-    f = _F64(b)
+def _far_value(b, x, cname, fused):
+    """sin, cos or tan of a far argument (NaN for inf) through the Payne-Hanek reduction."""
+    f = _F64(b, fused)
     ax = f.abs(x)
     v = _quadrant_value(f, cname, x, *_payne_hanek(f, ax))
     return b.select(b.fcmp_ordered("==", ax, f.c(float("inf"))), f.c(float("nan")), v)
@@ -582,7 +607,7 @@ def _log1p_body(b, x, math=None):
     u - 1 and the difference are exact by Sterbenz for u < 2^53; beyond, c is negligible).
     log(m) = log(1 + f) = 2 atanh(s), s = f / (2 + f), arranged as in fdlibm's log: f - (f^2/2
     - s (f^2/2 + R(s^2))) keeps the big terms exact and the error below 1 ulp."""
-    f = _F64(b)
+    f = _F64(b, math is None or math.fma)
     u = b.fadd(f.c(1.0), x)
     c = b.fdiv(b.fsub(x, b.fsub(u, f.c(1.0))), u)
     bits = f.bits(u)
@@ -610,7 +635,7 @@ def _tanh_body(b, x, math=None):
     """tanh|x| = |x| + |x|^3 P(x^2) below TANH_POLY_MAX, else 1 - 2 / (expm1(2|x|) + 2)
     (no cancellation there: the quotient is <= 0.5); the sign is x's. It reaches 1 (rounded)
     well before 2|x| = 40, where the argument is clamped."""
-    f = _F64(b)
+    f = _F64(b, math is None or math.fma)
     ax = f.abs(x)
     z = b.fmul(ax, ax)
     poly = f.fma(b.fmul(ax, z), f.horner(z, TANH_POLY), ax)
@@ -629,4 +654,5 @@ def _tanh_body(b, x, math=None):
 
 OWN_F64 = {"exp": ("sg_exp_f64", _exp_body), "expm1": ("sg_expm1_f64", _expm1_body),
            "sin": ("sg_sin_f64", _sin_cos_body("sin")), "cos": ("sg_cos_f64", _sin_cos_body("cos")),
+           "tan": ("sg_tan_f64", _sin_cos_body("tan")),
            "log1p": ("sg_log1p_f64", _log1p_body), "tanh": ("sg_tanh_f64", _tanh_body)}

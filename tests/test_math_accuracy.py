@@ -36,6 +36,10 @@ def f_cos(x):
     return np.cos(x)
 
 
+def f_tan(x):
+    return np.tan(x)
+
+
 def f_log1p(x):
     return np.log1p(x)
 
@@ -57,6 +61,7 @@ def f_expm1(x):
 CASES = {
     "sin": (f_sin, mp.sin, [(1e-310, 1e-8), (1e-8, 4.0), (4.0, 2.0 ** 21), (2.0 ** 21, 1e308)], (-1, 1)),
     "cos": (f_cos, mp.cos, [(1e-310, 1e-8), (1e-8, 4.0), (4.0, 2.0 ** 21), (2.0 ** 21, 1e308)], (-1, 1)),
+    "tan": (f_tan, mp.tan, [(1e-310, 1e-8), (1e-8, 4.0), (4.0, 2.0 ** 21), (2.0 ** 21, 1e308)], (-1, 1)),
     "log1p": (f_log1p, mp.log1p, [(1e-310, 1e-8), (1e-8, 1.0), (1.0, 1e308)], (1,)),
     "tanh": (f_tanh, mp.tanh, [(1e-310, 1e-8), (1e-8, 0.55), (0.55, 1.5), (1.5, 40.0)], (-1, 1)),
     "exp": (f_exp, mp.exp, [(1e-310, 1.0), (1.0, 709.0)], (-1, 1)),
@@ -124,9 +129,9 @@ def _near_multiples_of_half_pi(count, k_max, seed=1):
 
 
 @pytest.fixture(params=["fma", "no-fma"])
-def reduction(request):
-    """Compile with the FMA Cody-Waite reduction or the exact-products one (the one CPUs
-    without FMA get; plain multiplies and adds, so it runs the same on any CPU)."""
+def fma_mode(request):
+    """Compile as for a CPU with FMA or without (plain multiplies and adds, the exact-products
+    Cody-Waite reduction: it runs the same on any CPU, so every machine tests it)."""
     math = jit.target()["math"]
     saved = math.fma
     math.fma = request.param == "fma"
@@ -134,16 +139,16 @@ def reduction(request):
     math.fma = saved
 
 
-@pytest.mark.parametrize("op", [op for op in ("sin", "cos") if op in OWN])
-def test_sin_cos_both_reductions_within_two_ulp(op, reduction):
+@pytest.mark.parametrize("op", [op for op in ("sin", "cos", "tan", "log1p", "tanh") if op in OWN])
+def test_without_fma_within_two_ulp_too(op, fma_mode):
     x = samples(op, seed=2)[::4]
     got = sg.differentiate(CASES[op][0])(x)
     err = ulp_error(got, getattr(np, op)(x.astype(np.longdouble)))
-    assert err.max() <= MAX_ULP, (op, reduction, float(err.max()), x[np.argmax(err)])
+    assert err.max() <= MAX_ULP, (op, fma_mode, float(err.max()), x[np.argmax(err)])
 
 
-@pytest.mark.parametrize("op", [op for op in ("sin", "cos") if op in OWN])
-def test_sin_cos_next_to_multiples_of_half_pi(op, reduction):
+@pytest.mark.parametrize("op", [op for op in ("sin", "cos", "tan") if op in OWN])
+def test_sin_cos_next_to_multiples_of_half_pi(op, fma_mode):
     x = np.concatenate([_near_multiples_of_half_pi(300, 1_300_000),
                         np.array([1e22, 1e300, 1.7976931348623157e308, 2.0 ** 21,
                                   np.nextafter(2.0 ** 21, np.inf), 6381956970095103.0 * 2.0 ** 797])])
@@ -153,7 +158,7 @@ def test_sin_cos_next_to_multiples_of_half_pi(op, reduction):
     assert err.max() <= MAX_ULP, (op, float(err.max()), x[np.argmax(err)])
 
 
-@pytest.mark.parametrize("op", [op for op in ("sin", "cos") if op in OWN])
+@pytest.mark.parametrize("op", [op for op in ("sin", "cos", "tan") if op in OWN])
 def test_far_and_near_lanes_mixed_in_one_vector(op):
     """Every other element past the Cody-Waite bound: far lanes take the Payne-Hanek helper,
     near ones not. Each element must come out as it does on its own (a length-1 call: the
@@ -173,6 +178,8 @@ SPECIAL = {
             (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan)],
     "cos": [(0.0, 1.0), (-0.0, 1.0), (5e-324, 1.0), (1e-9, 1.0), (np.inf, np.nan),
             (-np.inf, np.nan), (np.nan, np.nan)],
+    "tan": [(0.0, 0.0), (-0.0, -0.0), (5e-324, 5e-324), (-1e-300, -1e-300), (1e-9, 1e-9),
+            (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan)],
     "log1p": [(0.0, 0.0), (-0.0, -0.0), (5e-324, 5e-324), (-1e-300, -1e-300), (-1.0, -np.inf),
               (-1.5, np.nan), (-np.inf, np.nan), (np.inf, np.inf), (np.nan, np.nan),
               (1.7976931348623157e308, 709.782712893384)],
