@@ -9,6 +9,12 @@ glibc's libm under private symbol names (``symgrad_exp``) and tags every call wi
 private name is needed because LLVM recognises ``exp`` and turns a side-effect-free call into
 the ``llvm.exp`` intrinsic, which x86 expands lane by lane into scalar libm calls. The NVPTX
 back end maps the same keys to libdevice (``codegen.libdevice.LibdeviceMath``).
+
+float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``): branch-free IR,
+inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
+within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
+keep is the far-argument check of sin/cos/tan (``_far_helper``). ``SYMGRAD_PRECISE_MATH=1``
+turns all of this off: scalar libm only.
 """
 from __future__ import annotations
 
@@ -75,6 +81,7 @@ class CPUMath(MathTarget):
         # (measured, f64 sin/cos) for 3-5x throughput; SYMGRAD_PRECISE_MATH=1 selects this.
         self.precise = precise
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
+        self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
         self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         try:
             self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
@@ -100,13 +107,28 @@ class CPUMath(MathTarget):
             return builder.call(fn, args, name=op)
         return super().call(builder, op, dtype, args)
 
+    def far_library(self) -> None:
+        """Compile (or fetch from jit's cache) the far-argument library for this target, once
+        per process and reduction, and make its symbols resolvable by the kernels."""
+        import llvmlite.binding as llvm
+
+        from . import jit
+        if self.fma in self._far_loaded:
+            return
+        text, public = _far_library_text(self)
+        _, addresses = jit.load(text, sorted(public.values()))
+        for name, local in public.items():
+            llvm.add_symbol(name, addresses[local])
+        self._far_loaded.add(self.fma)
+
     def scalar_address(self, sym: str) -> int:
         return ctypes.cast(getattr(self.libm, sym[len("symgrad_"):]), ctypes.c_void_p).value
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
-        if cname.endswith("_far"):      # our own SIMD versions (see _far_helper)
-            return [(f"_ZGV{isa}N{lanes}v_symgrad_{cname}", lanes) for isa, lanes in self.isas]
+        if "_far" in cname:             # our own SIMD versions (see _far_helper)
+            scalar = _far_name(cname[:cname.index("_far")], self)
+            return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]
         if self.libmvec is None or self.precise:
             return []
         out = []
@@ -149,30 +171,31 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         for name, lanes in variants:
             vt = f"<{lanes} x {ty}>"
             used.append(f'ptr @"{name}"')
-            if re.search(rf'^define [^\n]*@"{re.escape(name)}"\(', text, re.M):
-                continue        # defined in the module (our own), not in libmvec
             decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
-    text = _mark_no_caller_saved(text, groups)
+    decls = [_mark_no_caller_saved(line, groups) for line in decls]
     if used:
         decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
                      f"[{', '.join(used)}], section \"llvm.metadata\"")
     return text + "\n" + "\n".join(decls + groups) + "\n"
 
 
-_FAR_DEFINE = re.compile(
-    r'^(define internal [^\n]*@"_ZGV[a-z]N(4|8|16)v_symgrad_\w+_far(_slow)?"\([^\n]*)$', re.M)
+_NO_CALLER_SAVED = re.compile(r'^((define|declare) [^\n]*@"(_ZGV[a-z]N(4|8|16)v_symgrad_\w+_far'
+                              r'(_fma)?|sg_trig_far_lanes(4|8|16)(_fma)?)"\([^\n]*)$', re.M)
+NO_CALLER_SAVED_GROUP = 'attributes #899 = { "no_caller_saved_registers" }'
 
 
 def _mark_no_caller_saved(text: str, groups: list[str]) -> str:
-    """Give the 256- and 512-bit far-argument helpers (``_far_helper``) the x86
-    ``no_caller_saved_registers`` attribute (llvmlite has no string function attributes,
-    hence the text edit). Not the scalar and 2-lane ones: LLVM ends a function whose result
-    is narrower than 256 bits with ``vzeroupper`` when it saved wide registers, which would
-    clear the upper lanes its caller relies on being preserved."""
-    if not _FAR_DEFINE.search(text):
+    """Give the 256- and 512-bit far-argument helpers (``_far_library``) the x86
+    ``no_caller_saved_registers`` attribute, on their definitions and on the kernels'
+    declarations (llvmlite has no string function attributes, hence the text edit). Not the
+    scalar and 2-lane ones: LLVM ends a function whose result is narrower than 256 bits with
+    ``vzeroupper`` when it saved wide registers, which would clear the upper lanes its caller
+    relies on being preserved."""
+    if not _NO_CALLER_SAVED.search(text):
         return text
-    groups.append('attributes #899 = { "no_caller_saved_registers" }')
-    return _FAR_DEFINE.sub(r"\1 #899", text)
+    if NO_CALLER_SAVED_GROUP not in groups:
+        groups.append(NO_CALLER_SAVED_GROUP)
+    return _NO_CALLER_SAVED.sub(r"\1 #899", text)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,13 +302,16 @@ SIN_POLY = [-0.16666666666666666, 0.008333333333333331, -0.00019841269841264567,
             2.755731921895467e-06, -2.5052106100223988e-08, 1.6058510870346914e-10,
             -7.585486197905696e-13]          # (sin r - r) / r^3 in z = r^2, |r| <= pi/4
 COS_POLY = [0.041666666666666664, -0.0013888888888887241, 2.4801587298532203e-05,
-            -2.7557317151829844e-07, 2.0876121528679728e-09, -1.1380867752723252e-11]         # (cos r - 1 + z/2) / z^2
+            -2.7557317151829844e-07, 2.0876121528679728e-09,
+            -1.1380867752723252e-11]         # (cos r - 1 + z/2) / z^2
 LOG_POLY = [0.6666666666666666, 0.4000000000000088, 0.2857142857080329, 0.222222223917858,
-            0.18181795632452163, 0.1538624012056702, 0.13268761951330021, 0.13086743139119072]             # (2 atanh s - 2 s) / s^3 in z = s^2, |s| <= 0.1716
+            0.18181795632452163, 0.1538624012056702, 0.13268761951330021,
+            0.13086743139119072]             # (2 atanh s - 2 s) / s^3 in z = s^2, |s| <= 0.1716
 TANH_POLY = [-0.3333333333333333, 0.13333333333333183, -0.05396825396808037, 0.0218694885283181,
              -0.00886323534557735, 0.0035921254479696534, -0.0014558109507053411,
              0.0005898843923888812, -0.0002385260361392742, 9.514406287829865e-05,
-             -3.567392597709144e-05, 1.0938896099319773e-05, -1.935265368692235e-06]   # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
+             -3.567392597709144e-05, 1.0938896099319773e-05,
+             -1.935265368692235e-06]         # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
 
 # Cody-Waite bound: k = rint(|x| 2/pi) < 2^21 keeps k * PIO2_PARTS[i] exact (32 + 21 bits).
 # Lanes beyond it (and inf) take glibc's scalar sin/cos, whose Payne-Hanek reduction is exact.
@@ -495,7 +521,8 @@ def _payne_hanek(f: _F64, ax):
     # CPUs without FMA is fine for the rare far lanes)
     c1, c2 = PIO2_FMA_PARTS[0], PIO2_FMA_PARTS[1]
     rh = b.fmul(hi, f.c(c1))
-    rl = b.fadd(f.fma_exact(hi, f.c(c1), b.fneg(rh)), b.fadd(b.fmul(hi, f.c(c2)), b.fmul(lo, f.c(c1))))
+    rest = b.fadd(b.fmul(hi, f.c(c2)), b.fmul(lo, f.c(c1)))
+    rl = b.fadd(f.fma_exact(hi, f.c(c1), b.fneg(rh)), rest)
     s = b.fadd(rh, rl)
     return k, s, b.fsub(rl, b.fsub(s, rh))
 
@@ -512,55 +539,83 @@ def _two_over_pi_table(module: ir.Module):
     return table
 
 
-def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
-    """``symgrad_<cname>_far(x)``: sin, cos or tan where |x| > REDUCE_MAX, else 0.
+FAR_FUNCTIONS = {"sin": 0, "cos": 1, "tan": 2}     # the shared far code's selector
 
-    It stays a call (noinline) with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that
-    the loop vectoriser substitutes like libmvec's, so the loop around stays vectorised. Each
-    tests all lanes at once and calls a ``_slow`` function (our Payne-Hanek reduction, lane by
-    lane, for the far lanes) only when one is far. The 256- and 512-bit ones are
-    ``no_caller_saved_registers`` (see _mark_no_caller_saved): with the C convention every
-    vector register is caller-saved, and the loop would reload all its constants after each
-    call; this way the check costs a compare and a branch.
+
+def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
+    """The declaration of ``symgrad_<cname>_far(x)``: sin, cos or tan where |x| >
+    REDUCE_MAX, else 0, from the far library (``_far_library``, compiled once per process).
+
+    It stays a call with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that the loop
+    vectoriser substitutes like libmvec's, so the loop around stays vectorised. Each tests
+    all lanes at once and only when one is far runs our Payne-Hanek reduction on the far
+    lanes. The 256- and 512-bit ones are ``no_caller_saved_registers`` (see
+    _mark_no_caller_saved): with the C convention every vector register is caller-saved, and
+    the loop would reload all its constants after each call; this way the check costs a
+    compare and a branch. Kept out of the kernels, the code costs them no compile time.
     """
-    sym = f"symgrad_{cname}_far"
+    sym = _far_name(cname, math)
     fn = module.globals.get(sym)
     if fn is not None:
         return fn
+    math.far_library()
     d = ir.DoubleType()
-    versions = [(sym, d)] + [(name, ir.VectorType(d, lanes))
-                             for name, lanes in math.variants(cname + "_far", "float64", 1)]
-    scalar_slow = None
-    for name, ty in versions:
-        if scalar_slow is None:
-            body = lambda b, x, far: _far_value(b, x, cname, math.fma)     # noqa: E731
-        else:
-            body = lambda b, x, far, one=scalar_slow: _each_far_lane(b, x, far, one)  # noqa: E731
-        slow = _far_function(module, name + "_slow", ty, body)
-        scalar_slow = scalar_slow or slow
-        zero = ir.Constant(ty, [0.0] * ty.count if isinstance(ty, ir.VectorType) else 0.0)
-        _far_function(module, name, ty, lambda b, x, far, slow=slow, zero=zero: _if_far(
-            b, _any_lane(b, far), lambda: b.call(slow, [x], name="far.lanes"), zero))
+    fn = ir.Function(module, ir.FunctionType(d, [d]), sym)
     notes = getattr(module, "math_calls", None)     # absent where no SIMD text is attached
     if notes is not None:
         notes.add((cname + "_far", "float64", 1, sym))
-    return module.globals[sym]
+    return fn
 
 
-def _far_function(module, name, ty, body):
-    fn = ir.Function(module, ir.FunctionType(ty, [ty]), name)
+def _far_name(cname: str, math: "CPUMath") -> str:
+    # The two reductions (FMA or not, see _F64) are separate libraries with separate names.
+    return f"symgrad_{cname}_far" + ("_fma" if math.fma else "")
+
+
+def _far_library_text(math: "CPUMath") -> tuple[str, dict[str, str]]:
+    """The far library's module text and {public symbol: its sg_ name in the module}."""
+    d = ir.DoubleType()
+    module = ir.Module(name="symgrad_far")
+    tag = "_fma" if math.fma else ""
+    public = {}
+    for cname, code in FAR_FUNCTIONS.items():
+        which = ir.Constant(ir.IntType(32), code)
+        scalar = _far_name(cname, math)
+        versions = [(scalar, d, _far_value(module, math, tag))]
+        versions += [(name, ir.VectorType(d, lanes), _far_lanes(module, lanes, math, tag))
+                     for name, lanes in math.variants(cname + "_far", "float64", 1)]
+        for name, ty, slow in versions:
+            local = "sg_" + name            # jit.load hands out sg_ symbols
+            public[name] = local
+            fn = _far_function(module, local, [ty])
+            fn.linkage = ""                  # exported from the library
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            x = fn.args[0]
+            zero = ir.Constant(ty, [0.0] * ty.count if isinstance(ty, ir.VectorType) else 0.0)
+            b.ret(_if_far(b, _any_lane(b, _is_far(b, x)),
+                          lambda: b.call(slow, [x, which], name="far"), zero))
+    groups = []
+    text = _mark_no_caller_saved(str(module).replace('@"sg__ZGV', '@"_ZGV'), groups)
+    text = text.replace('@"_ZGV', '@"sg__ZGV')      # (the mark matches the public names)
+    return text + "\n" + "\n".join(groups) + "\n", public
+
+
+def _far_function(module, name, arg_types):
+    fn = ir.Function(module, ir.FunctionType(arg_types[0], arg_types), name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")     # the vectoriser must see the call, not its branches
     fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    x = fn.args[0]
+    return fn
+
+
+def _is_far(b: ir.IRBuilder, x):
+    ty = x.type
     vector = isinstance(ty, ir.VectorType)
     fabs_name = f"llvm.fabs.v{ty.count}f64" if vector else "llvm.fabs.f64"
-    fabs = module.globals.get(fabs_name) or ir.Function(module, ir.FunctionType(ty, [ty]), fabs_name)
+    fabs = b.module.globals.get(fabs_name) or ir.Function(
+        b.module, ir.FunctionType(ty, [ty]), fabs_name)
     bound = ir.Constant(ty, [REDUCE_MAX] * ty.count if vector else REDUCE_MAX)
-    far = b.fcmp_ordered(">", b.call(fabs, [x]), bound, name="far")
-    b.ret(body(b, x, far))
-    return fn
+    return b.fcmp_ordered(">", b.call(fabs, [x]), bound, name="far")
 
 
 def _any_lane(b, far):
@@ -570,23 +625,64 @@ def _any_lane(b, far):
     return b.icmp_unsigned("!=", b.bitcast(far, mask), ir.Constant(mask, 0))
 
 
-def _far_value(b, x, cname, fused):
-    """sin, cos or tan of a far argument (NaN for inf) through the Payne-Hanek reduction."""
-    f = _F64(b, fused)
+def _far_value(module: ir.Module, math: "CPUMath", tag: str) -> ir.Function:
+    """``sg_trig_far(x, which)``: sin, cos or tan (FAR_FUNCTIONS) of a far argument through
+    the Payne-Hanek reduction, NaN for inf; scalar code, one copy in the library."""
+    name = "sg_trig_far" + tag
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = _far_function(module, name, [ir.DoubleType(), ir.IntType(32)])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x, which = fn.args
+    f = _F64(b, math.fma)
     ax = f.abs(x)
-    v = _quadrant_value(f, cname, x, *_payne_hanek(f, ax))
-    return b.select(b.fcmp_ordered("==", ax, f.c(float("inf"))), f.c(float("nan")), v)
+    reduced = _payne_hanek(f, ax)
+    v = None
+    for cname, code in reversed(FAR_FUNCTIONS.items()):     # LLVM shares the polynomials
+        value = _quadrant_value(f, cname, x, *reduced)
+        v = value if v is None else b.select(
+            b.icmp_unsigned("==", which, ir.Constant(ir.IntType(32), code)), value, v)
+    b.ret(b.select(b.fcmp_ordered("==", ax, f.c(float("inf"))), f.c(float("nan")), v))
+    return fn
 
 
-def _each_far_lane(b, x, far, scalar):
-    """The scalar far function on each far lane (0 on the others)."""
-    v = ir.Constant(x.type, [0.0] * x.type.count)
-    for i in range(x.type.count):
-        lane = ir.Constant(ir.IntType(32), i)
-        v = _if_far(b, b.extract_element(far, lane),
-                    lambda v=v, lane=lane: b.insert_element(
-                        v, b.call(scalar, [b.extract_element(x, lane)], name="far"), lane), v)
-    return v
+def _far_lanes(module: ir.Module, lanes: int, math: "CPUMath", tag: str) -> ir.Function:
+    """``sg_trig_far_lanes<n>(x, which)``: sg_trig_far on each far lane of x (the others are
+    left as they are: the caller selects the near lanes' own result)."""
+    name = f"sg_trig_far_lanes{lanes}{tag}"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    d = ir.DoubleType()
+    vt, i32 = ir.VectorType(d, lanes), ir.IntType(32)
+    fn = _far_function(module, name, [vt, i32])
+    scalar = _far_value(module, math, tag)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x, which = fn.args
+    buf = b.alloca(ir.ArrayType(d, lanes), name="lanes")
+    b.store(x, b.bitcast(buf, vt.as_pointer()), align=8)     # the array's alignment
+    head, body, call, done = (fn.append_basic_block(n) for n in ("lane", "lane.body",
+                                                                 "lane.far", "lane.done"))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(i32, name="i")
+    i.add_incoming(ir.Constant(i32, 0), entry)
+    b.cbranch(b.icmp_unsigned("<", i, ir.Constant(i32, lanes)), body, done)
+    b.position_at_end(body)
+    ptr = b.gep(buf, [ir.Constant(i32, 0), i], inbounds=True)
+    xi = b.load(ptr)
+    nxt = b.add(i, ir.Constant(i32, 1))
+    i.add_incoming(nxt, call)
+    i.add_incoming(nxt, body)
+    b.cbranch(_is_far(b, xi), call, head)
+    b.position_at_end(call)
+    b.store(b.call(scalar, [xi, which]), ptr)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret(b.load(b.bitcast(buf, vt.as_pointer()), align=8))
+    return fn
 
 
 def _if_far(b: ir.IRBuilder, cond, then, otherwise):
