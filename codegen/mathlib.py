@@ -481,10 +481,10 @@ def _payne_hanek(f: _F64, ax):
     of 4 to |x| 2/pi, so a 192-bit window W of them starting there (2 integer and 190
     fraction bits once times 2^e) gives |x| 2/pi mod 4 = m W mod 2^192, exactly up to the
     2^-137 the window drops. Its top bits (rounded) are k, the rest f in [-1/2, 1/2), from
-    which r = f pi/2. Integer arithmetic on i192/i256, which LLVM splits into 64-bit words.
+    which r = f pi/2. In 64-bit words with 128-bit products (what x86-64 multiplies natively).
     """
     b = f.b
-    i64, i192, i256 = f.i64, ir.IntType(192), ir.IntType(256)
+    i64, i128 = f.i64, ir.IntType(128)
     bits = f.bits(ax)
     e = b.sub(b.lshr(bits, f.i(52)), f.i(1075))
     e = b.select(b.icmp_signed("<", e, f.i(-31)), f.i(-31), e)   # 2^21 = 2^52 2^-31
@@ -492,29 +492,39 @@ def _payne_hanek(f: _F64, ax):
     m = b.or_(b.and_(bits, f.i((1 << 52) - 1)), f.i(1 << 52))
     shift = b.sub(f.i(1216 - 190), e)                            # bit of 2/pi 2^1216 at W's 0
     table = _two_over_pi_table(b.module)
-    word = b.lshr(shift, f.i(6))
-    window = ir.Constant(i256, 0)
-    for j in range(4):
-        ptr = b.gep(table, [ir.Constant(ir.IntType(32), 0), b.add(word, f.i(j))], inbounds=True)
-        w = b.zext(b.load(ptr), i256)
-        window = b.or_(window, b.shl(w, ir.Constant(i256, 64 * j)))
-    window = b.trunc(b.lshr(window, b.zext(b.and_(shift, f.i(63)), i256)), i192)
-    prod = b.mul(b.zext(m, i192), window)                        # mod 2^192: what we want
-    prod = b.add(prod, ir.Constant(i192, 1 << 189))              # round k to nearest
-    k = b.trunc(b.lshr(prod, ir.Constant(i192, 190)), i64)
-    frac = b.sub(b.and_(prod, ir.Constant(i192, (1 << 190) - 1)), ir.Constant(i192, 1 << 189))
-    negative = b.icmp_signed("<", frac, ir.Constant(i192, 0))
-    mag = b.select(negative, b.neg(frac), frac)                  # |f| 2^190 < 2^189
-    ctlz = b.module.declare_intrinsic("llvm.ctlz", [i192],
-                                      ir.FunctionType(i192, [i192, ir.IntType(1)]))
+    word, offset = b.lshr(shift, f.i(6)), b.and_(shift, f.i(63))
+    words = [b.load(b.gep(table, [ir.Constant(ir.IntType(32), 0), b.add(word, f.i(j))],
+                          inbounds=True)) for j in range(4)]
+    # W's words: (t_j >> offset) | (t_j+1 << (64 - offset)), the second shift split in two
+    # so that offset 0 shifts by 64 nowhere (that would be poison)
+    window = [b.or_(b.lshr(words[j], offset),
+                    b.shl(b.shl(words[j + 1], f.i(1)), b.sub(f.i(63), offset))) for j in range(3)]
+    # m W mod 2^192, word by word: s1 = (m w0 >> 64) + m w1, s2 = (s1 >> 64) + m w2
+    wide = lambda v: b.zext(v, i128)                             # noqa: E731
+    low = lambda v: b.trunc(v, i64)                              # noqa: E731
+    m128 = wide(m)
+    p0 = b.mul(m128, wide(window[0]))
+    s1 = b.add(b.lshr(p0, ir.Constant(i128, 64)), b.mul(m128, wide(window[1])))
+    s2 = b.add(b.lshr(s1, ir.Constant(i128, 64)), b.mul(m128, wide(window[2])))
+    top = b.add(low(s2), f.i(1 << 61))                           # + 2^189: round k to nearest
+    k = b.lshr(top, f.i(62))
+    # f 2^126 as a signed 128-bit number: the top word's low 62 bits minus 2^61, then s1's
+    # low word (the third word only adds < 2^-126, far below f's >= 2^-62)
+    head = b.sub(b.and_(top, f.i((1 << 62) - 1)), f.i(1 << 61))
+    frac = b.or_(b.shl(b.sext(head, i128), ir.Constant(i128, 64)), wide(low(s1)))
+    negative = b.icmp_signed("<", frac, ir.Constant(i128, 0))
+    mag = b.select(negative, b.neg(frac), frac)
+    ctlz = b.module.declare_intrinsic("llvm.ctlz", [i128],
+                                      ir.FunctionType(i128, [i128, ir.IntType(1)]))
     lz = b.call(ctlz, [mag, ir.Constant(ir.IntType(1), 0)])
-    lz = b.select(b.icmp_unsigned(">", lz, ir.Constant(i192, 191)), ir.Constant(i192, 191), lz)
-    top = b.shl(mag, lz)                                         # leading bit at 191
-    lz64 = b.trunc(lz, i64)
-    hi = b.fmul(b.uitofp(b.trunc(b.lshr(top, ir.Constant(i192, 139)), i64), f.d),
-                _pow2(b, b.sub(f.i(-51), lz64)))
-    lo = b.fmul(b.uitofp(b.trunc(b.lshr(top, ir.Constant(i192, 75)), i64), f.d),
-                _pow2(b, b.sub(f.i(-115), lz64)))
+    lz = b.select(b.icmp_unsigned(">", lz, ir.Constant(i128, 127)), ir.Constant(i128, 127), lz)
+    norm = b.shl(mag, lz)                                        # leading bit at 127
+    lz64 = low(lz)
+    # f = norm 2^(-126 - lz): its top 53 bits exactly, then the next 64 (rounded)
+    hi = b.fmul(b.uitofp(low(b.lshr(norm, ir.Constant(i128, 75))), f.d),
+                _pow2(b, b.sub(f.i(75 - 126), lz64)))
+    lo = b.fmul(b.uitofp(low(b.lshr(norm, ir.Constant(i128, 11))), f.d),
+                _pow2(b, b.sub(f.i(11 - 126), lz64)))
     hi = b.select(negative, b.fneg(hi), hi)
     lo = b.select(negative, b.fneg(lo), lo)
     # r = (hi + lo) pi/2 as a double-double (fma exact: this is scalar code, libm's fma on
