@@ -13,8 +13,9 @@ back end maps the same keys to libdevice (``codegen.libdevice.LibdeviceMath``).
 float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``): branch-free IR,
 inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
 within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
-keep is the far-argument check of sin/cos/tan (``_far_helper``). ``SYMGRAD_PRECISE_MATH=1``
-turns all of this off: scalar libm only.
+keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
+library compiled once per process. ``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar
+libm only.
 """
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ class CPUMath(MathTarget):
     name = "cpu"
 
     def __init__(self, features: str = "", precise: bool = False):
-        # precise: scalar glibc libm only (< 1 ulp, no SIMD). libmvec trades up to ~3.5 ulp
-        # (measured, f64 sin/cos) for 3-5x throughput; SYMGRAD_PRECISE_MATH=1 selects this.
+        # precise: scalar glibc libm only (< 1 ulp, no SIMD; but glibc's cos is 8 ulp off at
+        # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp) and
+        # libmvec for the rest (float32 up to 3.8 ulp measured); SYMGRAD_PRECISE_MATH=1.
         self.precise = precise
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
@@ -314,7 +316,7 @@ TANH_POLY = [-0.3333333333333333, 0.13333333333333183, -0.05396825396808037, 0.0
              -1.935265368692235e-06]         # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
 
 # Cody-Waite bound: k = rint(|x| 2/pi) < 2^21 keeps k * PIO2_PARTS[i] exact (32 + 21 bits).
-# Lanes beyond it (and inf) take glibc's scalar sin/cos, whose Payne-Hanek reduction is exact.
+# Lanes beyond it (and inf) take our Payne-Hanek reduction (_payne_hanek) through a call.
 REDUCE_MAX = 2.0 ** 21
 TANH_POLY_MAX = 0.7
 SHIFTER = 6755399441055744.0            # 1.5 * 2^52: x + SHIFTER rounds x to an integer
@@ -393,7 +395,9 @@ def _reduce_pio2(f: _F64, ax, fused: bool):
     if fused:
         # pi/2 in three 53-bit parts (159 bits): ax - k C1 is exact in one fma (the result
         # fits: it is a multiple of 2^-52 below 1, or Sterbenz for |x| < 1), k C2 is split
-        # exactly by fma, and a TwoSum keeps what the subtraction rounds off.
+        # exactly by fma, and a TwoSum keeps what the subtraction rounds off. (Dropping the
+        # TwoSum for a second fma on r - rh loses 2^-86 next to multiples of pi/2, where r is
+        # 2^-60: 6.7 ulp; test_sin_cos_next_to_multiples_of_half_pi catches it.)
         c1, c2, c3 = PIO2_FMA_PARTS
         r = f.fma_exact(b.fneg(k), f.c(c1), ax)
         w = b.fmul(k, f.c(c2))
