@@ -176,6 +176,27 @@ def test_far_and_near_lanes_mixed_in_one_vector(op):
         assert err.max() <= MAX_ULP
 
 
+@pytest.fixture(params=[[], [("b", 2)], [("d", 4)]], ids=["no-simd-variants", "2-lanes", "4-lanes"])
+def other_vector_isa(request):
+    """Compile as for a CPU whose vector ABI offers other widths than the loop's: the
+    vectoriser then calls the far check lane by lane, or not at all (no variants)."""
+    math = jit.target()["math"]
+    saved = math.isas
+    math.isas = request.param
+    math._far_loaded.clear()         # the library for these variants, under the same names
+    yield request.param
+    math.isas = saved
+    math._far_loaded.clear()         # and back to this machine's library
+
+
+@pytest.mark.parametrize("op", [op for op in ("sin", "cos", "tan") if op in OWN])
+def test_far_lanes_whatever_vector_width_the_loop_gets(op, other_vector_isa):
+    f = sg.differentiate(CASES[op][0])
+    x = np.where(np.arange(203) % 3 == 0, 1e12 + np.arange(203), 0.5 + np.arange(203))
+    err = ulp_error(f(x), getattr(np, op)(x.astype(np.longdouble)))
+    assert err.max() <= MAX_ULP
+
+
 SPECIAL = {
     "sin": [(0.0, 0.0), (-0.0, -0.0), (5e-324, 5e-324), (-1e-300, -1e-300), (1e-9, 1e-9),
             (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan)],
