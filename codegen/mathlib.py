@@ -614,11 +614,15 @@ def _far_library_text(math: "CPUMath") -> tuple[str, dict[str, str]]:
     return text + "\n" + "\n".join(groups) + "\n", public
 
 
-def _far_function(module, name, arg_types):
+def _far_function(module, name, arg_types, rare=False):
     fn = ir.Function(module, ir.FunctionType(arg_types[0], arg_types), name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")     # the vectoriser must see the call, not its branches
     fn.attributes.add("nounwind")
+    if rare:
+        # Only far lanes get here: unoptimised code compiles in a fraction of the time, and
+        # the results stay the same (the double-double steps use llvm.fma, always exact).
+        fn.attributes.add("optnone")
     return fn
 
 
@@ -646,7 +650,7 @@ def _far_value(module: ir.Module, math: "CPUMath", tag: str) -> ir.Function:
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    fn = _far_function(module, name, [ir.DoubleType(), ir.IntType(32)])
+    fn = _far_function(module, name, [ir.DoubleType(), ir.IntType(32)], rare=True)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x, which = fn.args
     f = _F64(b, math.fma)
@@ -670,7 +674,7 @@ def _far_lanes(module: ir.Module, lanes: int, math: "CPUMath", tag: str) -> ir.F
         return fn
     d = ir.DoubleType()
     vt, i32 = ir.VectorType(d, lanes), ir.IntType(32)
-    fn = _far_function(module, name, [vt, i32])
+    fn = _far_function(module, name, [vt, i32], rare=True)
     scalar = _far_value(module, math, tag)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x, which = fn.args
