@@ -12,7 +12,7 @@ import mpmath as mp
 
 SIN_COS_R_MAX = 0.7854 * 1.01    # |r| <= pi/4, plus the slack of a rounded quotient
 LOG_S_MAX = 0.17158              # s = f / (2 + f) for 1 + f in [sqrt(1/2), sqrt(2))
-TANH_POLY_MAX = 0.7               # below this |x| tanh is a polynomial, above it 1 - 2/(e^2x + 1)
+TANH_POLY_MAX = 0.55             # below this |x| tanh is a polynomial, above it 1 - 2/(e^2x + 1)
 
 
 def _odd_tail(fn, leading):
@@ -75,7 +75,7 @@ def coefficients() -> dict[str, list]:
             "SIN_POLY": _fit(_odd_tail(mp.sin, mp.mpf(-1) / 6), SIN_COS_R_MAX ** 2, 7),
             "COS_POLY": _fit(_cos_tail, SIN_COS_R_MAX ** 2, 6),
             "LOG_POLY": _fit(_log_tail, LOG_S_MAX ** 2, 8),
-            "TANH_POLY": _fit(_odd_tail(mp.tanh, mp.mpf(-1) / 3), TANH_POLY_MAX ** 2, 13),
+            "TANH_POLY": _fit(_odd_tail(mp.tanh, mp.mpf(-1) / 3), TANH_POLY_MAX ** 2, 11),
         }
 
 

@@ -309,16 +309,16 @@ COS_POLY = [0.041666666666666664, -0.0013888888888887241, 2.4801587298532203e-05
 LOG_POLY = [0.6666666666666666, 0.4000000000000088, 0.2857142857080329, 0.222222223917858,
             0.18181795632452163, 0.1538624012056702, 0.13268761951330021,
             0.13086743139119072]             # (2 atanh s - 2 s) / s^3 in z = s^2, |s| <= 0.1716
-TANH_POLY = [-0.3333333333333333, 0.13333333333333183, -0.05396825396808037, 0.0218694885283181,
-             -0.00886323534557735, 0.0035921254479696534, -0.0014558109507053411,
-             0.0005898843923888812, -0.0002385260361392742, 9.514406287829865e-05,
-             -3.567392597709144e-05, 1.0938896099319773e-05,
-             -1.935265368692235e-06]         # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
+TANH_POLY = [-0.3333333333333333, 0.13333333333332714, -0.053968253967434016,
+             0.021869488493666944, -0.008863234397814355, 0.003592110378689024,
+             -0.001455661830100716, 0.0005889360520074057, -0.0002346347410887237,
+             8.511313685577671e-05,
+             -2.060276537636634e-05]         # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
 
 # Cody-Waite bound: k = rint(|x| 2/pi) < 2^21 keeps k * PIO2_PARTS[i] exact (32 + 21 bits).
 # Lanes beyond it (and inf) take our Payne-Hanek reduction (_payne_hanek) through a call.
 REDUCE_MAX = 2.0 ** 21
-TANH_POLY_MAX = 0.7
+TANH_POLY_MAX = 0.55
 SHIFTER = 6755399441055744.0            # 1.5 * 2^52: x + SHIFTER rounds x to an integer
 SIGN_BIT = -(1 << 63)
 
@@ -746,19 +746,24 @@ def _log1p_body(b, x, math=None):
 
 
 def _tanh_body(b, x, math=None):
-    """tanh|x| = |x| + |x|^3 P(x^2) below TANH_POLY_MAX, else 1 - 2 / (expm1(2|x|) + 2)
-    (no cancellation there: the quotient is <= 0.5); the sign is x's. It reaches 1 (rounded)
+    """tanh|x| = |x| + |x|^3 P(x^2) below TANH_POLY_MAX, else 1 - 2 / (e^2|x| + 1) (no
+    cancellation there: the quotient is <= 0.5); the sign is x's. It reaches 1 (rounded)
     well before 2|x| = 40, where the argument is clamped."""
     f = _F64(b, math is None or math.fma)
     ax = f.abs(x)
     z = b.fmul(ax, ax)
     poly = f.fma(b.fmul(ax, z), f.horner(z, TANH_POLY), ax)
-    # 1 - 2 / (e^40 + 1) rounds to 1: clamping there keeps em1 and the correction finite
+    # 1 - 2 / (e^40 + 1) rounds to 1: clamping there keeps 2^k small and everything finite
     two_ax = b.fmul(ax, f.c(2.0))
     two_ax = b.select(b.fcmp_ordered("<", two_ax, f.c(40.0)), two_ax, f.c(40.0))
-    em1 = b.call(_define(b.module, "sg_expm1_f64", _expm1_body), [two_ax])
-    den = b.fadd(em1, f.c(2.0))
-    den_lost = b.fsub(f.c(2.0), b.fsub(den, em1))     # exact (Fast2Sum: em1 >= 2 here)
+    # e^2|x| + 1 = (2^k + 1) + 2^k p with p = e^r - 1: the first sum is exact for k <= 52,
+    # the second rounds once, and Fast2Sum (|2^k p| < 2^k + 1) keeps what it rounded off
+    k, p = _exp_parts(b, two_ax)
+    scale = _pow2(b, k)
+    head = b.fadd(scale, f.c(1.0))
+    tail = b.fmul(scale, p)
+    den = b.fadd(head, tail)
+    den_lost = b.fsub(tail, b.fsub(den, head))
     w = b.fdiv(f.c(2.0), den)                         # 2 / (den + den_lost) to first order:
     w = f.fma(b.fmul(b.fmul(w, w), f.c(-0.5)), den_lost, w)
     far = b.fsub(f.c(1.0), w)
