@@ -27,59 +27,16 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import backends
 from .autodiff import grad_graph
-from .emit_python import compile_python, emit
+from .backends import check_target
+from .emit_python import emit
 from .frontend import trace
 from . import ops
 from .ir import Graph, make, substitute
+from .runtime import arg_key, standin
 from .scope import MISSING
 from .simplify import simplify
-
-TARGETS = ("cpu", "python", "cuda")
-
-
-_FLOAT_KEY = ("f",)
-
-
-def zero_standin(dtype, shape) -> np.ndarray:
-    """A read-only array of this dtype and shape that takes no memory (one broadcast zero):
-    tracing needs only shapes and dtypes."""
-    return np.broadcast_to(np.zeros((), dtype=dtype), tuple(shape))
-
-
-def _standin(key):
-    """A zero-memory value with the signature ``key``."""
-    kind = key[0]
-    if kind == "a":
-        return zero_standin(key[1], key[2])
-    if kind == "s":
-        return key[1].type(0)
-    if kind == "f":
-        return 0.0
-    return key[1]
-
-
-def _arg_key(value):
-    """What a trace is specialised on: dtype and shape of arrays, values of static ints."""
-    kind = type(value)
-    if kind is float:
-        return _FLOAT_KEY
-    if kind is np.ndarray:
-        return ("a", value.dtype, value.shape)
-    if isinstance(value, np.ndarray):
-        return ("a", value.dtype, value.shape)
-    if isinstance(value, np.generic):
-        return ("s", value.dtype)
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, numbers.Integral):
-        return ("i", int(value))
-    if isinstance(value, numbers.Real):
-        return _FLOAT_KEY
-    if value is None or isinstance(value, (str, tuple)):
-        return ("static", value)
-    raise TypeError(f"expected a float, int, bool or NumPy array argument, got {kind.__name__}")
-
 
 DEFAULT_TRACE_CACHE_SIZE = 64
 
@@ -156,15 +113,15 @@ def _only_equal_scalars_changed(captures: list) -> bool:
 
 
 class Compiled:
-    """One signature's graph and its compiled forms; ``captures``: what the trace read from
-    outside the function (see ``captures_current``)."""
+    """One signature's graph, what each back end prepared for it (``prepared``: target name
+    -> the back end's object) and ``captures``: what the trace read from outside the
+    function (see ``captures_current``). Back ends see it as the signature they prepare."""
 
     def __init__(self, graph: Graph, captures: list):
         self.graph = graph
         self.captures = captures
-        self._python = None
+        self.prepared: dict = {}
         self._source = None
-        self.native = None   # set by a native back end
 
     @property
     def source(self) -> str:
@@ -172,19 +129,22 @@ class Compiled:
             self._source = emit(self.graph)[0]
         return self._source
 
-    @property
-    def python(self):
-        if self._python is None:
-            self._python, self._source = compile_python(self.graph)
-        return self._python
+    def prepare(self, backend):
+        """What ``backend`` needs to run this signature, prepared once (also under threads)."""
+        with _prepare_lock:
+            prepared = self.prepared.get(backend.name)
+            if prepared is None:
+                prepared = self.prepared[backend.name] = backend.prepare(self)
+        return prepared
+
+
+_prepare_lock = threading.Lock()
 
 
 class Function:
     """A differentiable function: call it, take ``.grad``, inspect ``.source`` and ``.ir``."""
 
     def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
-        if target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
         self.fn = fn if _parent is None else _parent.fn
         self.target = target
         self._parent = _parent
@@ -204,6 +164,15 @@ class Function:
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
         self.__wrapped__ = self.fn
+
+    @property
+    def target(self) -> str:
+        return self._backend_name
+
+    @target.setter
+    def target(self, target: str):
+        self._backend_name = check_target(target)
+        self._backend = None   # imported on first call (symgrad never imports llvmlite itself)
 
     # -- construction helpers ------------------------------------------------------------------
     def _normalize_wrt(self, wrt):
@@ -303,7 +272,7 @@ class Function:
         """The cached entry for these values' signature, traced (again) when missing or when
         a global it read was rebound; the least recently used beyond the bound are dropped."""
         if key is None:
-            key = tuple([_arg_key(v) for v in values])
+            key = tuple([arg_key(v) for v in values])
         self._last_key = key
         with self._lock:
             entry = self._cache.get(key)
@@ -329,11 +298,11 @@ class Function:
             values = args        # the hot path: positional arguments, nothing to bind
         else:
             values = self._bind(args, kwargs)
-        if self.target == "cuda":   # device arrays (__cuda_array_interface__) trace by shape/dtype
-            from codegen.cuda import host_standins
-            entry = self._compiled(host_standins(list(values)))
+        backend = self._backend or self._load_backend()
+        if backend.signature_values is not None:   # e.g. device arrays traced by shape/dtype
+            entry = self._compiled(backend.signature_values(list(values)))
         else:
-            key = tuple([_arg_key(v) for v in values])
+            key = tuple([arg_key(v) for v in values])
             self._last_key = key
             entry = self._cache.get(key)
             if entry is None:
@@ -350,10 +319,14 @@ class Function:
                             self._cache.move_to_end(key)
                         except KeyError:       # dropped by another thread meanwhile
                             pass
-        if self.target == "python":
-            result = _finish(entry.python(*values), entry.graph, values)
-            return _write_out(result, out) if out is not None else result
-        return _backend(self.target)(self, entry, values, out)
+        prepared = entry.prepared.get(self._backend_name)
+        if prepared is None:
+            prepared = entry.prepare(backend)
+        return backend.run(prepared, values, out)
+
+    def _load_backend(self):
+        self._backend = backends.backend(self._backend_name)
+        return self._backend
 
     # -- inspection ------------------------------------------------------------------------------
     def _example_values(self, args, kwargs):
@@ -364,7 +337,7 @@ class Function:
         f = self
         while f is not None:
             if f._last_key is not None:
-                return [_standin(k) for k in f._last_key]
+                return [standin(k) for k in f._last_key]
             f = f._parent
         return None
 
@@ -401,16 +374,16 @@ class Function:
         return self._inspect_entry(*args, **kwargs).graph.listing()
 
     def llvm_ir(self, *args, optimized=False, **kwargs) -> str:
-        from codegen import llvm
-        return llvm.llvm_ir(self._inspect_entry(*args, **kwargs), optimized=optimized)
+        """The CPU kernel's LLVM IR for these argument types, optionally after ``-O3``."""
+        return backends.show("llvm_ir", self._inspect_entry(*args, **kwargs), optimized=optimized)
 
     def asm(self, *args, **kwargs) -> str:
-        from codegen import llvm
-        return llvm.assembly(self._inspect_entry(*args, **kwargs))
+        """The CPU kernel's machine code (assembly) for these argument types."""
+        return backends.show("asm", self._inspect_entry(*args, **kwargs))
 
     def ptx(self, *args, arch=None, **kwargs) -> str:
-        from codegen import ptx
-        return ptx.ptx(self._inspect_entry(*args, **kwargs), arch=arch)
+        """PTX for these argument types (``arch``: e.g. ``"sm_80"``; default the GPU's)."""
+        return backends.show("ptx", self._inspect_entry(*args, **kwargs), arch=arch)
 
     # -- mathematics, notebooks, audits (symgrad.sympy_form, symgrad.notebook, symgrad.audit) --
     def sympy(self, *args, **kwargs):
@@ -553,69 +526,6 @@ def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
     return derived
 
 
-def _write_out(result, out):
-    """Copy results into caller-provided arrays (shape and dtype must match exactly)."""
-    results = result if isinstance(result, tuple) else (result,)
-    outs = out if isinstance(out, tuple) else (out,)
-    if len(outs) != len(results):
-        raise ValueError(f"out= needs {len(results)} arrays, got {len(outs)}")
-    for r, o in zip(results, outs):
-        if not isinstance(o, np.ndarray) or o.shape != np.shape(r) or o.dtype != np.asarray(r).dtype:
-            raise ValueError(f"out= array must have shape {np.shape(r)} and dtype "
-                             f"{np.asarray(r).dtype}, got {getattr(o, 'shape', None)} "
-                             f"{getattr(o, 'dtype', type(o).__name__)}")
-        o[...] = r
-    return out
-
-
-_RUNNERS: dict = {}
-
-
-def _backend(target):
-    """The run function of a native target, imported once (symgrad itself never imports
-    llvmlite: codegen does, on first use)."""
-    runner = _RUNNERS.get(target)
-    if runner is None:
-        if target == "cpu":
-            from codegen.llvm import run_cpu as runner
-        elif target == "cuda":
-            from codegen.cuda import run_cuda as runner
-        else:
-            raise ValueError(target)
-        _RUNNERS[target] = runner
-    return runner
-
-
-def _finish(outputs, graph: Graph, values):
-    """Python floats for 0-d float64 results; never hand back an argument's own memory."""
-    def fix(v, dtype: str):
-        if isinstance(v, np.ndarray) and v.ndim and (
-                not v.flags.owndata or any(v is a for a in values)):
-            return np.array(v)
-        if np.ndim(v) == 0:   # generated code may return a Python number for a constant
-            if dtype == "float64":
-                return float(v)
-            return np.asarray(v, dtype=dtype)[()]
-        return v
-
-    def walk(tree, flat):
-        if isinstance(tree, int):
-            return fix(flat[tree], graph.outputs[tree].dtype)
-        return tuple(walk(t, flat) for t in tree)
-
-    flat = [outputs] if isinstance(graph.out_tree, int) else _flatten_out(outputs, graph.out_tree)
-    return walk(graph.out_tree, flat)
-
-
-def _flatten_out(value, tree):
-    if isinstance(tree, int):
-        return [value]
-    out = []
-    for v, t in zip(value, tree, strict=True):   # a back end returning another structure is a bug
-        out.extend(_flatten_out(v, t))
-    return out
-
-
 def differentiate(fn=None, *, wrt=0, target="cpu"):
     """Decorator (``@differentiate`` or ``@differentiate(wrt=..., target=...)``) and plain call."""
     if fn is None:
@@ -631,9 +541,7 @@ def _base(fn, wrt, target) -> Function:
 
 def _retarget(f: Function, target) -> Function:
     if target is not None:
-        if target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-        f.target = target
+        f.target = check_target(target)
     return f
 
 

@@ -19,6 +19,7 @@ from . import ops
 from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, shared_with_arguments
 from .ir import Node, substitute
 from .numpy_api import CALLABLES, DUALS
+from .runtime import unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
 
@@ -459,7 +460,6 @@ class Expressions:
         """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:
         build its graph for these argument types and splice it in, its arguments replaced by
         ours (so an input gradient can feed, say, an adversarial perturbation)."""
-        from .api import zero_standin
         values = fn._bind(list(args), kwargs)
         examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
         entry = fn._compiled(examples)
@@ -467,7 +467,7 @@ class Expressions:
             self.captured(getattr(holder, "cell", holder), name, value)
         graph = entry.graph
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
-        return _unflatten(graph.out_tree, substitute(graph.outputs, mapping))
+        return unflatten_tree(graph.out_tree, substitute(graph.outputs, mapping))
 
     def call_python(self, fn, args, kwargs, node):
         source = function_source(fn)
@@ -565,21 +565,6 @@ def _binop_origin(node, value):
     if isinstance(node.op, ast.Mult) and holds_array(value):
         return (node.left, node.right, frozenset((Buffer("an item repeated by a list * n"),)))
     return (node.left, node.right)
-
-
-def _unflatten(tree, flat: list):
-    """An out_tree (ints index ``flat``, tuples nest) filled in, without recursion."""
-    if isinstance(tree, int):
-        return flat[tree]
-    order, stack = [], [tree]
-    while stack:                 # every tuple, parents before children
-        t = stack.pop()
-        order.append(t)
-        stack.extend(c for c in t if not isinstance(c, int))
-    built: dict = {}
-    for t in reversed(order):    # children before parents
-        built[id(t)] = tuple(flat[c] if isinstance(c, int) else built[id(c)] for c in t)
-    return built[id(tree)]
 
 
 def _is_pure(fn) -> bool:
