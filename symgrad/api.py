@@ -28,12 +28,11 @@ from collections import OrderedDict
 import numpy as np
 
 from . import backends
-from .autodiff import grad_graph
+from .autodiff import grad_graph, hvp_graph
 from .backends import check_target
 from .emit_python import emit
 from .frontend import trace
-from . import ops
-from .ir import Graph, make, substitute
+from .ir import Graph
 from .runtime import arg_key, standin
 from .scope import MISSING
 from .simplify import simplify
@@ -241,29 +240,10 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        g = parent.graph
-        (b_x,) = g.outputs
-        v = make("arg", (), (len(g.params), "v", b_x.dtype, b_x.shape))
+        (b_x,) = parent.graph.outputs
         if np.shape(values[1]) != b_x.shape:
             raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
-        inner = g.derive(g.name, (ops.reduce("sum", b_x * v),), 0)
-        inner.params, inner.inputs = g.params + ("v",), g.inputs + (v,)
-        out = grad_graph(inner, (i,), True, False)
-        # Reorder the parameters to (x, v, *rest): new arg nodes whose index is their position.
-        order = [i, len(g.params)] + [k for k in range(len(g.params)) if k != i]
-        mapping, inputs = {}, []
-        for position, k in enumerate(order):
-            old = inner.inputs[k]
-            new = None if old is None else make("arg", (), (position,) + old.attrs[1:])
-            if old is not None:
-                mapping[old] = new
-            inputs.append(new)
-        out.outputs = tuple(substitute(out.outputs, mapping))
-        out.params = tuple(inner.params[k] for k in order)
-        out.inputs = tuple(inputs)
-        out.names = {mapping.get(n, n): v for n, v in out.names.items()}
-        out.name = f"hvp_{self.fn.__name__}"
-        return out, parent.captures
+        return hvp_graph(parent.graph, i, f"hvp_{self.fn.__name__}"), parent.captures
 
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph
