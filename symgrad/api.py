@@ -206,7 +206,8 @@ class Function:
         return self._derived("value_and_grad")
 
     # -- building --------------------------------------------------------------------------------
-    def _bind(self, args, kwargs) -> list:
+    def bind(self, args, kwargs) -> list:
+        """The positional values of a call (defaults applied), or a clear TypeError."""
         if self._kind == "hvp":
             if kwargs or len(args) != len(self.params) + 1:
                 raise TypeError(f"{self.__name__}() takes the arguments (x, v, *rest): "
@@ -245,6 +246,20 @@ class Function:
             raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
         return hvp_graph(parent.graph, i, f"hvp_{self.fn.__name__}"), parent.captures
 
+    # -- being called while another function is traced (symgrad.expressions) --------------------
+    @property
+    def derived(self) -> bool:
+        """Whether this is a transform of another Function (``grad``, ``value_and_grad``,
+        ``hvp``): ``fn`` is then the primal, not what a call computes, so a trace cannot
+        inline ``fn`` and splices in :meth:`graph_for` instead."""
+        return self._kind != "trace"
+
+    def graph_for(self, values) -> tuple[Graph, list]:
+        """The simplified graph of these values' signature and the captures ``(holder, name,
+        value)`` its trace read (cached like a call's)."""
+        entry = self._compiled(values)
+        return entry.graph, entry.captures
+
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph
 
@@ -273,11 +288,11 @@ class Function:
         if kwargs:
             if "out" in kwargs and "out" not in self.params:
                 out = kwargs.pop("out")
-            values = self._bind(args, kwargs)
+            values = self.bind(args, kwargs)
         elif len(args) == self._arity:
             values = args        # the hot path: positional arguments, nothing to bind
         else:
-            values = self._bind(args, kwargs)
+            values = self.bind(args, kwargs)
         backend = self._backend or self._load_backend()
         if backend.signature_values is not None:   # e.g. device arrays traced by shape/dtype
             entry = self._compiled(backend.signature_values(list(values)))
@@ -313,7 +328,7 @@ class Function:
         """Arguments to show code for: the given ones, else stand-ins for the latest call of this
         function or of one it derives from (no reference to the caller's arrays is kept)."""
         if args or kwargs:
-            return self._bind(args, kwargs)
+            return self.bind(args, kwargs)
         f = self
         while f is not None:
             if f._last_key is not None:

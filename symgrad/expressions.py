@@ -417,7 +417,7 @@ class Expressions:
     def call(self, fn, args, kwargs, node):
         from .api import Function   # the decorated form inlines its Python function
         if isinstance(fn, Function):
-            if fn._kind != "trace":   # f.grad, value_and_grad, hvp: fn.fn is the *primal*
+            if fn.derived:   # f.grad, value_and_grad, hvp: fn.fn is the *primal*
                 return self.call_derived(fn, args, kwargs)
             fn = fn.fn
         if isinstance(fn, InterpFunction):
@@ -460,12 +460,11 @@ class Expressions:
         """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:
         build its graph for these argument types and splice it in, its arguments replaced by
         ours (so an input gradient can feed, say, an adversarial perturbation)."""
-        values = fn._bind(list(args), kwargs)
+        values = fn.bind(list(args), kwargs)
         examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
-        entry = fn._compiled(examples)
-        for holder, name, value in entry.captures:   # what its trace read, ours read too
+        graph, captures = fn.graph_for(examples)
+        for holder, name, value in captures:   # what its trace read, ours read too
             self.captured(getattr(holder, "cell", holder), name, value)
-        graph = entry.graph
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
         return unflatten_tree(graph.out_tree, substitute(graph.outputs, mapping))
 
