@@ -1,0 +1,102 @@
+"""The layering the code promises: what imports what, and what ``import symgrad`` loads."""
+import ast
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import backends
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _imported_modules(path: pathlib.Path) -> set[str]:
+    """Every module a file imports (absolute names; relative ones resolved in its package)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names)
+    return found
+
+
+def _fresh_modules(code: str) -> list[str]:
+    script = f"import sys; {code}; print(' '.join(sorted(sys.modules)))"
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True,
+                         capture_output=True, text=True)
+    return run.stdout.split()
+
+
+def test_import_symgrad_loads_no_back_end_and_no_optimizers():
+    loaded = _fresh_modules("import symgrad")
+    assert not [m for m in loaded if m.split(".")[0] in ("llvmlite", "codegen")]
+    assert "symgrad.train.optim" not in loaded
+
+
+def test_optim_is_imported_on_first_access():
+    loaded = _fresh_modules("import symgrad as sg; sg.optim.SGD")
+    assert "symgrad.train.optim" in loaded
+    from symgrad import optim
+    assert optim is sg.optim and sg.optim.Adam.__module__ == "symgrad.train.optim"
+    with pytest.raises(AttributeError):
+        sg.no_such_name   # noqa: B018
+
+
+def test_back_ends_never_import_the_api_and_the_api_names_no_back_end():
+    for path in sorted((ROOT / "codegen").glob("*.py")):
+        assert "symgrad.api" not in _imported_modules(path), path.name
+    api = _imported_modules(ROOT / "symgrad" / "api.py")
+    assert not [m for m in api if m.split(".")[0] == "codegen"]
+    assert "codegen" not in (ROOT / "symgrad" / "api.py").read_text()
+
+
+def test_every_registered_target_implements_the_interface():
+    for target in backends.TARGETS:
+        be = backends.backend(target)
+        assert be.name == target
+        assert callable(be.prepare) and callable(be.run)
+    for view, target in backends.VIEWS.items():
+        assert view in backends.backend(target).views, view
+
+
+def test_an_unknown_view_or_target_is_a_clear_error():
+    f = sg.differentiate(lambda x: x * x)
+    with pytest.raises(ValueError, match="no back end shows 'hlo'"):
+        backends.show("hlo", f._compiled([1.0]))
+    with pytest.raises(ValueError, match="target must be one of"):
+        sg.differentiate(lambda x: x, target="tpu")
+
+
+@pytest.mark.parametrize("target", ["cpu", "python"])
+def test_a_back_end_registered_at_run_time_is_used_by_name(target, monkeypatch):
+    """The API reaches a back end only through the registry: one wrapping another runs."""
+    inner = backends.backend(target)
+    calls = []
+
+    class Counting(backends.Backend):
+        name = "counting"
+
+        def prepare(self, signature):
+            calls.append("prepare")
+            return inner.prepare(signature)
+
+        def run(self, prepared, values, out):
+            calls.append("run")
+            return inner.run(prepared, values, out)
+
+    monkeypatch.setitem(backends.REGISTRY, "counting", (__name__, "_COUNTING"))
+    monkeypatch.setitem(globals(), "_COUNTING", Counting())
+    f = sg.grad(lambda x: np.sum(x * x), target="counting")
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(f(x), 2 * x)
+    np.testing.assert_array_equal(f(x), 2 * x)
+    assert calls == ["prepare", "run", "run"]
+    backends._loaded.pop("counting", None)
