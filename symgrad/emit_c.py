@@ -657,7 +657,7 @@ class _CEmitter:
 
 
 def _region_shape(shape, index) -> tuple:
-    from .shape_ops import _index_shape
+    from .ops import _index_shape
     return _index_shape(shape, index)
 
 

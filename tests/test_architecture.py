@@ -100,3 +100,44 @@ def test_a_back_end_registered_at_run_time_is_used_by_name(target, monkeypatch):
     np.testing.assert_array_equal(f(x), 2 * x)
     assert calls == ["prepare", "run", "run"]
     backends._loaded.pop("counting", None)
+
+
+def _top_level_imports(path: pathlib.Path) -> set[str]:
+    """Modules a file imports when it is imported (not imports inside functions)."""
+    tree = ast.parse(path.read_text())
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            if node.module:   # ``from . import x`` imports x, not the package's other modules
+                found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_symgrad_modules_import_each_other_without_cycles():
+    """Module-level imports form a DAG (the op table's modules only look down)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in (ROOT / "symgrad").rglob("*.py")}
+    edges = {m: sorted(i for i in _top_level_imports(p) if i in modules and i != m)
+             for m, p in modules.items()}
+    state: dict = {}
+    for root in sorted(edges):   # iterative depth-first search for a back edge
+        stack = [(root, iter(edges[root]))]
+        state.setdefault(root, "open")
+        while stack:
+            module, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[module] = "done"
+                stack.pop()
+            elif state.get(child) == "open":
+                cycle = [m for m, _ in stack] + [child]
+                raise AssertionError("import cycle: " + " -> ".join(cycle[cycle.index(child):]))
+            elif child not in state:
+                state[child] = "open"
+                stack.append((child, iter(edges[child])))
