@@ -13,10 +13,12 @@ The table is written in four modules that only look down (each imports the ones 
 
 Each primitive is one ``register(OpDef(...))`` entry. Derivative rules are written with the same
 builders users' code is traced into (``mul``, ``cos``, ...), so they return IR nodes, higher
-derivatives come for free, and ``None`` is a structural zero that autodiff skips.
+derivatives come for free, and ``None`` is a structural zero that autodiff skips. This module
+also fills ``symgrad.ir.OPERATORS``, the builders behind ``Node``'s operators (``g * cos(x)``).
 """
 from __future__ import annotations
 
+from . import ir
 from .ir import Node
 from .op_base import (  # noqa: F401 - re-exported
     Operand, arange, array_const, broadcast_shapes, cast, const, full, lift, normalize_axes,
@@ -45,21 +47,9 @@ def _length(x: Node) -> int:
     return x.shape[0]
 
 
-# Operators on nodes, so derivative rules read as math (``g * cos(x)``). ``==`` stays identity
-# (nodes are dict keys); use ``eq``/``ne`` for elementwise comparison.
-
-
-def _rev(fn):
-    return lambda self, other: fn(other, self)
-
-
-for _name, _fn in (("add", add), ("sub", sub), ("mul", mul), ("truediv", div), ("pow", pow_),
-                   ("matmul", matmul)):
-    setattr(Node, f"__{_name}__", _fn)
-    setattr(Node, f"__r{_name}__", _rev(_fn))
-Node.__neg__ = neg
-Node.__iter__, Node.__len__ = _iter_rows, _length
-Node.__lt__, Node.__le__, Node.__gt__, Node.__ge__ = lt, le, gt, ge
-Node.__array_ufunc__ = None  # numpy arrays defer to the node's reflected operators
-Node.__bool__ = lambda self: (_ for _ in ()).throw(TypeError(
-    "the truth value of a traced array is data-dependent; use np.where"))
+# ``==`` stays identity (nodes are dict keys); use ``eq``/``ne`` for elementwise comparison.
+ir.OPERATORS.update(add=add, sub=sub, mul=mul, truediv=div, pow=pow_, matmul=matmul, neg=neg,
+                    abs=abs_, lt=lt, le=le, gt=gt, ge=ge, iter=_iter_rows, len=_length)
+_missing = set(ir.OPERATOR_NAMES) - set(ir.OPERATORS)
+if _missing:   # a Node operator without a builder would fail only when first used
+    raise ImportError(f"symgrad.ops: no builder for Node operators {sorted(_missing)}")

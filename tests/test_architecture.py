@@ -141,3 +141,25 @@ def test_symgrad_modules_import_each_other_without_cycles():
             elif child not in state:
                 state[child] = "open"
                 stack.append((child, iter(edges[child])))
+
+
+def test_node_operators_are_defined_in_its_class_not_patched_on():
+    """Node's dunders live in its class body (through ir.OPERATORS, filled by symgrad.ops)."""
+    for path in sorted((ROOT / "symgrad").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+                assert getattr(node.args[0], "id", None) != "Node", path.name
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for t in getattr(target, "elts", [target]):
+                        assert not (isinstance(t, ast.Attribute) and getattr(t.value, "id", None)
+                                    == "Node"), f"{path.name}:{node.lineno}"
+    from symgrad import ir, ops
+    assert set(ir.OPERATORS) == set(ir.OPERATOR_NAMES)
+    x = ops.lift(np.arange(3.0))
+    assert (abs(-x)).op == "abs" and (2 - x).inputs[0].op == "const"
+    m = ops.lift(np.ones((2, 2)))
+    assert (m @ m).op == "matmul" and (np.ones((2, 2)) @ m).op == "matmul"
+    assert [row.op for row in x] == ["getitem"] * 3 and len(x) == 3
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x < 1)
