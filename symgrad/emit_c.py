@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from .emit_python import Namer, _schedule, function_name
-from .ir import OPS, Graph, Node, toposort, use_counts
+from .ir import OPS, Graph, NewAxis, Node, Slice, toposort, use_counts
 
 C_TYPES = {"float64": "double", "float32": "float", "bool": "bool", "int8": "int8_t",
            "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
@@ -665,11 +665,11 @@ def _index_map(index, idx: list[str], in_shape) -> list[str]:
     """Input multi-index of a basic index (see ``shape_ops``) at output multi-index ``idx``."""
     out, k = [], 0
     for item in index:
-        if item == ("n",):
+        if isinstance(item, NewAxis):
             k += 1
             continue
-        if isinstance(item, tuple):
-            _, start, _stop, step = item
+        if isinstance(item, Slice):
+            start, step = item.start, item.step
             i = idx[k]
             k += 1
             if step == 1:

@@ -9,30 +9,31 @@ import numbers
 import numpy as np
 
 from . import spelling as sp
-from .ir import Node, OpDef, make, register
+from .ir import NEWAXIS, NewAxis, Node, OpDef, Slice, make, register
 from .op_base import (_promote, _same_dtype, array_const, broadcast_shapes, cast, lift,
                       normalize_axes, zeros_like)
 from .shape_ops import reshape, unbroadcast
 
 # Basic indexing. The index is a normalised tuple with one item per input axis consumed:
 #   int k >= 0          -> the axis is dropped
-#   ("s", start, stop, step) with concrete start/stop (as range() would give them)
-#   ("n",)              -> a new axis of length 1 (np.newaxis)
+#   Slice(start, stop, step) with concrete bounds (as range() would give them)
+#   NEWAXIS             -> a new axis of length 1 (np.newaxis)
 def _index_shape(shape, index):
     out, axis = [], 0
     for item in index:
-        if item == ("n",):
+        if isinstance(item, NewAxis):
             out.append(1)
             continue
-        if isinstance(item, tuple):
-            out.append(len(range(item[1], item[2], item[3])))
+        if isinstance(item, Slice):
+            out.append(len(range(item.start, item.stop, item.step)))
         axis += 1
     return tuple(out) + tuple(shape[axis:])
 
 
 def _numpy_index(index):
-    return tuple(None if it == ("n",) else slice(it[1], it[2] if it[2] >= 0 else None, it[3])
-                 if isinstance(it, tuple) else it for it in index)
+    return tuple(None if isinstance(it, NewAxis) else
+                 slice(it.start, it.stop if it.stop >= 0 else None, it.step)
+                 if isinstance(it, Slice) else it for it in index)
 
 
 def _index_text(index, shape) -> str:
@@ -40,11 +41,11 @@ def _index_text(index, shape) -> str:
     trailing ones are dropped and a leading run of them becomes ``...``."""
     parts, axis = [], 0
     for it in index:
-        if it == ("n",):
+        if isinstance(it, NewAxis):
             parts.append("None")
             continue
-        if isinstance(it, tuple):
-            _, start, stop, step = it
+        if isinstance(it, Slice):
+            start, stop, step = it.start, it.stop, it.step
             if (start, stop, step) == (0, shape[axis], 1):
                 parts.append(":")
             else:
@@ -115,15 +116,15 @@ def normalize_index(shape, key) -> tuple:
     for k in key:
         if k is Ellipsis:
             for _ in range(len(shape) - consumed):
-                out.append(("s", 0, shape[axis], 1))
+                out.append(Slice(0, shape[axis], 1))
                 axis += 1
         elif k is None:
-            out.append(("n",))
+            out.append(NEWAXIS)
         elif isinstance(k, slice):
             start, stop, step = k.indices(shape[axis])
             if step < 0 and stop < 0:
                 stop = -1  # a negative stop from slice.indices means "before index 0"
-            out.append(("s", start, stop, step))
+            out.append(Slice(start, stop, step))
             axis += 1
         elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
             if not -shape[axis] <= k < shape[axis]:
@@ -138,7 +139,7 @@ def normalize_index(shape, key) -> tuple:
 
 def _is_full_index(shape, index) -> bool:
     return len(index) <= len(shape) and all(
-        isinstance(it, tuple) and it[0] == "s" and it[1] == 0 and it[3] == 1 and it[2] == d
+        isinstance(it, Slice) and it == Slice(0, d, 1)
         for it, d in zip(index, shape))
 
 
@@ -146,9 +147,9 @@ def _only_reshapes(shape, index) -> bool:
     """Full slices, new axes and 0 on length-1 axes: the index only changes the shape."""
     axis = 0
     for it in index:
-        if it == ("n",):
+        if isinstance(it, NewAxis):
             continue
-        full = isinstance(it, tuple) and it[1:] == (0, shape[axis], 1)
+        full = it == Slice(0, shape[axis], 1)
         if not (full or (it == 0 and shape[axis] == 1)):
             return False
         axis += 1
@@ -167,9 +168,9 @@ def getitem(x, key) -> Node:
 
 def _is_normalized(key) -> bool:
     return isinstance(key, tuple) and all(
-        (isinstance(k, tuple) and k and k[0] in ("s", "n")) or
+        isinstance(k, (Slice, NewAxis)) or
         (isinstance(k, int) and not isinstance(k, bool) and k >= 0) for k in key) and any(
-        isinstance(k, tuple) for k in key) or key == ()
+        isinstance(k, (Slice, NewAxis)) for k in key) or key == ()
 
 
 def setitem(base, value, key) -> Node:
@@ -199,7 +200,7 @@ def _concat_infer(inputs, attrs):
 def _concat_vjp(g, n):
     (axis,), start, out = n.attrs, 0, []
     for x in n.inputs:
-        index = tuple(("s", 0, d, 1) for d in g.shape[:axis]) + (("s", start, start + x.shape[axis], 1),)
+        index = tuple(Slice(0, d, 1) for d in g.shape[:axis]) + (Slice(start, start + x.shape[axis], 1),)
         out.append(getitem(g, index))
         start += x.shape[axis]
     return tuple(out)
@@ -230,7 +231,7 @@ def _stack_infer(inputs, attrs):
 register(OpDef("stack", "shape", _stack_infer,
                lambda *xs_attrs: np.stack(xs_attrs[:-1], axis=xs_attrs[-1][0]),
                _list_spell("stack"),
-               lambda g, n: tuple(getitem(g, tuple(("s", 0, d, 1) for d in g.shape[:n.attrs[0]]) + (i,))
+               lambda g, n: tuple(getitem(g, tuple(Slice(0, d, 1) for d in g.shape[:n.attrs[0]]) + (i,))
                                   for i in range(len(n.inputs)))))
 
 

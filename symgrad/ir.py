@@ -87,6 +87,30 @@ class ArrayConst:
         return f"array{self.value.shape}"
 
 
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A basic-index item that keeps an axis: its entries ``range(start, stop, step)``, with
+    concrete bounds as ``slice.indices`` gives them (a negative ``stop`` with a negative
+    ``step`` means "down to index 0"). See ``symgrad.index_ops``."""
+    start: int
+    stop: int
+    step: int
+
+    def __repr__(self):
+        return f"Slice({self.start}, {self.stop}, {self.step})"
+
+
+@dataclass(frozen=True, slots=True)
+class NewAxis:
+    """A basic-index item that inserts an axis of length 1 (``np.newaxis``)."""
+
+    def __repr__(self):
+        return "NEWAXIS"
+
+
+NEWAXIS = NewAxis()
+
+
 def _attr_key(attrs: tuple) -> tuple:
     # Floats compare 0.0 == -0.0 and nan != nan; key them by repr so interning is exact.
     return tuple((type(a), repr(a)) if isinstance(a, float) else a for a in attrs)

@@ -163,3 +163,15 @@ def test_node_operators_are_defined_in_its_class_not_patched_on():
     assert [row.op for row in x] == ["getitem"] * 3 and len(x) == 3
     with pytest.raises(TypeError, match="truth value"):
         bool(x < 1)
+
+
+def test_index_items_are_named_records_and_equal_indices_intern_to_one_node():
+    from symgrad import ops
+    from symgrad.ir import NEWAXIS, Slice
+    x = ops.lift(np.arange(12.0).reshape(3, 4))
+    a, b = ops.getitem(x, (slice(1, None), None, 2)), ops.getitem(x, (slice(1, 3), None, 2))
+    assert a is b and a.attrs == ((Slice(1, 3, 1), NEWAXIS, 2),)
+    assert ops.getitem(x, (slice(None, None, -1), 0)).attrs[0][0] == Slice(2, -1, -1)
+    assert ops.setitem(x, 1.0, (0, slice(0, 2))) is ops.setitem(x, 1.0, (0, slice(None, 2)))
+    with pytest.raises(TypeError):
+        a.attrs[0][0][1]   # no reading by position   # noqa: B018
