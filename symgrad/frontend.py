@@ -24,6 +24,7 @@ from . import ops
 from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
 from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
+from .calls import Calls
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, closure_of, first_seen,
                     fork, is_data, walk_nodes)
@@ -38,7 +39,7 @@ def _contains(stmts, kinds) -> bool:
     return False
 
 
-class Tracer(Expressions):
+class Tracer(Expressions, Calls):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
