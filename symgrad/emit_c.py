@@ -11,6 +11,11 @@ per-element ops; reductions, ``@`` and updates are loop nests of their own): an 
 view node used once at its own shape is inlined into its consumer's loop, so chains of
 elementwise work (and a reduction of them) fuse into one loop, as in the CPU back end. Other
 nodes get a temporary array (``malloc``) or a local scalar. Comments cite the user's line.
+
+Why this module is long (~700 lines): it does one job, printing C, and most of it is the one
+emitter class whose loop-nest writers (reductions, ``@``, updates, fused elementwise loops)
+share its naming, temporaries and indentation state; splitting them apart would thread that
+state through every call.
 """
 from __future__ import annotations
 

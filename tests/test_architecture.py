@@ -175,3 +175,12 @@ def test_index_items_are_named_records_and_equal_indices_intern_to_one_node():
     assert ops.setitem(x, 1.0, (0, slice(0, 2))) is ops.setitem(x, 1.0, (0, slice(None, 2)))
     with pytest.raises(TypeError):
         a.attrs[0][0][1]   # no reading by position   # noqa: B018
+
+
+def test_no_long_module_without_a_stated_reason():
+    """Modules stay small (~500 lines) unless their docstring says why not."""
+    for path in sorted((ROOT / "symgrad").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > 520:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            assert "Why this module is long" in doc, f"{path.name}: {text.count(chr(10))} lines"
