@@ -18,11 +18,13 @@ also fills ``symgrad.ir.OPERATORS``, the builders behind ``Node``'s operators (`
 """
 from __future__ import annotations
 
-from . import ir
-from .ir import Node
-from . import elementwise, index_ops, op_base, shape_ops
+from . import elementwise, index_ops, ir, op_base, shape_ops
 from .elementwise import NUMPY_FUNCTIONS  # noqa: F401 - re-exported
+from .elementwise import abs_, add, div, ge, gt, le, lt, mul, neg, pow_, sub
 from .index_ops import _index_shape, _index_text  # noqa: F401 - re-exported (back ends)
+from .index_ops import getitem
+from .ir import Node
+from .shape_ops import matmul
 
 
 def _builders(module) -> dict:
@@ -35,9 +37,6 @@ def _builders(module) -> dict:
 
 for _module in (op_base, elementwise, shape_ops, index_ops):
     globals().update(_builders(_module))
-from .elementwise import abs_, add, div, ge, gt, le, lt, mul, neg, pow_, sub  # noqa: E402
-from .index_ops import getitem  # noqa: E402
-from .shape_ops import matmul  # noqa: E402
 
 
 def _iter_rows(x: Node):
