@@ -24,6 +24,7 @@ import numbers
 import os
 import pickle
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -34,28 +35,18 @@ from .backends import check_target
 from .captures import capture_holder, captures_current
 from .emit_python import emit
 from .frontend import trace
+from . import settings
 from .ir import Graph
 from .runtime import arg_key, standin
 from .scope import MISSING
 from .simplify import simplify
 
-DEFAULT_TRACE_CACHE_SIZE = 64
+DEFAULT_TRACE_CACHE_SIZE = settings.VARIABLES["SYMGRAD_TRACE_CACHE_SIZE"].default
 
 
 def trace_cache_size() -> int:
     """Signatures each Function keeps (``SYMGRAD_TRACE_CACHE_SIZE``, a positive integer)."""
-    text = os.environ.get("SYMGRAD_TRACE_CACHE_SIZE")
-    if text is None or not text.strip():
-        return DEFAULT_TRACE_CACHE_SIZE
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise ValueError(f"SYMGRAD_TRACE_CACHE_SIZE={text!r}: expected a positive integer, the "
-                         f"number of argument signatures each function keeps traced (default "
-                         f"{DEFAULT_TRACE_CACHE_SIZE})")
-    return size
+    return settings.read("SYMGRAD_TRACE_CACHE_SIZE")
 
 
 class Compiled:
@@ -106,6 +97,7 @@ class Function:
         self._cache: OrderedDict = OrderedDict()   # signature -> Compiled, least recent first
         self._cache_size = trace_cache_size()
         self._lock = threading.Lock()
+        _functions.add(self)
         self._last_key = None   # signature of the latest call, for .source/.ir
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
@@ -416,6 +408,22 @@ class Function:
 
     def __copy__(self):
         return self.__deepcopy__({})
+
+
+_functions: "weakref.WeakSet[Function]" = weakref.WeakSet()   # for their locks after a fork
+
+
+def _after_fork_in_child():
+    """A forked child has only the thread that forked: a Function's lock that another thread
+    held while tracing would never be released, and the child's next call would wait forever
+    (multiprocessing's "fork" pools). The back ends reset their own locks likewise."""
+    global _prepare_lock
+    _prepare_lock = threading.Lock()
+    for f in list(_functions):
+        f._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _find(module, qualname):
