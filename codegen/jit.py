@@ -3,32 +3,35 @@ cache of machine code keyed by the hash of the (size-free) IR text.
 
 Cache key: sha256 of the IR text + target triple + CPU name + CPU features + symgrad version
 + this module's format version. Entries live in ``$SYMGRAD_CACHE_DIR`` (default
-``~/.cache/symgrad``) as ``<key>.o``: a header (magic, key, payload sha256) then the object
-file. Files are written to a temporary name and renamed (atomic on POSIX), so concurrent
-processes never read a half-written entry; a file whose header or checksum does not match is
-ignored and recompiled. ``SYMGRAD_NO_CACHE=1`` disables the disk cache. Clear it with
-``rm -rf ~/.cache/symgrad`` (or the directory you set).
+``~/.cache/symgrad``) as ``<key>.o``, authenticated with a per-user secret and read only from a
+directory and files this user alone can write (``codegen.diskcache`` has the rules). Files are
+written to a temporary name and renamed (atomic on POSIX), so concurrent processes never read a
+half-written entry; an entry that fails a check is ignored and recompiled.
+``SYMGRAD_NO_CACHE=1`` disables the disk cache. Clear it with ``rm -rf ~/.cache/symgrad`` (or
+the directory you set).
 
 ``SYMGRAD_PRECISE_MATH=1`` (read once per process) compiles transcendental functions as calls
-to glibc's scalar libm (< 1 ulp) instead of its SIMD libmvec versions (<= 4 ulp documented,
-3.4 ulp measured for f64 cos): slower, for users who need the last bits.
+to glibc's scalar libm (< 1 ulp except tanh 2.1; glibc's cos is 8 ulp off at its hardest huge
+argument) instead of our own vectorised float64 sin/cos/tan/log1p/tanh/exp/expm1 (<= 1.7 ulp) and
+libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 import time
 
 import llvmlite.binding as llvm
 
+from symgrad import settings
+
+from . import diskcache
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-4"
-MAGIC = b"SYMGRADO"
+FORMAT = "symgrad-cpu-5"
 
-_lock = threading.RLock()
+_lock = threading.RLock()     # LLVM and the kernel table; see _fork_* below
 _state: dict = {}
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
          "disk_rejects": 0, "compile_seconds": 0.0}
@@ -48,7 +51,7 @@ def _init():
         target = llvm.Target.from_triple(triple)
         tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
                                           reloc="static", codemodel="jitdefault")
-        math = CPUMath(features, precise=os.environ.get("SYMGRAD_PRECISE_MATH", "") not in ("", "0"))
+        math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
         for cname in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "acos",
                       "atan", "sinh", "cosh", "tanh", "pow", "atan2", "asinh", "acosh", "atanh",
                       "exp2", "log2", "log10", "cbrt", "erf", "erfc", "hypot", "fmod"):
@@ -63,14 +66,33 @@ def _init():
         return _state
 
 
+def _fork_prepare():
+    """Before a fork: wait for a compile in another thread to finish, so that the child never
+    inherits LLVM's engine (or the kernel table) half updated, nor a lock no thread of its own
+    will release."""
+    _lock.acquire()
+
+
+def _fork_parent():
+    _lock.release()
+
+
+def _fork_child():
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(before=_fork_prepare, after_in_parent=_fork_parent, after_in_child=_fork_child)
+
+
 def target():
     return _init()
 
 
 def cache_dir() -> str | None:
-    if os.environ.get("SYMGRAD_NO_CACHE", "") not in ("", "0"):
+    if settings.read("SYMGRAD_NO_CACHE"):
         return None
-    return os.environ.get("SYMGRAD_CACHE_DIR") or os.path.join(
+    return settings.read("SYMGRAD_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "symgrad")
 
 
@@ -141,42 +163,26 @@ def load(text: str, symbols: list[str]) -> tuple[str, dict]:
         return key, addrs
 
 
-def _path(key: str) -> str | None:
-    d = cache_dir()
-    return None if d is None else os.path.join(d, key[:2], key + ".o")
+def _disk_root() -> str | None:
+    """The cache directory, if the disk cache is on and the directory is safe to use."""
+    root = cache_dir()
+    return root if root is not None and diskcache.usable_root(root) else None
 
 
 def _read_disk(key: str) -> bytes | None:
-    path = _path(key)
-    if path is None:
+    root = _disk_root()
+    if root is None:
         return None
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    head = len(MAGIC) + 64 + 64
-    if (len(data) <= head or data[:len(MAGIC)] != MAGIC
-            or data[len(MAGIC):len(MAGIC) + 64] != key.encode()
-            or hashlib.sha256(data[head:]).hexdigest().encode() != data[len(MAGIC) + 64:head]):
-        STATS["disk_rejects"] += 1      # corrupt, truncated or foreign: recompile
-        return None
-    return data[head:]
+    obj, rejected = diskcache.read(root, key)
+    if rejected:
+        STATS["disk_rejects"] += 1      # corrupt, truncated, foreign or unsafe: recompile
+    return obj
 
 
 def _write_disk(key: str, obj: bytes):
-    path = _path(key)
-    if path is None:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + key.encode() + hashlib.sha256(obj).hexdigest().encode() + obj)
-        os.replace(tmp, path)   # atomic: readers see the old file or the whole new one
+    root = _disk_root()
+    if root is not None and diskcache.write(root, key, obj):
         STATS["disk_writes"] += 1
-    except OSError:
-        pass   # a read-only or full disk only costs a recompile next time
 
 
 def assembly(text: str) -> str:

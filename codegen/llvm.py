@@ -1,14 +1,14 @@
-"""The CPU back end's public face: ``run_cpu`` (called by ``symgrad.api``), ``llvm_ir``,
-``assembly`` and ``stats``.
+"""The CPU back end (``target="cpu"``): ``BACKEND`` (the ``symgrad.backends`` interface),
+``llvm_ir``, ``assembly`` and ``stats``.
 
-Per argument signature (one ``symgrad.api.Compiled`` entry) a :class:`Native` is prepared
-once: the graph is scheduled (``codegen.schedule``), lowered to LLVM IR with every size as a
+Per argument signature a :class:`Native` is prepared once (``BACKEND.prepare``): the graph is scheduled (``codegen.schedule``), lowered to LLVM IR with every size as a
 run-time parameter (``codegen.kernel``), and compiled or fetched from the machine-code cache
 (``codegen.jit``), keyed by the IR text, so a new array size reuses the machine code. A call
 then only fills a pointer table, allocates the outputs and calls the kernel through ctypes,
 which releases the GIL. Large stages are split across a thread pool.
 
-Environment (read when a kernel is first prepared or the back end initialises):
+Environment (validated by ``symgrad.settings``; read when a kernel is first prepared or the
+back end initialises):
 
 * ``SYMGRAD_CACHE_DIR``: machine-code cache directory (default ``~/.cache/symgrad``; delete it
   to clear the cache); ``SYMGRAD_NO_CACHE=1`` disables the disk cache;
@@ -23,19 +23,26 @@ import ctypes
 import operator
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from symgrad.backends import Backend
 from symgrad.ir import Graph
+from symgrad.runtime import top_level, unflatten_tree, write_out
+
+from symgrad import settings
 
 from . import jit
 from .kernel import KernelModule
 from .schedule import Schedule
 
 # Work (loop iterations) below which a stage runs on the calling thread: a thread hand-off
-# costs tens of microseconds, and parallel code collapses when the other core is busy.
-PARALLEL_MIN = int(os.environ.get("SYMGRAD_PARALLEL_MIN", 1 << 16))
+# costs tens of microseconds, and parallel code collapses when the other core is busy. None:
+# SYMGRAD_PARALLEL_MIN (read when used, so that a bad value is an error at the first call
+# that names the variable, not a failed import); tests may set a number here.
+PARALLEL_MIN: int | None = None
 
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _STAGE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -44,11 +51,15 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
+def parallel_min() -> int:
+    return settings.read("SYMGRAD_PARALLEL_MIN") if PARALLEL_MIN is None else PARALLEL_MIN
+
+
 def num_threads() -> int:
     """Threads for large stages: ``SYMGRAD_NUM_THREADS``, else the CPUs this process may use."""
-    env = os.environ.get("SYMGRAD_NUM_THREADS")
-    if env:
-        return max(1, int(env))
+    env = settings.read("SYMGRAD_NUM_THREADS")
+    if env is not None:
+        return env
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
@@ -92,10 +103,11 @@ class Native:
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])
         sched = prog.schedule
-        # (stage, init, outer extent, work if splittable else 0, partial reductions); the
-        # loop shape is the one after axis merging
+        # (stage, init, outer extent, work if splittable else 0, partial reductions, whether
+        # the split axis is the vectorised one); the loop shape is the one after axis merging
         self.stages = [(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
-                        info[3][0] if info[3] else 1, 0 if info[2] else st.size, info[1])
+                        info[3][0] if info[3] else 1, 0 if info[2] else st.size, info[1],
+                        len(info[3]) == 1)
                        for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
         self.work = max((st.size for st in sched.stages), default=0)
         self.params = np.array(prog.km.params or [0], dtype=np.int64)
@@ -123,8 +135,9 @@ class Native:
                            if spec is not None and spec[3] is None]
         self.repeats = [(t, graph.outputs.index(graph.outputs[t]))
                         for t, spec in enumerate(self.outs) if spec is None]
-        self.parallel = self.work >= PARALLEL_MIN and num_threads() > 1
-        self.top = [graph.out_tree] if isinstance(graph.out_tree, int) else list(graph.out_tree)
+        least, nt = parallel_min(), num_threads()   # both read: a bad value fails here
+        self.parallel = self.work >= least and nt > 1
+        self.top = top_level(graph.out_tree)
         self.out_checks = [(o.shape, np.dtype(o.dtype),
                             spec is not None and spec[3] is None)   # an array the kernel writes
                            for o, spec in zip(graph.outputs, self.outs)]
@@ -132,9 +145,10 @@ class Native:
         flat_tuple = isinstance(tree, tuple) and len(tree) > 1 and all(isinstance(t, int) for t in tree)
         self.pick = (operator.itemgetter(tree) if isinstance(tree, int) else
                      operator.itemgetter(*tree) if flat_tuple else
-                     (lambda results: _tree(tree, results)))
+                     (lambda results: unflatten_tree(tree, results)))
         self.lock = threading.Lock()
         self.cached = self._state()
+        _natives.add(self)
 
     def _state(self):
         """Pointer table, scratch and workspace memory (one set per concurrent call), with
@@ -256,18 +270,18 @@ class Native:
         return flat
 
     def _execute(self, ptrs):
-        if self.work < PARALLEL_MIN or num_threads() == 1:
+        least, nt = parallel_min(), num_threads()
+        if self.work < least or nt == 1:
             self.run(ptrs.ctypes.data, self.params_addr)
             return
-        nt = num_threads()
         addr = ptrs.ctypes.data
-        for stage, init, extent0, size, partial in self.stages:
+        for stage, init, extent0, size, partial, vector_axis in self.stages:
             init(addr, self.params_addr)
-            if size < PARALLEL_MIN or extent0 < 2:
+            if size < least or extent0 < 2:
                 stage(addr, self.params_addr, 0, extent0)
                 continue
-            parts = min(nt, extent0)
-            bounds = [extent0 * t // parts for t in range(parts + 1)]
+            bounds = split_bounds(extent0, min(nt, extent0), vector_axis)
+            parts = len(bounds) - 1
             tables, extra, keep = [addr], [], []
             for t in range(1, parts):
                 if partial:   # reductions over axis 0: each thread gets its own accumulators
@@ -293,6 +307,27 @@ class Native:
                 _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
 
 
+# Thread boundaries on a vectorised axis fall on multiples of this many iterations: more than
+# any x86 vector width times LLVM's interleave (8 float64 lanes x 4, 16 float32 lanes x 4).
+SPLIT_ALIGN = 128
+
+
+def split_bounds(extent: int, parts: int, vector_axis: bool) -> list[int]:
+    """``parts + 1`` increasing bounds splitting ``range(extent)`` for the threads.
+
+    On the vectorised (innermost) axis every inner bound is a multiple of SPLIT_ALIGN, so each
+    thread's range starts where a vector iteration of the whole range would, and every element
+    is computed by the same SIMD or scalar code as on one thread: a SIMD math function may
+    differ from the scalar one in the last bit, and results must not depend on the number of
+    threads. Fewer parts are returned where the extent is too short to give each one a block."""
+    if not vector_axis:
+        return [extent * t // parts for t in range(parts + 1)]
+    blocks = extent // SPLIT_ALIGN
+    parts = max(1, min(parts, blocks))
+    inner = [blocks * t // parts * SPLIT_ALIGN for t in range(1, parts)]
+    return [0] + inner + [extent]
+
+
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -315,12 +350,6 @@ def _copy(v):
     return np.array(v) if isinstance(v, np.ndarray) else v
 
 
-def _tree(tree, flat):
-    if isinstance(tree, int):
-        return flat[tree]
-    return tuple(_tree(t, flat) for t in tree)
-
-
 def _span(a: np.ndarray) -> tuple[int, int]:
     """The byte range an array's elements can touch (conservative for strided views)."""
     if a.flags.c_contiguous:
@@ -333,44 +362,56 @@ _byte_bounds = getattr(np, "byte_bounds", None) or np.lib.array_utils.byte_bound
 
 
 def _write_back(results, tree, out, flat_out):
-    from symgrad.api import _write_out
-    pending = [r for r, given in zip(results, flat_out)]
-    value = _tree(tree, pending)
+    value = unflatten_tree(tree, results)
     # arrays the kernel wrote in place are already there; the rest are copied
     outs = out if isinstance(out, tuple) else (out,)
     vals = value if isinstance(tree, tuple) else (value,)
     for o, v in zip(outs, vals):
         if v is not o:
-            _write_out(v, o)
+            write_out(v, o)
     return out
 
 
-def _native(entry) -> Native:
-    native = entry.native
-    if native is None:
-        with _entry_lock:
-            native = entry.native
-            if native is None:
-                native = entry.native = Native(entry.graph)
-    return native
+_natives: "weakref.WeakSet[Native]" = weakref.WeakSet()   # for their locks after a fork
 
 
-_entry_lock = threading.Lock()
+def _after_fork_in_child():
+    """A forked child has only the thread that forked: the pool's workers and any thread that
+    held one of our locks are gone. Without this, the first large call in the child waited
+    forever for workers that do not exist (multiprocessing's "fork" pools, Dask, joblib)."""
+    global _pool, _pool_lock
+    _pool = None                       # the child starts its own workers when it needs them
+    _pool_lock = threading.Lock()
+    for native in list(_natives):
+        native.lock = threading.Lock()
 
 
-def run_cpu(f, entry, values, out=None):
-    """Evaluate ``entry`` (a ``symgrad.api.Compiled``) on ``values`` with native code."""
-    return _native(entry)(values, out)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def llvm_ir(entry, optimized: bool = False) -> str:
+def llvm_ir(signature, optimized: bool = False) -> str:
     """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``, with
     the user's lines of each stage as comments (display only: see ``codegen.source_map``)."""
     from .source_map import annotate_llvm
-    prog = Program(entry.graph)
+    prog = Program(signature.graph)
     text = str(jit.optimize(prog.text)) if optimized else prog.text
     return annotate_llvm(text, prog.schedule)
 
 
-def assembly(entry) -> str:
-    return jit.assembly(Program(entry.graph).text)
+def assembly(signature) -> str:
+    return jit.assembly(Program(signature.graph).text)
+
+
+class CpuBackend(Backend):
+    """``target="cpu"``: a :class:`Native` per signature, called with the values."""
+    name = "cpu"
+    views = {"llvm_ir": llvm_ir, "asm": assembly}
+
+    def prepare(self, signature) -> Native:
+        return Native(signature.graph)
+
+    def run(self, prepared: Native, values, out):
+        return prepared(values, out)
+
+
+BACKEND = CpuBackend()

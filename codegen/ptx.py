@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from symgrad.ir import Graph, Node, is_float, toposort
+from symgrad.ir import Graph, NewAxis, Node, Slice, is_float, toposort
 
 from . import libdevice
 from .kernel import REDUCE_KIND, identity
@@ -463,13 +463,67 @@ class KernelBuilder:
 
     # -- values ------------------------------------------------------------------------------
     def value(self, node: Node, idx: Index) -> ir.Value:
+        """``node`` at ``idx``: loaded if it has memory, else computed (once per scope).
+
+        What a node reads unconditionally (elementwise operands, the operand of a view) is
+        computed first, from an explicit stack, so a long chain of fused ops nests no Python
+        calls (no recursion limit); only ops that read inside branches (item updates,
+        concatenation, gathers) call back in, one level per such op."""
         key = ("v", node, id(idx))
         hit = self.lookup(key)
-        if hit is None:
-            buf = self.plan.source.get(node)
-            hit = self.load(buf, self.flat(idx)) if buf is not None else self.compute(node, idx)
-            self.remember(key, hit)
-        return hit
+        if hit is not None:
+            return hit
+        stack = [(node, idx, None)]    # (node, index, its operands once they are pushed)
+        while stack:
+            n, ix, operands = stack.pop()
+            k = ("v", n, id(ix))
+            if self.lookup(k) is not None:
+                continue
+            buf = self.plan.source.get(n)
+            if buf is not None:
+                self.remember(k, self.load(buf, self.flat(ix)))
+            elif operands is not None:   # they are computed now
+                self.remember(k, self._apply(n, ix, [self.lookup(("v", x, id(xi)))
+                                                     for x, xi in operands]))
+            elif n.op in LOWER or n.op in VIEWS:
+                operands = self._operands(n, ix)
+                stack.append((n, ix, operands))
+                stack.extend((x, xi, None) for x, xi in reversed(operands))
+            else:
+                self.remember(k, self.compute(n, ix))
+        return self.lookup(key)
+
+    def _operands(self, node: Node, idx: Index) -> list:
+        """(operand, index) pairs an elementwise op or a view reads, in straight-line code."""
+        if node.op in VIEWS:
+            return [(node.inputs[0], self._view_index(node, idx))]
+        return [(x, self.broadcast(idx, x.shape)) for x in node.inputs]
+
+    def _apply(self, node: Node, idx: Index, args: list) -> ir.Value:
+        """An elementwise op or a view at ``idx``, given its operands' values there."""
+        if node.op in VIEWS:
+            return args[0]
+        if node.op in ("sin", "cos") and not self.emulate and node in self.plan.sincos:
+            return self._sincos(node, idx)
+        return LOWER[node.op](self.cx, node, args)
+
+    def _view_index(self, node: Node, idx: Index) -> Index:
+        """Where a view (reshape, broadcast_to, transpose, getitem) reads its operand."""
+        x = node.inputs[0]
+        if node.op == "reshape":
+            return self.derive(idx, ("r", x.shape), lambda: self.index(x.shape, flat=self.flat(idx)))
+        if node.op == "broadcast_to":
+            return self.broadcast(idx, x.shape)
+        if node.op == "transpose":
+            (perm,) = node.attrs
+
+            def build():
+                d, src = self.dims(idx), [None] * x.ndim
+                for i, p in enumerate(perm):
+                    src[p] = d[i]
+                return self.index(x.shape, dims=src)
+            return self.derive(idx, ("t", perm), build)
+        return self.derive(idx, ("g", node.attrs[0]), lambda: self._getitem(idx, node))
 
     def to_index(self, v: ir.Value, dtype: str) -> ir.Value:
         w = v.type.width
@@ -480,7 +534,11 @@ class KernelBuilder:
         return self.b.zext(v, self.ity) if is_unsigned(dtype) else self.b.sext(v, self.ity)
 
     def compute(self, node: Node, idx: Index) -> ir.Value:
+        """``node`` at ``idx`` from its operands (never loaded from its own buffer)."""
         op, b = node.op, self.b
+        if op in LOWER or op in VIEWS:
+            operands = self._operands(node, idx)
+            return self._apply(node, idx, [self.value(x, xi) for x, xi in operands])
         if op in ("const", "full"):
             return self.cx.const(node.attrs[0], node.dtype)
         if op == "arange":
@@ -497,27 +555,6 @@ class KernelBuilder:
             v = b.add(b.mul(b.zext(i, ir.IntType(64)) if self.ity.width < 64 else i,
                             ir.Constant(ir.IntType(64), step)), ir.Constant(ir.IntType(64), start))
             return v if value_type(dtype).width == 64 else b.trunc(v, value_type(dtype))
-        if op in ("sin", "cos") and not self.emulate and node in self.plan.sincos:
-            return self._sincos(node, idx)
-        if op in LOWER:
-            args = [self.value(x, self.broadcast(idx, x.shape)) for x in node.inputs]
-            return LOWER[op](self.cx, node, args)
-        x = node.inputs[0] if node.inputs else None
-        if op == "reshape":
-            return self.value(x, self.derive(idx, ("r", x.shape), lambda: self.index(x.shape, flat=self.flat(idx))))
-        if op == "broadcast_to":
-            return self.value(x, self.broadcast(idx, x.shape))
-        if op == "transpose":
-            (perm,) = node.attrs
-
-            def build():
-                d, src = self.dims(idx), [None] * x.ndim
-                for i, p in enumerate(perm):
-                    src[p] = d[i]
-                return self.index(x.shape, dims=src)
-            return self.value(x, self.derive(idx, ("t", perm), build))
-        if op == "getitem":
-            return self.value(x, self.derive(idx, ("g", node.attrs[0]), lambda: self._getitem(idx, node)))
         if op == "take":
             return self._take(node, idx)
         if op in ("setitem", "index_add"):
@@ -549,10 +586,10 @@ class KernelBuilder:
         d, src, k = self.dims(idx), [], 0
         x = node.inputs[0]
         for item in node.attrs[0]:
-            if item == ("n",):
+            if isinstance(item, NewAxis):
                 k += 1
-            elif isinstance(item, tuple):
-                _, start, _, step = item
+            elif isinstance(item, Slice):
+                start, step = item.start, item.step
                 v = d[k] if step == 1 else self.b.mul(d[k], ir.Constant(self.ity, step))
                 src.append(self.b.add(v, self.int(start)) if start else v)
                 k += 1
@@ -566,12 +603,12 @@ class KernelBuilder:
         b, base = self.b, node.inputs[0]
         conds, coords, a = [], [], 0
         for item in node.attrs[0]:
-            if item == ("n",):
+            if isinstance(item, NewAxis):
                 coords.append(self.int(0))
                 continue
             v = d[a]
-            if isinstance(item, tuple):
-                _, start, stop, step = item
+            if isinstance(item, Slice):
+                start, stop, step = item.start, item.stop, item.step
                 if step > 0:
                     off = b.sub(v, self.int(start))
                     conds += [b.icmp_signed(">=", v, self.int(start)), b.icmp_signed("<", v, self.int(stop))]

@@ -25,10 +25,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import OPS, Graph, Node, toposort, use_counts
+from symgrad.ir import OPS, Graph, NewAxis, Node, Slice, is_float, toposort, use_counts
 
 LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
+# Elementwise ops one loop computes at most; more continue in a new loop of the same shape.
+# LLVM's loop vectoriser takes time quadratic in a loop body's size (a 6000-op loop took 22 s
+# to compile, 2000 ops 3.2 s), so bounded loops keep compile time linear in the program; real
+# programs stay far below (the largest loop of the GMM gradient has 8 ops).
+STAGE_OPS = 256
+# Ops that compare float values: a max/min reduction's gradient compares its input with the
+# result (the tie mask), and a comparison decides a select. Their operands are computed once.
+COMPARING = ("max", "min", "eq", "ne", "lt", "le", "gt", "ge")
 
 
 def contiguous_strides(shape) -> tuple:
@@ -109,8 +117,12 @@ class Schedule:
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
+        self.once = compared_values(graph.outputs)   # never recomputed in another loop
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
+        # buffer -> reads of it still to come: the uses of every node living in it (views and
+        # in-place updates share their operand's buffer), less the uses by such sharers
+        self.readers: dict[int, int] = {}
         for i, x in enumerate(graph.inputs):
             if x is not None:
                 buf = self._buffer("arg" if x.ndim else "scalar", x.dtype, max(x.size, 1), i)
@@ -134,6 +146,12 @@ class Schedule:
             buf = self._buffer("tmp", n.dtype, max(n.size, 1))
         return View(buf, 0, n.shape, contiguous_strides(n.shape))
 
+    def _locate(self, n: Node, view: View, ready: int):
+        """``n``'s values live at ``view`` from stage ``ready`` on."""
+        self.loc[n], self.ready[n] = view, ready
+        inside = sum(1 for x in n.inputs if x in self.loc and self.loc[x].buf == view.buf)
+        self.readers[view.buf] = self.readers.get(view.buf, 0) + self.uses.get(n, 0) - inside
+
     def ensure_loc(self, n: Node) -> View:
         """Give ``n`` memory (storing it from its home loop if it is computed in registers)."""
         if n in self.loc:
@@ -141,14 +159,14 @@ class Schedule:
         if n.op in LEAF_INLINE:
             buf = self._buffer("const", n.dtype, 1, np.array(n.attrs[0], dtype=n.dtype))
             view = View(buf, 0, n.shape, (0,) * n.ndim)   # one element seen everywhere
-            self.loc[n], self.ready[n] = view, 0
+            self._locate(n, view, 0)
             return view
         if n not in self.home:
             raise AssertionError(f"internal: {n} has no value")
         view = self._own_buffer(n)
         h = self.home[n]
         self.stages[h].sinks.append(Sink("store", n, view.align(self.stages[h].shape)))
-        self.loc[n], self.ready[n] = view, h + 1
+        self._locate(n, view, h + 1)
         return view
 
     def _flag(self) -> int:
@@ -167,7 +185,7 @@ class Schedule:
     # -- stage selection -------------------------------------------------------------------------
     def loop_stage(self, shape, lo: int) -> int:
         for st in self.stages[lo:]:
-            if st.kind == "loop" and st.shape == shape:
+            if st.kind == "loop" and st.shape == shape and len(st.ssa) < STAGE_OPS:
                 return st.index
         self.stages.append(Stage(len(self.stages), tuple(shape)))
         return len(self.stages) - 1
@@ -191,13 +209,11 @@ class Schedule:
         kind = OPS[op].kind
         if op == "arg":
             buf = self.arg_buffers[n]
-            self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
-            self.ready[n] = 0
+            self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
         elif op == "array":
             value = n.attrs[0].value
             buf = self._buffer("const", n.dtype, max(value.size, 1), value)
-            self.loc[n] = View(buf, 0, n.shape, contiguous_strides(n.shape))
-            self.ready[n] = 0
+            self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
         elif op in LEAF_INLINE:
             pass
         elif kind == "elementwise" or op == "arange":
@@ -212,7 +228,7 @@ class Schedule:
                                                     for i, s in enumerate(keep.strides)))
             k = self._value_stage(x, x.shape)
             self.stages[k].sinks.append(Sink("reduce", n, dest))
-            self.loc[n], self.ready[n] = view, k + 1
+            self._locate(n, view, k + 1)
         elif op == "matmul":
             self._matmul(n)
         elif op in ("transpose", "broadcast_to", "getitem", "reshape"):
@@ -229,7 +245,7 @@ class Schedule:
                     piece = View(view.buf, start * view.strides[axis], x.shape, view.strides)
                     start += x.shape[axis]
                 last = max(last, self.place(x, piece, 0))
-            self.loc[n], self.ready[n] = view, last + 1
+            self._locate(n, view, last + 1)
         elif op == "take":
             # a gather: computed in registers in the loop over its own shape, like an
             # elementwise node, reading x at an index loaded from the index array
@@ -260,7 +276,7 @@ class Schedule:
             self.stages[k].sinks.append(Sink("scatter", n, dest, (iview,)))
             if axis == 0:   # duplicate indices collide across the outer axis: one thread
                 self.stages[k].serial = True
-            self.loc[n], self.ready[n] = view, k + 1
+            self._locate(n, view, k + 1)
         elif op in ("setitem", "index_add"):
             base, value = n.inputs
             view = self._update_in_place(n, base)
@@ -271,21 +287,25 @@ class Schedule:
                 k1 = self.place(base, view, 0)
             region = _index_view(view, n.attrs[0])
             k2 = self.place(value, region, k1 + 1, "store" if op == "setitem" else "accum")
-            self.loc[n], self.ready[n] = view, k2 + 1
+            self._locate(n, view, k2 + 1)
         else:
             raise NotImplementedError(f"the CPU back end has no lowering for {op!r}")
 
     def _update_in_place(self, n: Node, base: Node):
         """The base's own buffer, when setitem/index_add may overwrite it instead of copying:
-        nothing else reads the base (gradients of slicing chain index_adds on a zeros array),
-        and it lives in a scratch buffer of exactly its shape. The buffer becomes the output
-        array when the update is an output."""
+        nothing but this update reads that buffer (gradients of slicing chain index_adds on a
+        zeros array), and it is a scratch buffer of exactly the base's shape. Not only the
+        base must be unread: a view (``reshape(sum(x))``) shares its operand's buffer, and
+        that operand may have other readers. The buffer becomes the output array when the
+        update is an output."""
         if self.uses.get(base, 0) != 1 or base in self.out_of or base.op in LEAF_INLINE:
             return None
         if base not in self.loc and base in self.home:
             self.ensure_loc(base)
         view = self.loc.get(base)
         if view is None or view.offset or view.shape != n.shape or not view.is_contiguous():
+            return None
+        if self.readers[view.buf] != 1:   # the one read is this update's
             return None
         buf = self.buffers[view.buf]
         if buf.kind != "tmp" or buf.size != max(n.size, 1):
@@ -314,7 +334,7 @@ class Schedule:
                 ssa_max = max(ssa_max, self.home[x])
             else:
                 lo = max(lo, self.ready_at(x))
-        if ssa_max >= lo:
+        if ssa_max >= lo and len(self.stages[ssa_max].ssa) < STAGE_OPS:
             k = ssa_max
         else:
             k = self.loop_stage(n.shape, max(lo, ssa_max))
@@ -347,21 +367,43 @@ class Schedule:
         """Can stage k recompute x (appending what it must recompute to ``plan``, inputs
         first) instead of reading it from memory? Recomputing a few elementwise ops beats
         storing an array in one pass and loading it in the next (softmax: exp(x - max) is
-        needed by the sum and again by the gradient)."""
+        needed by the sum and again by the gradient). At most CLONE_BUDGET nodes are
+        recomputed, however long the chain below x (an iterative walk: no recursion limit)."""
+        first = self._clone_need(x, k, plan)
+        if first is not None:
+            return first
+        entered = {x}
+        stack = [(x, 0)]
+        while stack:
+            y, i = stack.pop()
+            if i == len(y.inputs):
+                plan.append(y)          # inputs first
+                continue
+            stack.append((y, i + 1))
+            z = y.inputs[i]
+            if z in entered:
+                continue
+            need = self._clone_need(z, k, plan)
+            if need is False or (need is None and len(entered) >= CLONE_BUDGET):
+                return False
+            if need is None:
+                entered.add(z)
+                stack.append((z, 0))
+        return True
+
+    def _clone_need(self, x: Node, k: int, plan: list) -> bool | None:
+        """For _clonable: True if stage k has x without recomputing it (a constant, computed
+        or recomputed there, readable from memory), False if stage k can neither read nor
+        recompute it, None if recomputing it is the way."""
         if x.op in LEAF_INLINE or self._in_stage(x, k) or x in plan:
             return True
         if x in self.loc:
             return self.ready[x] <= k
         if x not in self.home or x.op in ("arange", "take") or OPS[x.op].kind != "elementwise":
             return False
-        if x.shape != self.stages[k].shape:
-            return self.home[x] < k        # read from memory with broadcasting, as usual
-        if len(plan) >= CLONE_BUDGET:
-            return False
-        if not all(self._clonable(y, k, plan) for y in x.inputs):
-            return False
-        plan.append(x)
-        return True
+        if x.shape != self.stages[k].shape or x in self.once:
+            return self.home[x] < k        # read from memory (with broadcasting), as usual
+        return None
 
     def _matmul(self, n: Node):
         a, b = n.inputs
@@ -377,7 +419,7 @@ class Schedule:
         dest = View(view.buf, 0, loop, view.strides[:-1] + (0, view.strides[-1]))
         k = len(self.stages)
         self.stages.append(Stage(k, loop, "matmul", sinks=[Sink("matmul", n, dest, (a4, b4))]))
-        self.loc[n], self.ready[n] = view, k + 1
+        self._locate(n, view, k + 1)
 
     def _view(self, n: Node):
         x = n.inputs[0]
@@ -395,11 +437,10 @@ class Schedule:
                 cv = View(copy, 0, x.shape, contiguous_strides(x.shape))
                 k = self.loop_stage(x.shape, self.ready_at(x))
                 self.stages[k].sinks.append(Sink("store", x, cv))
-                self.loc[n] = View(copy, 0, n.shape, contiguous_strides(n.shape))
-                self.ready[n] = k + 1
+                self._locate(n, View(copy, 0, n.shape, contiguous_strides(n.shape)), k + 1)
                 return
             out = View(v.buf, v.offset, n.shape, contiguous_strides(n.shape))
-        self.loc[n], self.ready[n] = out, self.ready[x]
+        self._locate(n, out, self.ready[x])
 
     def _finish_outputs(self):
         """Every output ends in its own output buffer (never an argument's memory)."""
@@ -418,6 +459,23 @@ class Schedule:
             view = View(buf, 0, o.shape, contiguous_strides(o.shape))
             self.place(o, view, 0)
             self.outputs.append(buf)
+
+
+def compared_values(outputs) -> set:
+    """Float nodes that a comparison or a max/min reduction reads.
+
+    Recomputing a value in another loop need not reproduce its bits: LLVM widens each loop by
+    its own vector width, and a SIMD libmvec function differs from the scalar one (or another
+    width's) in the last ulp, so which lanes see which bits depends on the loop. Arithmetic
+    reproduces, but a comparison turns one ulp into a different answer: ``max(tanh(x))`` was
+    reduced from one computation of ``tanh(x)`` and its tie mask ``tanh(x) == max`` compared
+    another, so no element matched and the gradient was 1/0. Such values are computed in one
+    loop and stored; every other loop loads those very bits."""
+    once = set()
+    for n in toposort(outputs):
+        if n.op in COMPARING:
+            once.update(x for x in n.inputs if is_float(x.dtype))
+    return once
 
 
 def merge_axes(shape, views):
@@ -449,12 +507,12 @@ def _index_view(v: View, index) -> View:
     """A basic-indexing view (the normalised index of ``symgrad.ops.getitem``)."""
     offset, shape, strides, axis = v.offset, [], [], 0
     for item in index:
-        if item == ("n",):
+        if isinstance(item, NewAxis):
             shape.append(1)
             strides.append(0)
             continue
-        if isinstance(item, tuple):
-            _, start, stop, step = item
+        if isinstance(item, Slice):
+            start, stop, step = item.start, item.stop, item.step
             shape.append(len(range(start, stop, step)))
             strides.append(v.strides[axis] * step)
             offset += start * v.strides[axis] if shape[-1] else 0

@@ -27,6 +27,9 @@ _PYTHON_ARITHMETIC = ("add", "sub", "mul", "neg", "stop_gradient")
 # Ops whose result is a fresh array the generated code may update in place.
 _FRESH_KINDS = ("elementwise", "reduction", "linalg")
 _FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
+# Calls nested deeper than this inside one expression get a name: Python's parser refuses
+# about 200 nested parentheses, and a person would not read 16.
+MAX_NESTING = 16
 
 
 class Namer:
@@ -57,6 +60,7 @@ class _Emitter:
         self.params = [p for p in graph.params]
         self.namer = Namer(self.params)
         self.expr: dict[Node, tuple[str, int]] = {}
+        self.nesting: dict[Node, int] = {}   # inlined expression -> how deeply it nests
         self.var: dict[Node, str] = {}
         self.lines: list[str] = []
         self.namespace: dict = {"np": np}
@@ -136,10 +140,12 @@ class _Emitter:
                 self.expr[n] = text
                 continue
             named = n in g.names and op != "full"
-            if counts[n] > 1 or named or (n in outputs and n in g.names):
+            depth = 1 + max((self.nesting.get(i, 0) for i in n.inputs), default=0)
+            if counts[n] > 1 or named or (n in outputs and n in g.names) or depth > MAX_NESTING:
                 self.statement(n, text[0])
             else:
                 self.expr[n] = text
+                self.nesting[n] = depth
         ret = self.render_tree(g.out_tree, top=True)
         body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
         source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"

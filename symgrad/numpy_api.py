@@ -127,16 +127,12 @@ def _stop_gradient_eager(x):
     return x
 
 
-# name -> (eager implementation, builder). ``sg.<name>`` is the dual of the two.
+# name -> (eager implementation, builder). ``sg.<name>`` is the dual of the two. Every
+# elementwise primitive comes under its NumPy name from the op table (ops.NUMPY_FUNCTIONS);
+# the entries below are the composites and the ones whose user-facing form differs.
 FUNCTIONS = {
-    "exp": (np.exp, ops.exp), "log": (np.log, ops.log), "log1p": (np.log1p, ops.log1p),
-    "expm1": (np.expm1, ops.expm1), "sqrt": (np.sqrt, ops.sqrt), "sin": (np.sin, ops.sin),
-    "cos": (np.cos, ops.cos), "tan": (np.tan, ops.tan), "arcsin": (np.arcsin, ops.arcsin),
-    "arccos": (np.arccos, ops.arccos), "arctan": (np.arctan, ops.arctan),
-    "arctan2": (np.arctan2, ops.arctan2), "sinh": (np.sinh, ops.sinh),
-    "cosh": (np.cosh, ops.cosh), "tanh": (np.tanh, ops.tanh), "abs": (np.abs, _abs),
-    "sign": (np.sign, ops.sign), "maximum": (np.maximum, ops.maximum),
-    "minimum": (np.minimum, ops.minimum), "where": (np.where, ops.where),
+    **ops.NUMPY_FUNCTIONS,
+    "abs": (np.abs, _abs), "where": (np.where, ops.where),
     "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
     "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")),
     "dot": (np.dot, ops.dot), "matmul": (np.matmul, ops.matmul),
@@ -150,13 +146,6 @@ FUNCTIONS = {
     "array": (np.array, _array), "asarray": (np.asarray, _array),
     "take": (np.take, ops.take),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
-    "logical_and": (np.logical_and, ops.logical_and), "logical_or": (np.logical_or, ops.logical_or),
-    "logical_not": (np.logical_not, ops.logical_not),
-    "add": (np.add, ops.add), "subtract": (np.subtract, ops.sub), "multiply": (np.multiply, ops.mul),
-    "divide": (np.divide, ops.div), "negative": (np.negative, ops.neg),
-    "less": (np.less, ops.lt), "less_equal": (np.less_equal, ops.le), "greater": (np.greater, ops.gt),
-    "greater_equal": (np.greater_equal, ops.ge), "equal": (np.equal, ops.eq),
-    "not_equal": (np.not_equal, ops.ne),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
 ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",
@@ -182,6 +171,9 @@ for _name, _dual_fn in DUALS.items():
         _obj = getattr(_module, _name, None)
         if _obj is not None and callable(_obj):
             CALLABLES.setdefault(_obj, _dual_fn)
+for _name, (_eager, _build) in FUNCTIONS.items():   # e.g. erf's, which NumPy lacks
+    if callable(_eager):
+        CALLABLES.setdefault(_eager, DUALS[_name])
 CALLABLES.pop(math.remainder, None)   # IEEE remainder (nearest quotient), not np.remainder
 CALLABLES[builtins.abs] = DUALS["abs"]
 CALLABLES[builtins.round] = DUALS["round"]
@@ -210,7 +202,6 @@ def builtin_extremum(build):
 
 CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
 CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
-Node.__abs__ = ops.abs_
 
 
 _SIGNATURES: dict = {}

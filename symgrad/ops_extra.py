@@ -2,7 +2,8 @@
 function (inverse hyperbolics, exp2/log2/log10, cbrt, erf/erfc, hypot, fmod) or a rounding
 instruction (floor, ceil, rint, trunc).
 
-Same conventions as ``symgrad.ops`` (imported from there, so registering happens once): one
+Same conventions as ``symgrad.elementwise`` (``symgrad.ops`` imports this module and
+re-exports its builders): one
 line per primitive with its NumPy reference, VJP and spelling. Compositions of these (``%``,
 ``//``, ``fmax``, ``sinc``, ``round`` with decimals, ...) live in ``symgrad.numpy_extra``.
 """
@@ -13,7 +14,7 @@ import math
 import numpy as np
 
 from . import spelling as sp
-from .ops import _b, _u, eq, exp, sqrt, where
+from .elementwise import _b, _u, eq, exp, sqrt, where
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -29,8 +30,13 @@ def _vectorized(name: str):
 
 
 def _erf_numpy(fn):
+    """NumPy has no erf: ``math``'s per element, in the operand's dtype."""
     each = np.vectorize(fn, otypes=[np.float64])
-    return lambda x: each(x).astype(np.asarray(x).dtype)[()]
+
+    def run(x):
+        return each(x).astype(np.asarray(x).dtype)[()]
+    run.__name__ = fn.__name__    # the op table's NUMPY_FUNCTIONS names it by this
+    return run
 
 
 def _hypot_vjp(g, n):
@@ -69,3 +75,7 @@ rint = _u("rint", np.rint, None)       # round half to even, as np.round / np.ri
 trunc = _u("trunc", np.trunc, None)
 hypot = _b("hypot", np.hypot, _hypot_vjp, sp.call("np.hypot"), float_only=True)
 fmod = _b("fmod", np.fmod, _fmod_vjp, sp.call("np.fmod"), float_only=True)
+
+# the builders (symgrad.ops re-exports these: their factory is symgrad.elementwise's)
+__all__ = ["arcsinh", "arccosh", "arctanh", "exp2", "log2", "log10", "cbrt", "erf", "erfc",
+           "floor", "ceil", "rint", "trunc", "hypot", "fmod"]
