@@ -169,15 +169,18 @@ for _name, _dual_fn in DUALS.items():
     CALLABLES[_dual_fn] = _dual_fn
     for _module in (np, math):
         _obj = getattr(_module, _name, None)
-        if _obj is not None and callable(_obj):
-            CALLABLES.setdefault(_obj, _dual_fn)
+        if _obj is not None and callable(_obj) and _obj not in CALLABLES:
+            # math's functions keep Python's results on static values (math.floor(2.5) is
+            # the int 2, a valid range() bound), NumPy's builders when traced
+            CALLABLES[_obj] = _dual_fn if _module is np else _dual(_obj, _dual_fn.build, _name)
 for _name, (_eager, _build) in FUNCTIONS.items():   # e.g. erf's, which NumPy lacks
     if callable(_eager):
         CALLABLES.setdefault(_eager, DUALS[_name])
 CALLABLES.pop(math.remainder, None)   # IEEE remainder (nearest quotient), not np.remainder
 CALLABLES[builtins.abs] = DUALS["abs"]
-CALLABLES[builtins.round] = DUALS["round"]
-CALLABLES[builtins.divmod] = DUALS["divmod"]
+# Python's own round/divmod on static values (round(2.5) is the int 2), NumPy's when traced
+CALLABLES[builtins.round] = _dual(builtins.round, FUNCTIONS["round"][1], "round")
+CALLABLES[builtins.divmod] = _dual(builtins.divmod, FUNCTIONS["divmod"][1], "divmod")
 CALLABLES[np.linalg.norm] = DUALS["norm"]
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")

@@ -1,6 +1,7 @@
 """The README's list of the supported NumPy surface is the one generated from the tables, and
 every NumPy function outside them is refused by name at the user's line (never inlined, never
 an internal error)."""
+import math
 import os
 
 import numpy as np
@@ -33,7 +34,6 @@ def test_numpy_names_are_numpys_own():
 def test_supported_names_are_recognised():
     """Each listed name is sg.<name>, and the NumPy / math function of that name (where the
     installed versions have it) is handled by it."""
-    import math
     names = numpy_api.supported()
     assert {"sinc", "norm", "erf", "take_along_axis", "pad"} <= set(names)
     assert np.linalg.norm in numpy_api.CALLABLES
@@ -102,3 +102,16 @@ def test_unsupported_numpy_is_refused_by_name(fn, construct):
     assert construct in str(err)
     assert err.filename.endswith("test_numpy_surface.py") and err.lineno > 0
     assert err.source_line.strip().startswith("return")
+
+
+def test_builtin_round_and_divmod_keep_python_semantics_on_static_values():
+    def f(x, n):
+        q, r = divmod(n, 3)
+        k = math.floor(n / 2) + math.ceil(n / 4) - math.trunc(1.5)
+        return (x[:round(n / 2)].sum() * q + r + round(x[0] * 10.0) + divmod(x[1], 0.5)[1]
+                + x[k] * math.floor(x[2] * 10.0) + math.erf(x[3]))
+    x = np.linspace(0.1, 0.9, 6)
+    for target in ("python", "cpu"):
+        g = sg.differentiate(f, target=target)
+        np.testing.assert_allclose(g(x, 5), f(x, 5), rtol=1e-14)
+        assert sg.check_grad(g, x, 5) < 1e-6
