@@ -50,11 +50,12 @@ def take_along_axis(arr, indices, axis):
 
 
 def _advanced_kind(k):
-    """'mask' (a constant boolean array), 'array' (integer indices), 'traced mask' or None."""
+    """'mask' (a constant boolean array), 'array' (integer indices, a traced integer scalar
+    among them: a gather of one position), 'traced mask' or None."""
     if isinstance(k, Node):
-        if k.ndim == 0:
-            return None
-        return "traced mask" if k.dtype == "bool" else "array" if k.dtype in INT_DTYPES else None
+        if k.dtype in INT_DTYPES:
+            return "array"
+        return "traced mask" if k.dtype == "bool" and k.ndim else None
     if isinstance(k, (list, np.ndarray)):
         a = np.asarray(k)
         if a.dtype == bool:

@@ -500,6 +500,13 @@ def test_traced_index_arrays_and_refused_keys(target):
     assert sg.check_grad(f, x, i, j) < 1e-6
     with pytest.raises(IndexError):   # a traced index out of range on one axis, in range flat
         f(x, i, np.array([4, 0, 0]))
+    def at_traced_position(x, k):   # an integer read from the data picks a row
+        return np.sum(np.sin(x[k[0], 1:]) * x[1, k[1]])
+    f, rows = _on(target, at_traced_position), np.array([2, -1])
+    np.testing.assert_allclose(f(x[0], rows), at_traced_position(x[0], rows), rtol=1e-14)
+    assert sg.check_grad(f, x[0], rows) < 1e-6
+    with pytest.raises(IndexError):
+        f(x[0], np.array([3, 0]))
     for fn, construct in ((traced_mask, "boolean mask computed from traced data"),):
         with pytest.raises(sg.UnsupportedSyntaxError, match=construct) as info:
             _on(target, fn)(np.ones((3, 3)))
