@@ -171,6 +171,14 @@ def run(args) -> int:
     return 1 if failed else 0
 
 
+def _run_interruptible(args) -> int:
+    try:
+        return run(args)
+    except KeyboardInterrupt:   # results.jsonl holds every finished seed: a rerun resumes
+        print(f"interrupted; rerun with --out {args.out} to resume", flush=True)
+        return 130
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=100_000, help="programs to run")
@@ -184,7 +192,7 @@ def main(argv=None) -> int:
     p.add_argument("--report", type=float, default=60.0, help="seconds between count lines")
     p.add_argument("--max-statements", type=int, default=5)
     p.add_argument("--max-depth", type=int, default=2)
-    return run(p.parse_args(argv))
+    return _run_interruptible(p.parse_args(argv))
 
 
 if __name__ == "__main__":
