@@ -4,8 +4,8 @@ text, against each other and against central differences; refusals only where th
 issue 8 allows them; outputs with NumPy's structure; the caller's arrays untouched.
 
 The programs are a fixed, deterministic seed range, so CI sees the same programs on every
-machine. To rerun one program: ``pytest tests/test_random_programs.py -k 'program[123]'``; for
-long runs see ``make fuzz`` (benchmarks/fuzz.py), which runs seeds from 10^6 on in worker
+machine. To rerun one program: ``pytest 'tests/test_random_programs.py::test_program[123]'``;
+for long runs see ``make fuzz`` (benchmarks/fuzz.py), which runs seeds from 10^6 on in worker
 processes so that crashes and hangs are caught and counted.
 """
 import os
