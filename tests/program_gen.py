@@ -17,8 +17,8 @@ kept here, so aliasing, dtype promotion and output structure are whatever NumPy 
 
 (a) tracing either succeeds or raises ``sg.UnsupportedSyntaxError``, and a refusal is accepted
     only where the program uses a construct the README or issue 8 lets the front end refuse
-    (``Program.may_refuse``); a write into an argument or a view of one must be refused
-    (``Program.must_refuse``);
+    (``Program.may_refuse``) and the error names one of that construct's lines; a write into
+    an argument or a view of one must be refused (``Program.must_refuse``);
 (b) values of ``target="python"`` and ``target="cpu"`` equal NumPy's to a tolerance by dtype;
 (c) gradients agree between the targets, and (float64) with central differences of NumPy's
     execution where the program is smooth around the sample (two step sizes agree; inputs
@@ -37,6 +37,7 @@ import random
 import sys
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,6 +67,17 @@ RTOL = {"float64": 1e-9, "float32": 2e-4}
 FD_RTOL = 1e-5
 
 
+class Flag(NamedTuple):
+    """A construct the front end may (or must) refuse, and the file lines it spans: a refusal
+    is accepted only when it names one of these lines."""
+    reason: str
+    first: int
+    last: int
+
+
+HEADER_LINES = 4    # "import numpy as np", two blank lines, "def program(...):"
+
+
 @dataclass
 class Program:
     seed: int
@@ -74,8 +86,11 @@ class Program:
     params: tuple                      # parameter names, in order
     sizes: dict                        # {"N": int, "M": int}
     wrt: object                        # int, str or tuple, as passed to sg.differentiate
-    may_refuse: list = field(default_factory=list)    # constructs the front end may refuse
-    must_refuse: list = field(default_factory=list)   # constructs it must refuse
+    may_refuse: list = field(default_factory=list)    # Flags: constructs it may refuse
+    must_refuse: list = field(default_factory=list)   # Flags: constructs it must refuse
+
+    def flagged_line(self, lineno) -> bool:
+        return any(f.first <= lineno <= f.last for f in self.may_refuse + self.must_refuse)
 
 
 @dataclass
@@ -222,6 +237,12 @@ class _Builder:
         if owned and shape:
             self.owned.append(name)
 
+    def flag(self, flags, reason, start, to_end=False):
+        """Record that body lines ``start`` .. now (or the end, for a return whose structure
+        differs from the final one) hold a construct in ``flags``' class."""
+        last = 10 ** 9 if to_end else len(self.lines) + HEADER_LINES
+        flags.append(Flag(reason, start + HEADER_LINES + 1, last))
+
     def emit(self, line, indent=1):
         self.lines.append("    " * indent + line)
 
@@ -240,11 +261,12 @@ class _Builder:
         if form < 0.1:   # branches of different shapes: refusal is the issue's answer for now
             arr = self.array_shape()
             if arr is not None:
+                start = len(self.lines)
                 self.emit(f"{name} = {self.expression(arr)} if {cond} else {self.expression(())}")
                 total = self.fresh("s")
                 self.emit(f"{total} = np.sum({name})")
                 self.bind(total, ())
-                self.may_refuse.append("branches of different shapes")
+                self.flag(self.may_refuse, "branches of different shapes", start)
                 return
         if form < 0.45:
             self.emit(f"{name} = {self.expression(shape)} if {cond} else {self.expression(shape)}")
@@ -264,11 +286,12 @@ class _Builder:
         self.bind(name, shape)
 
     def st_early_return(self):
+        start = len(self.lines)
         self.emit(f"if {self.condition()}:")
         if self.rng.random() < 0.05:
             # a return whose structure differs from the final one
             self.emit(f"return {self.expression(())}", 2)
-            self.may_refuse.append("returns of different structures")
+            self.flag(self.may_refuse, "returns of different structures", start, to_end=True)
             return
         self.emit(f"return {self.return_tree()}", 2)
 
@@ -352,6 +375,7 @@ class _Builder:
         shape = self.shape[base]
         self.owned.remove(base)
         view = self.fresh("w")
+        start = len(self.lines)
         form = self.choice(["alias", "reshape" if len(shape) == 1 else "T"]
                            + (["slice"] if self.sizes[shape[0]] > 1 else []))
         if form == "alias":
@@ -372,7 +396,7 @@ class _Builder:
             self.emit(f"{target} {self.choice(['+=', '*=', '-='])} {rhs}")
         else:
             self.write(target, shape if target == base else vshape)
-        self.may_refuse.append("writes through aliases or views of local arrays")
+        self.flag(self.may_refuse, "writes through aliases or views of local arrays", start)
         self.bind(base, shape)
         if vshape is not None:
             self.bind(view, vshape)
@@ -413,6 +437,7 @@ class _Builder:
             return self.st_assign()
         p = self.choice(arrays)
         form = self.rng.random()
+        start = len(self.lines)
         if form < 0.3:
             self.write(p, PARAM_SHAPES[p])
         elif form < 0.6:
@@ -428,7 +453,7 @@ class _Builder:
             self.emit(f"{view} *= {self.expression(())}")
         else:
             self.emit(f"{p} += {self.expression(())}")
-        self.must_refuse.append("write into an argument array")
+        self.flag(self.must_refuse, "write into an argument array", start)
 
     def st_rows(self):
         """Loops over the rows of a matrix (or the elements of a vector)."""
@@ -793,11 +818,12 @@ def check(program: Program, folder: str, fd_tries: int = 4) -> Outcome:
         try:
             results = _values_and_grads(program, funcs, args)
         except sg.UnsupportedSyntaxError as e:
-            if program.may_refuse or program.must_refuse:
+            if program.flagged_line(e.lineno):
                 return Outcome("refused-by-design", str(e))
             return Outcome("refused-valid", str(e))
         if program.must_refuse:
-            return Outcome("accepted-invalid", f"{program.must_refuse[0]} was not refused")
+            return Outcome("accepted-invalid", f"{program.must_refuse[0].reason} (line "
+                           f"{program.must_refuse[0].first}) was not refused")
         _check_values(program, results, expected)
         _check_grads(program, results, args)
         if program.dtype != "float64":
