@@ -8,6 +8,8 @@ machine. To rerun one program: ``pytest 'tests/test_random_programs.py::test_pro
 for long runs see ``make fuzz`` (benchmarks/fuzz.py), which runs seeds from 10^6 on in worker
 processes so that crashes and hangs are caught and counted.
 """
+import importlib.util
+import itertools
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import strategies as st
 
 import program_gen
 
@@ -169,3 +172,55 @@ def test_fuzz_driver_survives_crashes_and_hangs_and_resumes(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert "[6/6" in again.stdout and "ok=3" in again.stdout, again.stdout
     assert len((out / "results.jsonl").read_text().splitlines()) == 6
+
+
+# ---------------------------------------------------------------------------------------------
+# Expression-DAG programs of x (an array of 4) and y (a scalar) returning a scalar: a hypothesis
+# strategy other tests draw from (C export in test_export.py, the sympy form in
+# test_sympy_form.py), where a smaller grammar than program_gen's suits the target.
+
+UNARY = ["np.sin({0})", "np.cos({0})", "np.tanh({0})", "np.exp(np.tanh({0}))",
+         "np.log1p({0} * {0})", "np.sqrt(1.0 + {0} * {0})", "-{0}", "abs({0}) + 0.5",
+         "np.arctan({0})", "({0}) ** 2"]
+BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / (1.0 + {1} * {1}))",
+          "np.maximum({0}, {1})", "np.where({0} > {1}, {0} * {1}, {0} - {1})",
+          "np.minimum({0}, 0.5 * {1})"]
+REDUCE = ["np.sum({0})", "np.max({0})", "np.mean({0})", "np.sum({0}[1:] * {0}[:-1])"]
+
+_counter = itertools.count()
+
+
+@st.composite
+def program_text(draw):
+    """A function of x (an array of 4) and y (a scalar) built from statements."""
+    names, arrays = ["x", "y"], {"x"}
+    lines = []
+    for k in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce"]))
+        pick = lambda: draw(st.sampled_from(names))   # noqa: E731
+        if kind == "unary":
+            operands = [pick()]
+            expr = draw(st.sampled_from(UNARY)).format(*operands)
+        elif kind == "binary":
+            operands = [pick(), pick()]
+            expr = draw(st.sampled_from(BINARY)).format(*operands)
+        else:
+            operands = []
+            expr = draw(st.sampled_from(REDUCE)).format(draw(st.sampled_from(sorted(arrays))))
+        name = f"{'s' if kind == 'reduce' else 'v'}{k}"
+        lines.append(f"    {name} = {expr}")
+        names.append(name)
+        if any(o in arrays for o in operands):
+            arrays.add(name)
+    lines.append(f"    return np.sum({names[-1]}) + 0.5 * np.sum({draw(st.sampled_from(names))})")
+    return "import numpy as np\n\n\ndef program(x, y):\n" + "\n".join(lines) + "\n"
+
+
+def _load(text, tmp_path):
+    path = tmp_path / f"random_program_{next(_counter)}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module.program
