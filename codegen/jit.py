@@ -53,7 +53,8 @@ def _init():
                                           reloc="static", codemodel="jitdefault")
         math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
         for cname in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "acos",
-                      "atan", "sinh", "cosh", "tanh", "pow", "atan2"):
+                      "atan", "sinh", "cosh", "tanh", "pow", "atan2", "asinh", "acosh", "atanh",
+                      "exp2", "log2", "log10", "cbrt", "erf", "erfc", "hypot", "fmod"):
             for suffix in ("", "f"):
                 sym = math.symbol(cname, "float32" if suffix else "float64")
                 llvm.add_symbol(sym, math.scalar_address(sym))

@@ -306,8 +306,8 @@ class KernelModule:
         consts = {}
         for n in st.ssa + [sk.node for sk in st.sinks]:
             for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
-                if x.op in LEAF_INLINE and (x.attrs[0], x.dtype) not in consts:
-                    consts[(x.attrs[0], x.dtype)] = self.constant(b, params, x.attrs[0], x.dtype)
+                if x.op in LEAF_INLINE and _const_key(x) not in consts:
+                    consts[_const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
         extra = [self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
                                                                  else "int64")), "arange")
                  for n in st.ssa if n.op == "arange" for v in n.attrs[:2]]
@@ -462,7 +462,7 @@ class _StageEmitter:
             if x in memo:
                 return memo[x]
             if x.op in LEAF_INLINE:
-                return self.consts[(x.attrs[0], x.dtype)]
+                return self.consts[_const_key(x)]
             memo[x] = self.load(self.loads[x], idx)
             return memo[x]
 
@@ -601,3 +601,10 @@ class _StageEmitter:
                     old = self.load(access, inner)
                     self.store(self.combine(REDUCE_KIND[sk.node.op], sk.node.dtype, old, acc),
                                access, inner)
+
+
+def _const_key(x) -> tuple:
+    """A constant's identity: -0.0 and 0.0 (equal as floats) are different constants, and a
+    NaN must find itself, so floats are keyed by their repr."""
+    value = x.attrs[0]
+    return (repr(value) if isinstance(value, float) else value, x.dtype)

@@ -30,7 +30,7 @@ _BY_C_NAME = {MATH_NAMES[op]: names for op, names in LIBDEVICE.items()}
 # ptxas for sm_80 and sm_90 by tests/test_ptx.py). Anything else is refused before LLVM sees it.
 SAFE_INTRINSICS = ("llvm.nvvm.", "llvm.fabs.", "llvm.sqrt.", "llvm.maximum.", "llvm.minimum.",
                    "llvm.fma.", "llvm.copysign.", "llvm.smax.", "llvm.smin.", "llvm.umax.",
-                   "llvm.umin.")
+                   "llvm.umin.", "llvm.floor.", "llvm.ceil.", "llvm.rint.", "llvm.trunc.")
 
 
 class LibdeviceNotFound(RuntimeError):

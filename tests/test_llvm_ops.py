@@ -241,3 +241,16 @@ def test_in_place_updates_never_clobber_a_shared_base():
     for a, b in zip(cpu(x), py(x)):
         close(a, b)
     close(cpu.grad(x), py.grad(x))
+
+
+def test_every_math_name_is_registered_with_llvm():
+    """A C math function missing from the JIT's symbol registrations segfaults at the first
+    call: every name of codegen.mathlib.MATH_NAMES (float64 and float32) resolves."""
+    import llvmlite.binding as llvm
+    from codegen import jit
+    from codegen.mathlib import MATH_NAMES
+    math_target = jit.target()["math"]
+    for cname in MATH_NAMES.values():
+        for dtype in ("float64", "float32"):
+            sym = math_target.symbol(cname, dtype)
+            assert llvm.address_of_symbol(sym), sym
