@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ops
 from .aliases import NO_BUFFERS
-from .ir import Node
+from .ir import Node, is_float
 from .scope import MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data
 
 
@@ -134,13 +134,21 @@ class ControlFlow:
         run time; a select would broadcast the smaller one (wrong numbers), so refuse it. With
         an array condition (an elementwise if) each side need only broadcast to its shape."""
         shape_a, shape_b = tuple(np.shape(a)), tuple(np.shape(b))
-        if shape_a == shape_b:
-            return
         cond_shape = tuple(np.shape(cond))
         try:
             elementwise = bool(cond_shape) and np.broadcast_shapes(cond_shape, shape_a, shape_b) == cond_shape
         except ValueError:
             elementwise = False
+        dtype_a, dtype_b = _strong_dtype(a), _strong_dtype(b)
+        if not elementwise and dtype_a != dtype_b and is_float(dtype_a) and is_float(dtype_b):
+            # NumPy would give the taken side's precision, known only at run time: float32 work
+            # would silently run in float64. (A Python number is weak and takes the other side's
+            # dtype; an integer side is promoted exactly, as a select of it with floats must be.)
+            self.fail(stmt, f"{what} is {dtype_a} on one branch and {dtype_b} on the other of a "
+                      "data-dependent if (its dtype would depend on the data)",
+                      "cast one side with .astype(...) so both branches have one dtype")
+        if shape_a == shape_b:
+            return
         if not elementwise:
             self.fail(stmt, f"{what} has shape {shape_a} on one branch and {shape_b} on the other "
                       "of a data-dependent if (its shape would depend on the data)",
@@ -177,3 +185,12 @@ class ControlFlow:
 
     def stmt_While(self, stmt, frame, cont):
         self.fail(stmt, "while loop", "use a for loop over a static range()")
+
+
+def _strong_dtype(v) -> str:
+    """The dtype of a traced value or NumPy array/scalar; "" for a (weak) Python number."""
+    if isinstance(v, Node):
+        return v.dtype
+    if isinstance(v, (np.ndarray, np.generic)):
+        return v.dtype.name
+    return ""

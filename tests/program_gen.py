@@ -107,8 +107,12 @@ class _Builder:
     """Writes one function body statement by statement, tracking each local's symbolic shape
     and whether it owns its memory (only such locals are written into)."""
 
-    def __init__(self, rng: random.Random, params, sizes, max_depth):
+    def __init__(self, rng: random.Random, params, sizes, max_depth, dtype="float64"):
         self.rng = rng
+        # np.zeros(n) is float64: in a float32 program it gets dtype=np.float32, since a branch
+        # choosing between a float32 and a float64 value is refused (its dtype would depend on
+        # the data) and the generator does not track dtypes to flag it
+        self.zeros_dtype = "" if dtype == "float64" else ", dtype=np.float32"
         self.max_depth = max_depth
         self.params = params
         self.sizes = sizes
@@ -300,7 +304,7 @@ class _Builder:
         dims = [self.sizes[d] for d in shape]
         literal = f"{dims[0]}" if len(dims) == 1 else f"({dims[0]}, {dims[1]})"
         src = self.pick([shape])
-        options = [f"np.zeros({literal})", f"np.zeros_like({src})", f"{src} * 1.0",
+        options = [f"np.zeros({literal}{self.zeros_dtype})", f"np.zeros_like({src})", f"{src} * 1.0",
                    f"{src} + 0.0", f"{src}.copy()", f"np.zeros({literal}, dtype={src}.dtype)",
                    f"{self.transcendental(src)}"]
         return self.choice(options)
@@ -560,7 +564,7 @@ def _candidate(rng, seed, max_statements, max_depth) -> Program:
     params = rng.choice(SIGNATURES)
     sizes = {"N": rng.choice([1, 3, 4, 4, 6]), "M": rng.choice([2, 3, 3])}
     dtype = rng.choice(["float64", "float64", "float32"])
-    b = _Builder(rng, params, sizes, max_depth)
+    b = _Builder(rng, params, sizes, max_depth, dtype)
     kinds, weights = zip(*STATEMENTS.items())
     returned_early = False
     for _ in range(rng.randint(1, max_statements)):

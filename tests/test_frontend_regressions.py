@@ -51,6 +51,39 @@ def test_branches_of_different_shapes_are_refused(fn, target):
     assert start < info.value.lineno < start + len(lines)
 
 
+def ifexp_dtypes_differ(x, s):
+    v = x * 2.0 if s > 0 else np.zeros(3)      # float32 on one side, float64 on the other
+    return np.sum(v)
+
+
+def early_return_dtypes_differ(x, s):
+    if s > 0:
+        return x * 2.0
+    return np.zeros(3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", [ifexp_dtypes_differ, early_return_dtypes_differ])
+def test_branches_of_different_dtypes_are_refused(fn, target):
+    # NumPy gives the taken side's dtype, which is known only at run time
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="float32 on one branch and float64"):
+        sg.differentiate(fn, target=target)(x, np.float32(-1.0))
+
+
+def weak_scalar_branch(x, s):
+    v = s * 2.0 if s > 0 else 0.5               # a Python number takes the other side's dtype
+    return x * v
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_python_number_branch_keeps_the_arrays_dtype(target):
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    out = sg.differentiate(weak_scalar_branch, target=target)(x, np.float32(1.0))
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, [2.0, 4.0, 6.0])
+
+
 def branches_same_shape(x, s):
     v = x * 2.0 if s > 0 else x - s
     w = s * s if s > 0 else 1.0            # a scalar node against a Python scalar
