@@ -223,7 +223,7 @@ def bench_w3(nb, report):
     # per-call overhead of the smallest possible call: a scalar function's gradient
     f = sg.grad(W.w1, wrt=(0, 1))
     scalar = median_time(lambda: f(0.5, 1.5), inner=20000)
-    native = f._compiled([0.5, 1.5]).native
+    native = f._compiled([0.5, 1.5]).prepared["cpu"]
     native_only = median_time(lambda: native([0.5, 1.5]), inner=20000)
     rows.append(("scalar W1 gradient, whole call", us(scalar), "api + native"))
     rows.append(("  of which codegen.llvm (pointer table, ctypes call, results)", us(native_only), ""))

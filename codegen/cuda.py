@@ -1,8 +1,8 @@
 """Running symgrad's PTX on an NVIDIA GPU through the CUDA driver API (``cuda-bindings``).
 
-``target="cuda"`` calls :func:`run_cuda`: the entry's kernels (``codegen.ptx``) are compiled for
-the present GPU's architecture, loaded once per process (the driver JIT-compiles the PTX), and
-launched on the legacy default stream in plan order. Launch sizes come from the device: blocks
+``target="cuda"`` (``BACKEND``) calls :func:`run_cuda`: the signature's kernels (``codegen.ptx``)
+are compiled for the present GPU's architecture, loaded once per process (the driver
+JIT-compiles the PTX), and launched on the legacy default stream in plan order. Launch sizes come from the device: blocks
 of ``ptx.BLOCK`` threads, and as many blocks as the occupancy calculator says fit on all SMs
 (grid-stride loops cover the rest).
 
@@ -21,6 +21,9 @@ import ctypes
 import threading
 
 import numpy as np
+
+from symgrad.backends import Backend
+from symgrad.runtime import deliver, finish_flat, zero_standin
 
 from . import ptx as ptxmod
 
@@ -270,7 +273,6 @@ def is_device_array(value) -> bool:
 def host_standins(values) -> list:
     """Device arrays replaced by zero-memory NumPy arrays of the same shape and dtype: the
     tracer needs only shapes and dtypes, and must not copy device data to the host."""
-    from symgrad.api import zero_standin
     out = []
     for v in values:
         if is_device_array(v):
@@ -308,17 +310,10 @@ def _wrap_like(arrays, values):
     return arrays
 
 
-def _unflatten(tree, flat):
-    if isinstance(tree, int):
-        return next(flat)
-    return tuple(_unflatten(t, flat) for t in tree)
-
-
-def run_cuda(f, entry, values, out=None):
-    """``target="cuda"`` (see ``symgrad.api.Function.__call__``)."""
-    from symgrad.api import _finish, _write_out
+def run_cuda(signature, values, out=None):
+    """One call of ``target="cuda"`` (``signature``: see ``symgrad.backends``)."""
     dev = Device.get()
-    prog = ptxmod.program(entry, dev.ptx_arch)
+    prog = ptxmod.program(signature, dev.ptx_arch)
     fns = dev.functions(prog)
     p = prog.plan
     graph = p.graph
@@ -385,5 +380,24 @@ def run_cuda(f, entry, values, out=None):
         arrays = _wrap_like(arrays, values)
     else:
         arrays = [r.get() for r in arrays]
-    result = _finish(_unflatten(graph.out_tree, iter(arrays)), graph, values)
-    return _write_out(result, out) if out is not None else result
+    return deliver(finish_flat(arrays, graph, values), out)
+
+
+class CudaBackend(Backend):
+    """``target="cuda"``: PTX per signature and GPU architecture (cached by ``codegen.ptx``
+    on the signature), run through the driver; device arrays trace by shape and dtype."""
+    name = "cuda"
+    views = {"ptx": ptxmod.ptx}
+
+    def prepare(self, signature):
+        return signature
+
+    def run(self, prepared, values, out):
+        return run_cuda(prepared, values, out)
+
+    @staticmethod
+    def signature_values(values):
+        return host_standins(values)
+
+
+BACKEND = CudaBackend()

@@ -1,8 +1,7 @@
-"""The CPU back end's public face: ``run_cpu`` (called by ``symgrad.api``), ``llvm_ir``,
-``assembly`` and ``stats``.
+"""The CPU back end (``target="cpu"``): ``BACKEND`` (the ``symgrad.backends`` interface),
+``llvm_ir``, ``assembly`` and ``stats``.
 
-Per argument signature (one ``symgrad.api.Compiled`` entry) a :class:`Native` is prepared
-once: the graph is scheduled (``codegen.schedule``), lowered to LLVM IR with every size as a
+Per argument signature a :class:`Native` is prepared once (``BACKEND.prepare``): the graph is scheduled (``codegen.schedule``), lowered to LLVM IR with every size as a
 run-time parameter (``codegen.kernel``), and compiled or fetched from the machine-code cache
 (``codegen.jit``), keyed by the IR text, so a new array size reuses the machine code. A call
 then only fills a pointer table, allocates the outputs and calls the kernel through ctypes,
@@ -29,7 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from symgrad.backends import Backend
 from symgrad.ir import Graph
+from symgrad.runtime import top_level, unflatten_tree, write_out
 
 from symgrad import settings
 
@@ -136,7 +137,7 @@ class Native:
                         for t, spec in enumerate(self.outs) if spec is None]
         least, nt = parallel_min(), num_threads()   # both read: a bad value fails here
         self.parallel = self.work >= least and nt > 1
-        self.top = [graph.out_tree] if isinstance(graph.out_tree, int) else list(graph.out_tree)
+        self.top = top_level(graph.out_tree)
         self.out_checks = [(o.shape, np.dtype(o.dtype),
                             spec is not None and spec[3] is None)   # an array the kernel writes
                            for o, spec in zip(graph.outputs, self.outs)]
@@ -144,7 +145,7 @@ class Native:
         flat_tuple = isinstance(tree, tuple) and len(tree) > 1 and all(isinstance(t, int) for t in tree)
         self.pick = (operator.itemgetter(tree) if isinstance(tree, int) else
                      operator.itemgetter(*tree) if flat_tuple else
-                     (lambda results: _tree(tree, results)))
+                     (lambda results: unflatten_tree(tree, results)))
         self.lock = threading.Lock()
         self.cached = self._state()
         _natives.add(self)
@@ -349,12 +350,6 @@ def _copy(v):
     return np.array(v) if isinstance(v, np.ndarray) else v
 
 
-def _tree(tree, flat):
-    if isinstance(tree, int):
-        return flat[tree]
-    return tuple(_tree(t, flat) for t in tree)
-
-
 def _span(a: np.ndarray) -> tuple[int, int]:
     """The byte range an array's elements can touch (conservative for strided views)."""
     if a.flags.c_contiguous:
@@ -367,29 +362,16 @@ _byte_bounds = getattr(np, "byte_bounds", None) or np.lib.array_utils.byte_bound
 
 
 def _write_back(results, tree, out, flat_out):
-    from symgrad.api import _write_out
-    pending = [r for r, given in zip(results, flat_out)]
-    value = _tree(tree, pending)
+    value = unflatten_tree(tree, results)
     # arrays the kernel wrote in place are already there; the rest are copied
     outs = out if isinstance(out, tuple) else (out,)
     vals = value if isinstance(tree, tuple) else (value,)
     for o, v in zip(outs, vals):
         if v is not o:
-            _write_out(v, o)
+            write_out(v, o)
     return out
 
 
-def _native(entry) -> Native:
-    native = entry.native
-    if native is None:
-        with _entry_lock:
-            native = entry.native
-            if native is None:
-                native = entry.native = Native(entry.graph)
-    return native
-
-
-_entry_lock = threading.Lock()
 _natives: "weakref.WeakSet[Native]" = weakref.WeakSet()   # for their locks after a fork
 
 
@@ -397,10 +379,9 @@ def _after_fork_in_child():
     """A forked child has only the thread that forked: the pool's workers and any thread that
     held one of our locks are gone. Without this, the first large call in the child waited
     forever for workers that do not exist (multiprocessing's "fork" pools, Dask, joblib)."""
-    global _pool, _pool_lock, _entry_lock
+    global _pool, _pool_lock
     _pool = None                       # the child starts its own workers when it needs them
     _pool_lock = threading.Lock()
-    _entry_lock = threading.Lock()
     for native in list(_natives):
         native.lock = threading.Lock()
 
@@ -408,19 +389,29 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def run_cpu(f, entry, values, out=None):
-    """Evaluate ``entry`` (a ``symgrad.api.Compiled``) on ``values`` with native code."""
-    return _native(entry)(values, out)
-
-
-def llvm_ir(entry, optimized: bool = False) -> str:
+def llvm_ir(signature, optimized: bool = False) -> str:
     """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``, with
     the user's lines of each stage as comments (display only: see ``codegen.source_map``)."""
     from .source_map import annotate_llvm
-    prog = Program(entry.graph)
+    prog = Program(signature.graph)
     text = str(jit.optimize(prog.text)) if optimized else prog.text
     return annotate_llvm(text, prog.schedule)
 
 
-def assembly(entry) -> str:
-    return jit.assembly(Program(entry.graph).text)
+def assembly(signature) -> str:
+    return jit.assembly(Program(signature.graph).text)
+
+
+class CpuBackend(Backend):
+    """``target="cpu"``: a :class:`Native` per signature, called with the values."""
+    name = "cpu"
+    views = {"llvm_ir": llvm_ir, "asm": assembly}
+
+    def prepare(self, signature) -> Native:
+        return Native(signature.graph)
+
+    def run(self, prepared: Native, values, out):
+        return prepared(values, out)
+
+
+BACKEND = CpuBackend()

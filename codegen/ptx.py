@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from symgrad.ir import Graph, Node, is_float, toposort
+from symgrad.ir import Graph, NewAxis, Node, Slice, is_float, toposort
 
 from . import libdevice
 from .kernel import REDUCE_KIND, identity
@@ -586,10 +586,10 @@ class KernelBuilder:
         d, src, k = self.dims(idx), [], 0
         x = node.inputs[0]
         for item in node.attrs[0]:
-            if item == ("n",):
+            if isinstance(item, NewAxis):
                 k += 1
-            elif isinstance(item, tuple):
-                _, start, _, step = item
+            elif isinstance(item, Slice):
+                start, step = item.start, item.step
                 v = d[k] if step == 1 else self.b.mul(d[k], ir.Constant(self.ity, step))
                 src.append(self.b.add(v, self.int(start)) if start else v)
                 k += 1
@@ -603,12 +603,12 @@ class KernelBuilder:
         b, base = self.b, node.inputs[0]
         conds, coords, a = [], [], 0
         for item in node.attrs[0]:
-            if item == ("n",):
+            if isinstance(item, NewAxis):
                 coords.append(self.int(0))
                 continue
             v = d[a]
-            if isinstance(item, tuple):
-                _, start, stop, step = item
+            if isinstance(item, Slice):
+                start, stop, step = item.start, item.stop, item.step
                 if step > 0:
                     off = b.sub(v, self.int(start))
                     conds += [b.icmp_signed(">=", v, self.int(start)), b.icmp_signed("<", v, self.int(stop))]

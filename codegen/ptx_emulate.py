@@ -16,6 +16,8 @@ import threading
 
 import numpy as np
 
+from symgrad.runtime import finish_flat
+
 from . import ptx as ptxmod
 
 _lock = threading.Lock()
@@ -66,8 +68,7 @@ def compile_plan(graph):
 
 def run(graph, values, compiled=None):
     """Evaluate ``graph`` on ``values`` through the CUDA plan; NumPy results as target='python'
-    returns them (via ``symgrad.api._finish``)."""
-    from symgrad.api import _finish
+    returns them (``symgrad.runtime.finish_flat``)."""
     p, fns = compiled or compile_plan(graph)
     store = {}
     for buf in p.buffers:
@@ -94,8 +95,4 @@ def run(graph, values, compiled=None):
         a = store[b][:node.size]
         a = a.view(bool) if node.dtype == "bool" else a
         outs.append(a.reshape(node.shape).copy())
-    it = iter(outs)
-
-    def unflatten(tree):
-        return next(it) if isinstance(tree, int) else tuple(unflatten(t) for t in tree)
-    return _finish(unflatten(graph.out_tree), graph, values)
+    return finish_flat(outs, graph, values)

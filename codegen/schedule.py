@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import OPS, Graph, Node, is_float, toposort, use_counts
+from symgrad.ir import OPS, Graph, NewAxis, Node, Slice, is_float, toposort, use_counts
 
 LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
@@ -507,12 +507,12 @@ def _index_view(v: View, index) -> View:
     """A basic-indexing view (the normalised index of ``symgrad.ops.getitem``)."""
     offset, shape, strides, axis = v.offset, [], [], 0
     for item in index:
-        if item == ("n",):
+        if isinstance(item, NewAxis):
             shape.append(1)
             strides.append(0)
             continue
-        if isinstance(item, tuple):
-            _, start, stop, step = item
+        if isinstance(item, Slice):
+            start, stop, step = item.start, item.stop, item.step
             shape.append(len(range(start, stop, step)))
             strides.append(v.strides[axis] * step)
             offset += start * v.strides[axis] if shape[-1] else 0

@@ -11,16 +11,23 @@
 """
 from .api import Function, differentiate, grad, hvp, value_and_grad
 from .check import check_grad
-from .clip import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 from .errors import UnsupportedSyntaxError
 from .export import export
 from .numpy_api import DUALS as _DUALS
-from . import optim
+from .train.clip import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 
 __version__ = "0.1.0"
 
 globals().update(_DUALS)   # sg.exp, sg.sum, sg.reduce_max, sg.stop_gradient, ...
 stop_gradient = _DUALS["stop_gradient"]
+
+
+def __getattr__(name):
+    """``sg.optim`` is imported on first use: ``import symgrad`` stays light."""
+    if name == "optim":
+        from .train import optim
+        return optim
+    raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
 
 __all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
            "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value", "clip_by_norm",

@@ -6,9 +6,10 @@ compiles it for its target. Graphs are cached per signature, the most recently u
 ``SYMGRAD_TRACE_CACHE_SIZE`` (64) of them; ``f.grad`` is built once.
 
 A trace records the globals, closure cells and module attributes it read (the objects, by
-identity); a call whose signature is cached first checks that each still holds the same object
-and traces again if one was rebound, so a changed ``SCALE`` is seen on the next call whatever
-the shape. Derived functions (``f.grad``, ...) share their parent's record.
+identity; ``symgrad.captures``); a call whose signature is cached first checks that each still
+holds the same object and traces again if one was rebound, so a changed ``SCALE`` is seen on
+the next call whatever the shape. Derived functions (``f.grad``, ...) share their parent's
+record. Calls go to the target's back end through ``symgrad.backends``.
 
 A Function pickles by reference to its Python function (module and qualified name) and is
 rebuilt, with empty caches, where it is unpickled (multiprocessing, concurrent.futures, Dask).
@@ -28,59 +29,17 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .autodiff import grad_graph
-from .emit_python import compile_python, emit
+from . import backends
+from .autodiff import grad_graph, hvp_graph
+from .backends import check_target
+from .captures import capture_holder, captures_current
+from .emit_python import emit
 from .frontend import trace
-from . import ops, settings
-from .ir import Graph, make, substitute
+from . import settings
+from .ir import Graph
+from .runtime import arg_key, standin
 from .scope import MISSING
 from .simplify import simplify
-
-TARGETS = ("cpu", "python", "cuda")
-
-
-_FLOAT_KEY = ("f",)
-
-
-def zero_standin(dtype, shape) -> np.ndarray:
-    """A read-only array of this dtype and shape that takes no memory (one broadcast zero):
-    tracing needs only shapes and dtypes."""
-    return np.broadcast_to(np.zeros((), dtype=dtype), tuple(shape))
-
-
-def _standin(key):
-    """A zero-memory value with the signature ``key``."""
-    kind = key[0]
-    if kind == "a":
-        return zero_standin(key[1], key[2])
-    if kind == "s":
-        return key[1].type(0)
-    if kind == "f":
-        return 0.0
-    return key[1]
-
-
-def _arg_key(value):
-    """What a trace is specialised on: dtype and shape of arrays, values of static ints."""
-    kind = type(value)
-    if kind is float:
-        return _FLOAT_KEY
-    if kind is np.ndarray:
-        return ("a", value.dtype, value.shape)
-    if isinstance(value, np.ndarray):
-        return ("a", value.dtype, value.shape)
-    if isinstance(value, np.generic):
-        return ("s", value.dtype)
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, numbers.Integral):
-        return ("i", int(value))
-    if isinstance(value, numbers.Real):
-        return _FLOAT_KEY
-    if value is None or isinstance(value, (str, tuple)):
-        return ("static", value)
-    raise TypeError(f"expected a float, int, bool or NumPy array argument, got {kind.__name__}")
-
 
 DEFAULT_TRACE_CACHE_SIZE = settings.VARIABLES["SYMGRAD_TRACE_CACHE_SIZE"].default
 
@@ -90,71 +49,16 @@ def trace_cache_size() -> int:
     return settings.read("SYMGRAD_TRACE_CACHE_SIZE")
 
 
-# -- captured globals ------------------------------------------------------------------------------
-# A capture is (holder, name, value): ``holder.get(name, MISSING)`` is what the name holds now.
-# The holder is a globals dict or a module's __dict__ (value MISSING for a builtin: a global
-# not defined), or a CellView of a closure cell.
-
-class CellView:
-    """A closure cell read like a dict (so checking a capture is one ``get`` for every kind)."""
-    __slots__ = ("cell",)
-
-    def __init__(self, cell):
-        self.cell = cell
-
-    def get(self, name, default):
-        try:
-            return self.cell.cell_contents
-        except ValueError:   # emptied (del)
-            return default
-
-
-def capture_holder(holder):
-    """The object a capture reads through: dicts as they are, cells wrapped."""
-    return holder if isinstance(holder, dict) else CellView(holder)
-
-
-_IMMUTABLE_SCALARS = (bool, int, float, complex, str, bytes)
-
-
-def _same_constant(a, b) -> bool:
-    """Two equal immutable scalars (a global recomputed to the same number); repr tells -0.0
-    from 0.0 and makes nan equal to itself."""
-    return type(a) is type(b) and (type(a) in _IMMUTABLE_SCALARS or isinstance(a, np.generic)) \
-        and repr(a) == repr(b)
-
-
-def captures_current(captures: list) -> bool:
-    """Whether every global, cell and module attribute a trace read still holds the object it
-    read: identity comparisons, on every call (the hot path)."""
-    for holder, name, value in captures:
-        if holder.get(name, MISSING) is not value:
-            return _only_equal_scalars_changed(captures)
-    return True
-
-
-def _only_equal_scalars_changed(captures: list) -> bool:
-    """The slow path: a name holds another object. An equal immutable scalar still counts as
-    current (and is remembered, so the next call takes the fast path again)."""
-    for i, (holder, name, value) in enumerate(captures):
-        current = holder.get(name, MISSING)
-        if current is not value:
-            if not _same_constant(current, value):
-                return False
-            captures[i] = (holder, name, current)
-    return True
-
-
 class Compiled:
-    """One signature's graph and its compiled forms; ``captures``: what the trace read from
-    outside the function (see ``captures_current``)."""
+    """One signature's graph, what each back end prepared for it (``prepared``: target name
+    -> the back end's object) and ``captures``: what the trace read from outside the
+    function (see ``captures_current``). Back ends see it as the signature they prepare."""
 
     def __init__(self, graph: Graph, captures: list):
         self.graph = graph
         self.captures = captures
-        self._python = None
+        self.prepared: dict = {}
         self._source = None
-        self.native = None   # set by a native back end
 
     @property
     def source(self) -> str:
@@ -162,19 +66,22 @@ class Compiled:
             self._source = emit(self.graph)[0]
         return self._source
 
-    @property
-    def python(self):
-        if self._python is None:
-            self._python, self._source = compile_python(self.graph)
-        return self._python
+    def prepare(self, backend):
+        """What ``backend`` needs to run this signature, prepared once (also under threads)."""
+        with _prepare_lock:
+            prepared = self.prepared.get(backend.name)
+            if prepared is None:
+                prepared = self.prepared[backend.name] = backend.prepare(self)
+        return prepared
+
+
+_prepare_lock = threading.Lock()
 
 
 class Function:
     """A differentiable function: call it, take ``.grad``, inspect ``.source`` and ``.ir``."""
 
     def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
-        if target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
         self.fn = fn if _parent is None else _parent.fn
         self.target = target
         self._parent = _parent
@@ -195,6 +102,15 @@ class Function:
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
         self.__wrapped__ = self.fn
+
+    @property
+    def target(self) -> str:
+        return self._backend_name
+
+    @target.setter
+    def target(self, target: str):
+        self._backend_name = check_target(target)
+        self._backend = None   # imported on first call (symgrad never imports llvmlite itself)
 
     # -- construction helpers ------------------------------------------------------------------
     def _normalize_wrt(self, wrt):
@@ -229,7 +145,8 @@ class Function:
         return self._derived("value_and_grad")
 
     # -- building --------------------------------------------------------------------------------
-    def _bind(self, args, kwargs) -> list:
+    def bind(self, args, kwargs) -> list:
+        """The positional values of a call (defaults applied), or a clear TypeError."""
         if self._kind == "hvp":
             if kwargs or len(args) != len(self.params) + 1:
                 raise TypeError(f"{self.__name__}() takes the arguments (x, v, *rest): "
@@ -263,29 +180,24 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        g = parent.graph
-        (b_x,) = g.outputs
-        v = make("arg", (), (len(g.params), "v", b_x.dtype, b_x.shape))
+        (b_x,) = parent.graph.outputs
         if np.shape(values[1]) != b_x.shape:
             raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
-        inner = g.derive(g.name, (ops.reduce("sum", b_x * v),), 0)
-        inner.params, inner.inputs = g.params + ("v",), g.inputs + (v,)
-        out = grad_graph(inner, (i,), True, False)
-        # Reorder the parameters to (x, v, *rest): new arg nodes whose index is their position.
-        order = [i, len(g.params)] + [k for k in range(len(g.params)) if k != i]
-        mapping, inputs = {}, []
-        for position, k in enumerate(order):
-            old = inner.inputs[k]
-            new = None if old is None else make("arg", (), (position,) + old.attrs[1:])
-            if old is not None:
-                mapping[old] = new
-            inputs.append(new)
-        out.outputs = tuple(substitute(out.outputs, mapping))
-        out.params = tuple(inner.params[k] for k in order)
-        out.inputs = tuple(inputs)
-        out.names = {mapping.get(n, n): v for n, v in out.names.items()}
-        out.name = f"hvp_{self.fn.__name__}"
-        return out, parent.captures
+        return hvp_graph(parent.graph, i, f"hvp_{self.fn.__name__}"), parent.captures
+
+    # -- being called while another function is traced (symgrad.expressions) --------------------
+    @property
+    def derived(self) -> bool:
+        """Whether this is a transform of another Function (``grad``, ``value_and_grad``,
+        ``hvp``): ``fn`` is then the primal, not what a call computes, so a trace cannot
+        inline ``fn`` and splices in :meth:`graph_for` instead."""
+        return self._kind != "trace"
+
+    def graph_for(self, values) -> tuple[Graph, list]:
+        """The simplified graph of these values' signature and the captures ``(holder, name,
+        value)`` its trace read (cached like a call's)."""
+        entry = self._compiled(values)
+        return entry.graph, entry.captures
 
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph
@@ -294,7 +206,7 @@ class Function:
         """The cached entry for these values' signature, traced (again) when missing or when
         a global it read was rebound; the least recently used beyond the bound are dropped."""
         if key is None:
-            key = tuple([_arg_key(v) for v in values])
+            key = tuple([arg_key(v) for v in values])
         self._last_key = key
         with self._lock:
             entry = self._cache.get(key)
@@ -315,16 +227,16 @@ class Function:
         if kwargs:
             if "out" in kwargs and "out" not in self.params:
                 out = kwargs.pop("out")
-            values = self._bind(args, kwargs)
+            values = self.bind(args, kwargs)
         elif len(args) == self._arity:
             values = args        # the hot path: positional arguments, nothing to bind
         else:
-            values = self._bind(args, kwargs)
-        if self.target == "cuda":   # device arrays (__cuda_array_interface__) trace by shape/dtype
-            from codegen.cuda import host_standins
-            entry = self._compiled(host_standins(list(values)))
+            values = self.bind(args, kwargs)
+        backend = self._backend or self._load_backend()
+        if backend.signature_values is not None:   # e.g. device arrays traced by shape/dtype
+            entry = self._compiled(backend.signature_values(list(values)))
         else:
-            key = tuple([_arg_key(v) for v in values])
+            key = tuple([arg_key(v) for v in values])
             self._last_key = key
             entry = self._cache.get(key)
             if entry is None:
@@ -341,21 +253,25 @@ class Function:
                             self._cache.move_to_end(key)
                         except KeyError:       # dropped by another thread meanwhile
                             pass
-        if self.target == "python":
-            result = _finish(entry.python(*values), entry.graph, values)
-            return _write_out(result, out) if out is not None else result
-        return _backend(self.target)(self, entry, values, out)
+        prepared = entry.prepared.get(self._backend_name)
+        if prepared is None:
+            prepared = entry.prepare(backend)
+        return backend.run(prepared, values, out)
+
+    def _load_backend(self):
+        self._backend = backends.backend(self._backend_name)
+        return self._backend
 
     # -- inspection ------------------------------------------------------------------------------
     def _example_values(self, args, kwargs):
         """Arguments to show code for: the given ones, else stand-ins for the latest call of this
         function or of one it derives from (no reference to the caller's arrays is kept)."""
         if args or kwargs:
-            return self._bind(args, kwargs)
+            return self.bind(args, kwargs)
         f = self
         while f is not None:
             if f._last_key is not None:
-                return [_standin(k) for k in f._last_key]
+                return [standin(k) for k in f._last_key]
             f = f._parent
         return None
 
@@ -392,16 +308,16 @@ class Function:
         return self._inspect_entry(*args, **kwargs).graph.listing()
 
     def llvm_ir(self, *args, optimized=False, **kwargs) -> str:
-        from codegen import llvm
-        return llvm.llvm_ir(self._inspect_entry(*args, **kwargs), optimized=optimized)
+        """The CPU kernel's LLVM IR for these argument types, optionally after ``-O3``."""
+        return backends.show("llvm_ir", self._inspect_entry(*args, **kwargs), optimized=optimized)
 
     def asm(self, *args, **kwargs) -> str:
-        from codegen import llvm
-        return llvm.assembly(self._inspect_entry(*args, **kwargs))
+        """The CPU kernel's machine code (assembly) for these argument types."""
+        return backends.show("asm", self._inspect_entry(*args, **kwargs))
 
     def ptx(self, *args, arch=None, **kwargs) -> str:
-        from codegen import ptx
-        return ptx.ptx(self._inspect_entry(*args, **kwargs), arch=arch)
+        """PTX for these argument types (``arch``: e.g. ``"sm_80"``; default the GPU's)."""
+        return backends.show("ptx", self._inspect_entry(*args, **kwargs), arch=arch)
 
     # -- mathematics, notebooks, audits (symgrad.sympy_form, symgrad.notebook, symgrad.audit) --
     def sympy(self, *args, **kwargs):
@@ -501,6 +417,8 @@ def _after_fork_in_child():
     """A forked child has only the thread that forked: a Function's lock that another thread
     held while tracing would never be released, and the child's next call would wait forever
     (multiprocessing's "fork" pools). The back ends reset their own locks likewise."""
+    global _prepare_lock
+    _prepare_lock = threading.Lock()
     for f in list(_functions):
         f._lock = threading.Lock()
 
@@ -558,69 +476,6 @@ def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
     return derived
 
 
-def _write_out(result, out):
-    """Copy results into caller-provided arrays (shape and dtype must match exactly)."""
-    results = result if isinstance(result, tuple) else (result,)
-    outs = out if isinstance(out, tuple) else (out,)
-    if len(outs) != len(results):
-        raise ValueError(f"out= needs {len(results)} arrays, got {len(outs)}")
-    for r, o in zip(results, outs):
-        if not isinstance(o, np.ndarray) or o.shape != np.shape(r) or o.dtype != np.asarray(r).dtype:
-            raise ValueError(f"out= array must have shape {np.shape(r)} and dtype "
-                             f"{np.asarray(r).dtype}, got {getattr(o, 'shape', None)} "
-                             f"{getattr(o, 'dtype', type(o).__name__)}")
-        o[...] = r
-    return out
-
-
-_RUNNERS: dict = {}
-
-
-def _backend(target):
-    """The run function of a native target, imported once (symgrad itself never imports
-    llvmlite: codegen does, on first use)."""
-    runner = _RUNNERS.get(target)
-    if runner is None:
-        if target == "cpu":
-            from codegen.llvm import run_cpu as runner
-        elif target == "cuda":
-            from codegen.cuda import run_cuda as runner
-        else:
-            raise ValueError(target)
-        _RUNNERS[target] = runner
-    return runner
-
-
-def _finish(outputs, graph: Graph, values):
-    """Python floats for 0-d float64 results; never hand back an argument's own memory."""
-    def fix(v, dtype: str):
-        if isinstance(v, np.ndarray) and v.ndim and (
-                not v.flags.owndata or any(v is a for a in values)):
-            return np.array(v)
-        if np.ndim(v) == 0:   # generated code may return a Python number for a constant
-            if dtype == "float64":
-                return float(v)
-            return np.asarray(v, dtype=dtype)[()]
-        return v
-
-    def walk(tree, flat):
-        if isinstance(tree, int):
-            return fix(flat[tree], graph.outputs[tree].dtype)
-        return tuple(walk(t, flat) for t in tree)
-
-    flat = [outputs] if isinstance(graph.out_tree, int) else _flatten_out(outputs, graph.out_tree)
-    return walk(graph.out_tree, flat)
-
-
-def _flatten_out(value, tree):
-    if isinstance(tree, int):
-        return [value]
-    out = []
-    for v, t in zip(value, tree, strict=True):   # a back end returning another structure is a bug
-        out.extend(_flatten_out(v, t))
-    return out
-
-
 def differentiate(fn=None, *, wrt=0, target="cpu"):
     """Decorator (``@differentiate`` or ``@differentiate(wrt=..., target=...)``) and plain call."""
     if fn is None:
@@ -636,9 +491,7 @@ def _base(fn, wrt, target) -> Function:
 
 def _retarget(f: Function, target) -> Function:
     if target is not None:
-        if target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-        f.target = target
+        f.target = check_target(target)
     return f
 
 

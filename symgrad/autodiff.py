@@ -7,8 +7,8 @@ is seeded with ones of its shape. Broadcasting is undone in one place (``unbroad
 """
 from __future__ import annotations
 
-from .ir import OPS, Graph, Node, is_float, label_new, toposort
-from .ops import add, cast, full, unbroadcast, zeros_like
+from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
+from .ops import add, cast, full, reduce, unbroadcast, zeros_like
 
 
 def active_nodes(order: list[Node], wrt: set[Node]) -> set[Node]:
@@ -54,7 +54,6 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
     return [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt], origin
 
 
-
 def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Graph:
     """The graph of the gradient of ``graph`` with respect to parameter indices ``wrt``;
     ``single`` returns one gradient rather than a tuple; ``with_value`` prepends the value."""
@@ -79,3 +78,29 @@ def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Grap
     result.outputs = (tuple(graph.outputs) if with_value else ()) + tuple(grads)
     result.out_tree = (graph.out_tree, grad_tree) if with_value else grad_tree
     return result
+
+
+def hvp_graph(grad: Graph, wrt: int, name: str) -> Graph:
+    """The Hessian-vector product ``H(x) @ v`` from ``grad``, the graph of the gradient with
+    respect to parameter ``wrt`` (x): the gradient of ``<grad(x), v>`` with respect to x, its
+    parameters reordered to ``(x, v, *rest)``."""
+    (b_x,) = grad.outputs
+    v = make("arg", (), (len(grad.params), "v", b_x.dtype, b_x.shape))
+    inner = grad.derive(grad.name, (reduce("sum", b_x * v),), 0)
+    inner.params, inner.inputs = grad.params + ("v",), grad.inputs + (v,)
+    out = grad_graph(inner, (wrt,), True, False)
+    # Reorder the parameters to (x, v, *rest): new arg nodes whose index is their position.
+    order = [wrt, len(grad.params)] + [k for k in range(len(grad.params)) if k != wrt]
+    mapping, inputs = {}, []
+    for position, k in enumerate(order):
+        old = inner.inputs[k]
+        new = None if old is None else make("arg", (), (position,) + old.attrs[1:])
+        if old is not None:
+            mapping[old] = new
+        inputs.append(new)
+    out.outputs = tuple(substitute(out.outputs, mapping))
+    out.params = tuple(inner.params[k] for k in order)
+    out.inputs = tuple(inputs)
+    out.names = {mapping.get(n, n): v for n, v in out.names.items()}
+    out.name = name
+    return out

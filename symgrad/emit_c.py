@@ -11,6 +11,11 @@ per-element ops; reductions, ``@`` and updates are loop nests of their own): an 
 view node used once at its own shape is inlined into its consumer's loop, so chains of
 elementwise work (and a reduction of them) fuse into one loop, as in the CPU back end. Other
 nodes get a temporary array (``malloc``) or a local scalar. Comments cite the user's line.
+
+Why this module is long (~700 lines): it does one job, printing C, and most of it is the one
+emitter class whose loop-nest writers (reductions, ``@``, updates, fused elementwise loops)
+share its naming, temporaries and indentation state; splitting them apart would thread that
+state through every call.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import re
 import numpy as np
 
 from .emit_python import Namer, _schedule, function_name
-from .ir import OPS, Graph, Node, toposort, use_counts
+from .ir import OPS, Graph, NewAxis, Node, Slice, toposort, use_counts
 
 C_TYPES = {"float64": "double", "float32": "float", "bool": "bool", "int8": "int8_t",
            "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
@@ -657,7 +662,7 @@ class _CEmitter:
 
 
 def _region_shape(shape, index) -> tuple:
-    from .shape_ops import _index_shape
+    from .ops import _index_shape
     return _index_shape(shape, index)
 
 
@@ -665,11 +670,11 @@ def _index_map(index, idx: list[str], in_shape) -> list[str]:
     """Input multi-index of a basic index (see ``shape_ops``) at output multi-index ``idx``."""
     out, k = [], 0
     for item in index:
-        if item == ("n",):
+        if isinstance(item, NewAxis):
             k += 1
             continue
-        if isinstance(item, tuple):
-            _, start, _stop, step = item
+        if isinstance(item, Slice):
+            start, step = item.start, item.step
             i = idx[k]
             k += 1
             if step == 1:

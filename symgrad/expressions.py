@@ -1,9 +1,9 @@
-"""Expressions and calls of the tracer (a mixin of :class:`symgrad.frontend.Tracer`).
+"""Expressions of the tracer (a mixin of :class:`symgrad.frontend.Tracer`; calls are the
+other mixin, :class:`symgrad.calls.Calls`).
 
-Operators on static values run in Python; on traced values they build IR. Calls dispatch on
-the callee: a known math function (``np.exp``, ``math.exp``, ``sg.exp``), a Python function
-(inlined: its source is read and interpreted), a function defined while tracing, a method of
-a traced array, or a pure static computation. Everything else is reported with its location.
+Operators on static values run in Python; on traced values they build IR. Attributes and
+methods of traced arrays, subscripts, comprehensions, and where a value may live (the aliasing
+checks of ``symgrad.aliases``) are here too.
 """
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, shared_with_arguments
-from .ir import Node, substitute
-from .numpy_api import CALLABLES, DUALS
-from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
-from .source import function_source
+from .aliases import NO_BUFFERS, Buffer, holds_array
+from .ir import Node
+from .numpy_api import DUALS
+from .scope import Frame, is_data
 
 MAX_CALL_DEPTH = 40
 
@@ -43,9 +42,6 @@ _STATIC_CMPOPS = {ast.Is: operator.is_, ast.IsNot: operator.is_not,
 _STRUCTURAL_BUILTINS = {builtins.len, builtins.zip, builtins.enumerate, builtins.list,
                         builtins.tuple, builtins.reversed, builtins.dict, builtins.isinstance,
                         builtins.sum, builtins.iter, builtins.next}
-
-_UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
-                 builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 
 _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertools")
 # Packages whose globals and attributes a trace does not record (nobody rebinds np.exp, and
@@ -323,28 +319,6 @@ class Expressions:
     def expr_FormattedValue(self, node, frame):
         return self.eval(node.value, frame)
 
-    # -- calls -------------------------------------------------------------------------------
-    def expr_Call(self, node, frame):
-        fn = self.eval(node.func, frame)
-        args = self.eval_items(node.args, frame)
-        kwargs = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                kwargs.update(self.eval(kw.value, frame))
-            else:
-                kwargs[kw.arg] = self.eval(kw.value, frame)
-        if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
-            self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
-        # an inlined callee's parameters live where these arguments live
-        self.pending_arguments = self.argument_buffers(node, frame) if _may_inline(fn) else None
-        self.call_buffers = None
-        try:
-            value = self.call(fn, args, kwargs, node)
-        finally:
-            self.pending_arguments = None
-        self.origins[node] = self.call_origin(fn, node, args, value, frame)
-        return value
-
     # -- aliasing: where a value may live (symgrad.aliases) ----------------------------------
     def origin_of(self, expr, frame: Frame) -> frozenset:
         """The buffers the value ``expr`` just evaluated to may live in: a name's buffers,
@@ -381,181 +355,9 @@ class Expressions:
         return ([self.origin_of(a, frame) for a in node.args],
                 {k.arg: self.origin_of(k.value, frame) for k in node.keywords})
 
-    def call_origin(self, fn, node, args, value, frame: Frame):
-        """Where a call's result may live: an inlined function's return value where it
-        lives; a view (reshape, .T, np.asarray, ...) where its base lives; a list method's or
-        a structural builtin's result where the container or arguments live; else fresh."""
-        receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
-        owner = getattr(fn, "__self__", None)
-        if _container_method(fn):
-            if fn.__name__ in _ADDING_METHODS:
-                added = frozenset().union(*(self.origin_of(a, frame) or fresh_buffers(v)
-                                            for a, v in zip(node.args, args)))
-                added |= self.origin_of(ast.Tuple(elts=[k.value for k in node.keywords]), frame)
-                self.note_contents(owner, added, frame)
-            return (receiver,)
-        if not holds_array(value):
-            return NO_BUFFERS
-        if self.call_buffers is not None:
-            return self.call_buffers
-        if isinstance(fn, _BoundNodeMethod):
-            return (receiver,) if fn.fn in _VIEW_METHODS else NO_BUFFERS
-        try:
-            handler = CALLABLES.get(fn)
-        except TypeError:
-            handler = None
-        if handler in _VIEW_FUNCTIONS:
-            return tuple(node.args[:1]) or tuple(k.value for k in node.keywords)
-        if fn in _STRUCTURAL_BUILTINS:
-            return tuple(node.args) + tuple(k.value for k in node.keywords)
-        # an eager NumPy call on constants may return a view of one of them
-        operands = ([owner] if receiver is not None and isinstance(owner, np.ndarray) else []) + list(args)
-        exprs = ([receiver] if receiver is not None and isinstance(owner, np.ndarray) else []) + list(node.args)
-        return tuple(exprs[i] for i in shared_with_arguments(value, operands) if i < len(exprs))
-
-    def call(self, fn, args, kwargs, node):
-        from .api import Function   # the decorated form inlines its Python function
-        if isinstance(fn, Function):
-            if fn._kind != "trace":   # f.grad, value_and_grad, hvp: fn.fn is the *primal*
-                return self.call_derived(fn, args, kwargs)
-            fn = fn.fn
-        if isinstance(fn, InterpFunction):
-            return self.call_interpreted(fn, args, kwargs, node)
-        try:
-            handler = CALLABLES.get(fn)
-        except TypeError:
-            handler = None
-        if handler is not None:
-            return handler(*args, **kwargs)
-        if fn in _UNSAFE_CALLS:
-            self.fail(node, _UNSAFE_CALLS[fn])
-        if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
-            self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
-        if isinstance(fn, types.FunctionType):
-            if _is_pure(fn) and not any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
-                return fn(*args, **kwargs)   # e.g. np.broadcast_shapes on shapes: just run it
-            return self.call_python(fn, args, kwargs, node)
-        if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-            return self.call_python(fn.__func__, [fn.__self__] + list(args), kwargs, node)
-        if isinstance(fn, _BoundNodeMethod):
-            return fn(*args, **kwargs)
-        if fn in _STRUCTURAL_BUILTINS:   # they move values around without looking at them
-            return fn(*args, **kwargs)
-        if fn is builtins.range and any(is_data(a) for a in args):
-            self.fail(node, "range() over a traced value (loop bounds must be static)")
-        if _container_method(fn):
-            return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
-        traced = any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
-        if traced:
-            name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
-            module = getattr(fn, "__module__", None) or type(fn).__module__
-            self.fail(node, f"call to {module}.{name} on traced values",
-                      "supported functions are listed in DESIGN.md §2 (sg.*, np.*, math.*)")
-        if _is_pure(fn) or fn in SAFE_BUILTINS.values():
-            return fn(*args, **kwargs)
-        self.fail(node, f"call to {getattr(fn, '__qualname__', repr(fn))}")
-
-    def call_derived(self, fn, args, kwargs):
-        """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:
-        build its graph for these argument types and splice it in, its arguments replaced by
-        ours (so an input gradient can feed, say, an adversarial perturbation)."""
-        from .api import zero_standin
-        values = fn._bind(list(args), kwargs)
-        examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
-        entry = fn._compiled(examples)
-        for holder, name, value in entry.captures:   # what its trace read, ours read too
-            self.captured(getattr(holder, "cell", holder), name, value)
-        graph = entry.graph
-        mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
-        return _unflatten(graph.out_tree, substitute(graph.outputs, mapping))
-
-    def call_python(self, fn, args, kwargs, node):
-        source = function_source(fn)
-        tree = source.tree
-        callee = Frame(self, source, fn.__globals__, None, closure_of(fn), fn.__name__)
-        defaults = list(fn.__defaults__ or ())
-        kw_defaults = [(fn.__kwdefaults__ or {}).get(a.arg, MISSING) for a in tree.args.kwonlyargs]
-        return self.invoke(tree, callee, args, kwargs, defaults, kw_defaults, node)
-
-    def call_interpreted(self, fn: InterpFunction, args, kwargs, node):
-        callee = Frame(self, fn.frame.source, fn.frame.globals, fn.frame, {}, fn.__name__)
-        return self.invoke(fn.tree, callee, args, kwargs, fn.defaults, fn.kw_defaults, node)
-
-    def invoke(self, tree, callee: Frame, args, kwargs, defaults, kw_defaults, node):
-        arguments, self.pending_arguments = self.pending_arguments, None
-        _bind(tree.args, callee.env, args, kwargs, defaults, kw_defaults, getattr(tree, "name", "<lambda>"))
-        self.bind_parameter_buffers(tree.args, callee, arguments, len(args) - len(node.args)
-                                    if isinstance(node, ast.Call) else 0)
-        self.depth += 1
-        if self.depth > MAX_CALL_DEPTH:
-            self.fail(node, f"recursion deeper than {MAX_CALL_DEPTH} calls (recursion on a data-dependent "
-                      "condition cannot terminate while tracing)")
-        caller, self.frame = self.frame, callee
-        self.frames.append(callee)
-        try:
-            value = self.run_body(callee, tree)
-        finally:
-            self.frames.pop()
-            self.depth -= 1
-            self.frame = caller
-        self.call_buffers = self.return_buffers
-        return value
-
-    def bind_parameter_buffers(self, arguments: ast.arguments, callee: Frame, buffers, shift: int):
-        """A parameter lives where the caller's argument lives (``shift`` leading arguments,
-        a bound method's self, have no expression); a default value is memory the function
-        does not own (Python shares it between calls)."""
-        if buffers is None:     # not called from a call expression: nothing known
-            positional, keyword = None, {}
-            every = frozenset((Buffer("an argument of unknown origin"),))
-        else:
-            positional, keyword = buffers
-            every = frozenset().union(*(positional or ()), *keyword.values())
-        params = [a.arg for a in arguments.posonlyargs + arguments.args]
-        for i, p in enumerate(params + [a.arg for a in arguments.kwonlyargs]):
-            if p not in callee.env:
-                continue
-            if positional is None:                       # f(*xs, **kw): any of them
-                origin = every
-            elif i < len(params) and shift <= i < shift + len(positional):
-                origin = positional[i - shift]
-            elif p in keyword:
-                origin = keyword[p]
-            elif i < shift:
-                origin = NO_BUFFERS                      # a bound method's self
-            else:
-                origin = foreign_buffers(f"the default value of parameter '{p}'", callee.env[p])
-            self.bind_buffers(callee, p, callee.env[p], origin)
-        for extra in (arguments.vararg, arguments.kwarg):
-            if extra is not None:
-                self.bind_buffers(callee, extra.arg, callee.env[extra.arg], every)
-
-    def make_closure(self, tree, frame):
-        defaults = [self.eval(d, frame) for d in tree.args.defaults]
-        kw_defaults = [MISSING if d is None else self.eval(d, frame) for d in tree.args.kw_defaults]
-        return InterpFunction(tree, frame, defaults, kw_defaults)
-
-
 # expressions whose value is always newly made (or a scalar): they hold no buffer of their parts
 _FRESH_EXPRESSIONS = (ast.Constant, ast.UnaryOp, ast.Compare, ast.JoinedStr, ast.Lambda,
                       ast.Slice, ast.BinOp)
-
-# methods of lists and dicts that put values in; and all that change the container
-_ADDING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__setitem__"}
-_MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sort", "reverse"}
-
-
-def _container_method(fn) -> bool:
-    """A method of a list or dict object (they move values without looking at them)."""
-    return isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict))
-
-
-def _may_inline(fn) -> bool:
-    """Whether a call may run the callee's own source (its parameters then need to know
-    where the arguments live)."""
-    from .api import Function
-    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function))
-
 
 def _binop_origin(node, value):
     """``a + b`` on arrays makes a new array; on lists it holds both sides' items, and
@@ -565,62 +367,6 @@ def _binop_origin(node, value):
     if isinstance(node.op, ast.Mult) and holds_array(value):
         return (node.left, node.right, frozenset((Buffer("an item repeated by a list * n"),)))
     return (node.left, node.right)
-
-
-def _unflatten(tree, flat: list):
-    """An out_tree (ints index ``flat``, tuples nest) filled in, without recursion."""
-    if isinstance(tree, int):
-        return flat[tree]
-    order, stack = [], [tree]
-    while stack:                 # every tuple, parents before children
-        t = stack.pop()
-        order.append(t)
-        stack.extend(c for c in t if not isinstance(c, int))
-    built: dict = {}
-    for t in reversed(order):    # children before parents
-        built[id(t)] = tuple(flat[c] if isinstance(c, int) else built[id(c)] for c in t)
-    return built[id(tree)]
-
-
-def _is_pure(fn) -> bool:
-    if isinstance(getattr(fn, "__self__", None), (np.ndarray, np.generic)):
-        return True   # a method of a constant array, e.g. np.arange(6.0).reshape(2, 3)
-    module = getattr(fn, "__module__", None) or ""
-    if isinstance(fn, np.ufunc) or isinstance(fn, type) and issubclass(fn, (numbers.Number, np.generic)):
-        return True
-    return module.split(".")[0] in _PURE_MODULES
-
-
-def _bind(arguments: ast.arguments, env: dict, args, kwargs, defaults, kw_defaults, name):
-    params = [a.arg for a in arguments.posonlyargs + arguments.args]
-    if len(args) > len(params) and arguments.vararg is None:
-        raise TypeError(f"{name}() takes {len(params)} positional arguments but {len(args)} were given")
-    for p, v in zip(params, args):
-        env[p] = v
-    if arguments.vararg is not None:
-        env[arguments.vararg.arg] = tuple(args[len(params):])
-    kwargs = dict(kwargs)
-    for p in params[len(args):]:
-        if p in kwargs:
-            env[p] = kwargs.pop(p)
-    first_default = len(params) - len(defaults)
-    for i, p in enumerate(params):
-        if p not in env:
-            if i >= first_default:
-                env[p] = defaults[i - first_default]
-            else:
-                raise TypeError(f"{name}() missing required argument '{p}'")
-    for a, d in zip(arguments.kwonlyargs, kw_defaults):
-        if a.arg in kwargs:
-            env[a.arg] = kwargs.pop(a.arg)
-        elif d is not MISSING:
-            env[a.arg] = d
-        else:
-            raise TypeError(f"{name}() missing required keyword argument '{a.arg}'")
-    if arguments.kwarg is not None:
-        env[arguments.kwarg.arg] = kwargs
-    elif kwargs:
-        raise TypeError(f"{name}() got an unexpected keyword argument '{next(iter(kwargs))}'")
 
 
 def _is_index_array(k) -> bool:

@@ -87,13 +87,65 @@ class ArrayConst:
         return f"array{self.value.shape}"
 
 
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A basic-index item that keeps an axis: its entries ``range(start, stop, step)``, with
+    concrete bounds as ``slice.indices`` gives them (a negative ``stop`` with a negative
+    ``step`` means "down to index 0"). See ``symgrad.index_ops``."""
+    start: int
+    stop: int
+    step: int
+
+    def __repr__(self):
+        return f"Slice({self.start}, {self.stop}, {self.step})"
+
+
+@dataclass(frozen=True, slots=True)
+class NewAxis:
+    """A basic-index item that inserts an axis of length 1 (``np.newaxis``)."""
+
+    def __repr__(self):
+        return "NEWAXIS"
+
+
+NEWAXIS = NewAxis()
+
+
 def _attr_key(attrs: tuple) -> tuple:
     # Floats compare 0.0 == -0.0 and nan != nan; key them by repr so interning is exact.
     return tuple((type(a), repr(a)) if isinstance(a, float) else a for a in attrs)
 
 
+# The builders behind Node's operators, by name; ``symgrad.ops`` fills it when imported (the op
+# table sits above this module, so Node cannot import its builders).
+OPERATOR_NAMES = ("add", "sub", "mul", "truediv", "pow", "matmul", "neg", "abs", "lt", "le", "gt",
+                  "ge", "iter", "len")
+OPERATORS: dict[str, Callable] = {}
+
+
+def _binary(name: str, reflected: bool = False):
+    if reflected:
+        def method(self, other):
+            return OPERATORS[name](other, self)
+    else:
+        def method(self, other):
+            return OPERATORS[name](self, other)
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+def _unary(name: str):
+    def method(self):
+        return OPERATORS[name](self)
+    method.__name__ = f"__{name}__"
+    return method
+
+
 class Node:
-    """An immutable IR node. Build with :func:`make`, never directly."""
+    """An immutable IR node. Build with :func:`make`, never directly.
+
+    Its operators build nodes through ``OPERATORS`` (so derivative rules read as math:
+    ``g * cos(x)``); ``==`` stays identity, because nodes are dict keys."""
     __slots__ = ("op", "inputs", "dtype", "shape", "attrs", "__weakref__")
 
     op: str
@@ -115,6 +167,19 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<{self.op} {self.dtype}{list(self.shape)}>"
+
+    __add__, __radd__ = _binary("add"), _binary("add", True)
+    __sub__, __rsub__ = _binary("sub"), _binary("sub", True)
+    __mul__, __rmul__ = _binary("mul"), _binary("mul", True)
+    __truediv__, __rtruediv__ = _binary("truediv"), _binary("truediv", True)
+    __pow__, __rpow__ = _binary("pow"), _binary("pow", True)
+    __matmul__, __rmatmul__ = _binary("matmul"), _binary("matmul", True)
+    __lt__, __le__, __gt__, __ge__ = _binary("lt"), _binary("le"), _binary("gt"), _binary("ge")
+    __neg__, __abs__, __iter__, __len__ = _unary("neg"), _unary("abs"), _unary("iter"), _unary("len")
+    __array_ufunc__ = None   # NumPy arrays defer to the node's reflected operators
+
+    def __bool__(self):
+        raise TypeError("the truth value of a traced array is data-dependent; use np.where")
 
 
 _interned: "weakref.WeakValueDictionary[tuple, Node]" = weakref.WeakValueDictionary()

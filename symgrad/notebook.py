@@ -73,14 +73,13 @@ def highlight(source: str) -> str:
 
 def describe_key(key) -> str:
     """One argument's signature as a reader says it: ``float64[3x4]``, ``float``, ``int = 3``."""
-    kind = key[0]
-    if kind == "a":
-        return f"{key[1]}[{'x'.join(map(str, key[2])) or '0-d'}]"
-    if kind == "s":
-        return f"{key[1]} scalar"
-    if kind == "f":
+    if key.kind == "array":
+        return f"{key.dtype}[{'x'.join(map(str, key.shape)) or '0-d'}]"
+    if key.kind == "scalar":
+        return f"{key.dtype} scalar"
+    if key.kind == "float":
         return "float"
-    return f"static {key[1]!r}"
+    return f"static {key.value!r}"
 
 
 def _signature_keys(f):

@@ -257,4 +257,3 @@ def builtin_extremum(build):
 
 CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
 CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
-Node.__abs__ = ops.abs_

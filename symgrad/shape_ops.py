@@ -1,7 +1,8 @@
-"""The op table, part two: shape ops, basic indexing, gather/scatter and linear algebra.
+"""The op table, structure: reductions, reshape/transpose/broadcasting and linear algebra.
 
-Same conventions as ``symgrad.ops`` (one ``register(OpDef(...))`` per primitive, builders that
-apply NumPy's rules); ``symgrad.ops`` re-exports everything here, so callers import from there.
+These share a module because their derivative rules call each other (a reduction's VJP
+broadcasts; broadcasting's VJP, ``unbroadcast``, reduces). Same conventions as the other op
+modules: one ``register(OpDef(...))`` per primitive, builders that apply NumPy's rules.
 """
 from __future__ import annotations
 
@@ -11,9 +12,94 @@ import numbers
 import numpy as np
 
 from . import spelling as sp
-from .ir import Node, OpDef, make, register
-from .ops import (_promote, _same_dtype, array_const, broadcast_shapes, cast, lift, mul,
-                  normalize_axes, reduce, zeros_like)
+from .ir import INT_DTYPES, Node, OpDef, make, register
+from .op_base import _promote, _same_dtype, broadcast_shapes, cast, lift, normalize_axes, to_float
+from .elementwise import eq, mul, where
+
+def _reduce_infer(inputs, attrs):
+    (x,) = inputs
+    axes, keepdims = attrs
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    return x.dtype, tuple(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reductions: attrs (axes, keepdims) with axes sorted and non-negative.
+def _keepdims_shape(x: Node, axes) -> tuple:
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+def _expand(g: Node, n: Node) -> Node:
+    """A reduction's cotangent broadcast back to the input's shape."""
+    x = n.inputs[0]
+    axes, keepdims = n.attrs
+    return broadcast_to(reshape(g, _keepdims_shape(x, axes)), x.shape)
+
+
+def _extremum_vjp(g, n):
+    x = n.inputs[0]
+    axes, _ = n.attrs
+    m = broadcast_to(reshape(n, _keepdims_shape(x, axes)), x.shape)
+    hit = eq(x, m)
+    count = reduce("sum", cast(hit, x.dtype), axes, True)  # ties share the cotangent evenly
+    return (where(hit, _expand(g, n) / count, 0),)
+
+
+def _reduce_spell(fn):
+    def spell(args, node):
+        x = node.inputs[0]
+        axes, keepdims = node.attrs
+        parts = [args[0][0]]
+        if axes != tuple(range(x.ndim)):
+            parts.append(f"axis={axes[0] if len(axes) == 1 else axes}")
+        if keepdims:
+            parts.append("keepdims=True")
+        return f"np.{fn}({', '.join(parts)})", sp.ATOM
+    return spell
+
+
+def _reduce_numpy(fn):
+    return lambda x, attrs: fn(x, axis=attrs[0], keepdims=attrs[1])
+
+
+def _check_nonempty(fn):
+    def infer(inputs, attrs):
+        x = inputs[0]
+        if any(x.shape[a] == 0 for a in attrs[0]):
+            raise ValueError(f"zero-size array to reduction operation {fn} which has no identity")
+        return _reduce_infer(inputs, attrs)
+    return infer
+
+
+register(OpDef("sum", "reduction", _reduce_infer, _reduce_numpy(np.sum),
+               _reduce_spell("sum"), lambda g, n: (_expand(g, n),)))
+register(OpDef("prod", "reduction", _reduce_infer, _reduce_numpy(np.prod),
+               _reduce_spell("prod"),
+               lambda g, n: (_expand(g, n) * _expand(n, n) / n.inputs[0],)))  # x != 0 assumed
+register(OpDef("max", "reduction", _check_nonempty("maximum"), _reduce_numpy(np.max),
+               _reduce_spell("max"), _extremum_vjp))
+register(OpDef("min", "reduction", _check_nonempty("minimum"), _reduce_numpy(np.min),
+               _reduce_spell("min"), _extremum_vjp))
+
+
+def reduce(op: str, x, axis=None, keepdims=False) -> Node:
+    x = lift(x)
+    if op in ("sum", "prod") and (x.dtype == "bool" or x.dtype in INT_DTYPES):
+        # NumPy accumulates small integers (and bools) in the platform's 64-bit integer
+        x = cast(x, "uint64" if x.dtype.startswith("uint") else "int64")
+    axes = normalize_axes(axis, x.ndim)
+    if not axes and not keepdims:
+        return x
+    return make(op, (x,), (axes, bool(keepdims)))
+
+
+def mean(x, axis=None, keepdims=False) -> Node:
+    x = to_float(x)
+    axes = normalize_axes(axis, x.ndim)
+    count = math.prod(x.shape[a] for a in axes)
+    return reduce("sum", x, axes, keepdims) / count
+
 
 # ----------------------------------------------------------------------------------------------
 # Shape ops
@@ -113,302 +199,6 @@ def unbroadcast(g: Node, shape: tuple) -> Node:
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
                                       if d == 1 and g.shape[lead + i] != 1)
     return reshape(reduce("sum", g, axes), shape)
-
-
-# Basic indexing. The index is a normalised tuple with one item per input axis consumed:
-#   int k >= 0          -> the axis is dropped
-#   ("s", start, stop, step) with concrete start/stop (as range() would give them)
-#   ("n",)              -> a new axis of length 1 (np.newaxis)
-def _index_shape(shape, index):
-    out, axis = [], 0
-    for item in index:
-        if item == ("n",):
-            out.append(1)
-            continue
-        if isinstance(item, tuple):
-            out.append(len(range(item[1], item[2], item[3])))
-        axis += 1
-    return tuple(out) + tuple(shape[axis:])
-
-
-def _numpy_index(index):
-    return tuple(None if it == ("n",) else slice(it[1], it[2] if it[2] >= 0 else None, it[3])
-                 if isinstance(it, tuple) else it for it in index)
-
-
-def _index_text(index, shape) -> str:
-    """NumPy spelling of a normalised index on an array of ``shape``: full slices are ``:``,
-    trailing ones are dropped and a leading run of them becomes ``...``."""
-    parts, axis = [], 0
-    for it in index:
-        if it == ("n",):
-            parts.append("None")
-            continue
-        if isinstance(it, tuple):
-            _, start, stop, step = it
-            if (start, stop, step) == (0, shape[axis], 1):
-                parts.append(":")
-            else:
-                s = "" if (start == 0 and step > 0) else str(start)
-                e = "" if stop < 0 or (step > 0 and stop == shape[axis]) else str(stop)
-                parts.append(f"{s}:{e}" + (f":{step}" if step != 1 else ""))
-        else:
-            parts.append(str(it))
-        axis += 1
-    while len(parts) > 1 and parts[-1] == ":":
-        parts.pop()
-    lead = next((i for i, p in enumerate(parts) if p != ":"), len(parts))
-    if lead >= 2:
-        parts = ["..."] + parts[lead:]
-    return ", ".join(parts) if parts else "..."
-
-
-def _getitem_spell(args, node):
-    a = sp.paren(args[0], args[0][1] < sp.ATOM)
-    return f"{a}[{_index_text(node.attrs[0], node.inputs[0].shape)}]", sp.ATOM
-
-
-register(OpDef("getitem", "shape",
-               lambda inputs, attrs: (inputs[0].dtype, _index_shape(inputs[0].shape, attrs[0])),
-               lambda x, attrs: np.asarray(x)[_numpy_index(attrs[0])], _getitem_spell,
-               lambda g, n: (index_add(zeros_like(n.inputs[0]), g, n.attrs[0]),)))
-
-
-def _update_infer(inputs, attrs):
-    base, value = inputs
-    target = _index_shape(base.shape, attrs[0])
-    if broadcast_shapes(value.shape, target) != target:
-        raise ValueError(f"could not broadcast input array from shape {value.shape} into shape {target}")
-    return _same_dtype(inputs), base.shape
-
-
-def _update_numpy(accumulate):
-    def run(base, value, attrs):
-        out = np.array(base, copy=True)  # functional update: never touch the operand
-        idx = _numpy_index(attrs[0])
-        if accumulate:
-            out[idx] += value
-        else:
-            out[idx] = value
-        return out[()] if out.ndim == 0 else out
-    return run
-
-
-# Spelled by the emitter as statements (``y = np.array(b); y[i] = v`` / ``y[i] += v``).
-register(OpDef("setitem", "shape", _update_infer, _update_numpy(False), None,
-               lambda g, n: (setitem(g, zeros_like(n.inputs[1]), n.attrs[0]),
-                             unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
-register(OpDef("index_add", "shape", _update_infer, _update_numpy(True), None,
-               lambda g, n: (g, unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
-
-
-def normalize_index(shape, key) -> tuple:
-    """A NumPy basic index -> the normalised tuple above (raises IndexError like NumPy)."""
-    if not isinstance(key, tuple):
-        key = (key,)
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if consumed > len(shape):
-        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
-                         f"but {consumed} were indexed")
-    out, axis = [], 0
-    for k in key:
-        if k is Ellipsis:
-            for _ in range(len(shape) - consumed):
-                out.append(("s", 0, shape[axis], 1))
-                axis += 1
-        elif k is None:
-            out.append(("n",))
-        elif isinstance(k, slice):
-            start, stop, step = k.indices(shape[axis])
-            if step < 0 and stop < 0:
-                stop = -1  # a negative stop from slice.indices means "before index 0"
-            out.append(("s", start, stop, step))
-            axis += 1
-        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
-            if not -shape[axis] <= k < shape[axis]:
-                raise IndexError(f"index {k} is out of bounds for axis {axis} with size {shape[axis]}")
-            out.append(int(k) % shape[axis])
-            axis += 1
-        else:
-            raise IndexError(f"unsupported index {k!r}: only integers, slices, None and ... "
-                             "(basic indexing) are supported")
-    return tuple(out)
-
-
-def _is_full_index(shape, index) -> bool:
-    return len(index) <= len(shape) and all(
-        isinstance(it, tuple) and it[0] == "s" and it[1] == 0 and it[3] == 1 and it[2] == d
-        for it, d in zip(index, shape))
-
-
-def _only_reshapes(shape, index) -> bool:
-    """Full slices, new axes and 0 on length-1 axes: the index only changes the shape."""
-    axis = 0
-    for it in index:
-        if it == ("n",):
-            continue
-        full = isinstance(it, tuple) and it[1:] == (0, shape[axis], 1)
-        if not (full or (it == 0 and shape[axis] == 1)):
-            return False
-        axis += 1
-    return True
-
-
-def getitem(x, key) -> Node:
-    x = lift(x)
-    index = key if _is_normalized(key) else normalize_index(x.shape, key)
-    if _is_full_index(x.shape, index):
-        return x
-    if _only_reshapes(x.shape, index):   # x[:, None], y[..., 0] on a length-1 axis
-        return reshape(x, _index_shape(x.shape, index))
-    return make("getitem", (x,), (index,))
-
-
-def _is_normalized(key) -> bool:
-    return isinstance(key, tuple) and all(
-        (isinstance(k, tuple) and k and k[0] in ("s", "n")) or
-        (isinstance(k, int) and not isinstance(k, bool) and k >= 0) for k in key) and any(
-        isinstance(k, tuple) for k in key) or key == ()
-
-
-def setitem(base, value, key) -> Node:
-    base = lift(base)
-    index = key if _is_normalized(key) else normalize_index(base.shape, key)
-    return make("setitem", (base, cast(value, base.dtype)), (index,))
-
-
-def index_add(base, value, key) -> Node:
-    base = lift(base)
-    index = key if _is_normalized(key) else normalize_index(base.shape, key)
-    return make("index_add", (base, cast(value, base.dtype)), (index,))
-
-
-def _concat_infer(inputs, attrs):
-    (axis,) = attrs
-    dtype = _same_dtype(inputs)
-    first = inputs[0].shape
-    for x in inputs[1:]:
-        if x.ndim != len(first) or any(a != b for i, (a, b) in enumerate(zip(x.shape, first)) if i != axis):
-            raise ValueError("all the input array dimensions except for the concatenation axis "
-                             f"must match exactly, got {first} and {x.shape}")
-    size = sum(x.shape[axis] for x in inputs)
-    return dtype, first[:axis] + (size,) + first[axis + 1:]
-
-
-def _concat_vjp(g, n):
-    (axis,), start, out = n.attrs, 0, []
-    for x in n.inputs:
-        index = tuple(("s", 0, d, 1) for d in g.shape[:axis]) + (("s", start, start + x.shape[axis], 1),)
-        out.append(getitem(g, index))
-        start += x.shape[axis]
-    return tuple(out)
-
-
-def _list_spell(fn):
-    def spell(args, node):
-        (axis,) = node.attrs
-        tail = f", axis={axis}" if axis else ""
-        return f"np.{fn}([{', '.join(a[0] for a in args)}]{tail})", sp.ATOM
-    return spell
-
-
-register(OpDef("concatenate", "shape", _concat_infer,
-               lambda *xs_attrs: np.concatenate(xs_attrs[:-1], axis=xs_attrs[-1][0]),
-               _list_spell("concatenate"), _concat_vjp))
-
-
-def _stack_infer(inputs, attrs):
-    (axis,) = attrs
-    dtype = _same_dtype(inputs)
-    if len({x.shape for x in inputs}) != 1:
-        raise ValueError("all input arrays must have the same shape")
-    s = inputs[0].shape
-    return dtype, s[:axis] + (len(inputs),) + s[axis:]
-
-
-register(OpDef("stack", "shape", _stack_infer,
-               lambda *xs_attrs: np.stack(xs_attrs[:-1], axis=xs_attrs[-1][0]),
-               _list_spell("stack"),
-               lambda g, n: tuple(getitem(g, tuple(("s", 0, d, 1) for d in g.shape[:n.attrs[0]]) + (i,))
-                                  for i in range(len(n.inputs)))))
-
-
-def concatenate(xs, axis=0) -> Node:
-    xs = _promote(list(xs))
-    if not xs:
-        raise ValueError("need at least one array to concatenate")
-    if xs[0].ndim == 0:
-        raise ValueError("zero-dimensional arrays cannot be concatenated")
-    axis = normalize_axes(axis, xs[0].ndim)[0]
-    return xs[0] if len(xs) == 1 else make("concatenate", tuple(xs), (axis,))
-
-
-def stack(xs, axis=0) -> Node:
-    xs = _promote(list(xs))
-    if not xs:
-        raise ValueError("need at least one array to stack")
-    axis = normalize_axes(axis, xs[0].ndim + 1)[0]
-    return make("stack", tuple(xs), (axis,))
-
-
-# Gather/scatter with an integer index array (a constant, or traced integer data such as
-# labels) along one axis: ``x[idx]``, ``x[:, idx]``, ``np.take(x, idx, axis)``. The gradient of
-# a gather is a scatter-add (``np.add.at``), and the gradient of that is the gather again.
-
-def _take_infer(inputs, attrs):
-    x, idx = inputs
-    (axis,) = attrs
-    if idx.dtype not in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
-        raise IndexError("arrays used as indices must be of integer type")
-    return x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:]
-
-
-def _scatter_infer(inputs, attrs):
-    g, idx = inputs
-    axis, size = attrs
-    return g.dtype, g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:]
-
-
-def _scatter_numpy(g, idx, attrs):
-    axis, size = attrs
-    out = np.zeros(g.shape[:axis] + (size,) + g.shape[axis + np.ndim(idx):], dtype=g.dtype)
-    np.add.at(out, (slice(None),) * axis + (idx,), g)
-    return out
-
-
-def _take_spell(args, node):   # np.take without axis= would flatten: always spell it
-    return f"np.take({args[0][0]}, {args[1][0]}, axis={node.attrs[0]})", sp.ATOM
-
-
-register(OpDef("take", "shape", _take_infer,
-               lambda x, idx, attrs: np.take(x, idx, axis=attrs[0]), _take_spell,
-               lambda g, n: (scatter_add(g, n.inputs[1], n.attrs[0], n.inputs[0].shape[n.attrs[0]]), None)))
-# Spelled by the emitter as statements (``t = np.zeros(...); np.add.at(t, (..., idx), g)``).
-register(OpDef("scatter_add", "shape", _scatter_infer, _scatter_numpy, None,
-               lambda g, n: (take(g, n.inputs[1], n.attrs[0]), None)))
-
-
-def take(x, indices, axis=0) -> Node:
-    x = lift(x)
-    if x.ndim == 0:
-        raise IndexError("cannot index a 0-d array with an index array")
-    axis = normalize_axes(axis, x.ndim)[0]
-    if not isinstance(indices, Node):
-        indices = np.asarray(indices)
-        if indices.dtype.kind not in "iu":
-            raise IndexError("arrays used as indices must be of integer type")
-        size = x.shape[axis]
-        if indices.size and (indices.min() < -size or indices.max() >= size):
-            bad = indices.min() if indices.min() < -size else indices.max()
-            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {size}")
-        indices = array_const(np.where(indices < 0, indices + size, indices).astype(np.int64))
-    return make("take", (x, indices), (axis,))
-
-
-def scatter_add(g, indices: Node, axis: int, size: int) -> Node:
-    return make("scatter_add", (lift(g), indices), (axis, size))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_python_target_runs_exactly_the_source():
     f = sg.differentiate(f2, target="python")
     f.grad(1.0, 2.0)
     entry = next(iter(f.grad._cache.values()))
-    assert entry.python.__code__.co_filename.startswith("<symgrad")
+    assert entry.prepared["python"].fn.__code__.co_filename.startswith("<symgrad")
     assert entry.source == f.grad.source
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import symgrad as sg
-from symgrad.clip import clip_by_global_norm, clip_by_norm, clip_by_value  # (sg.clip is np.clip)
+from symgrad.train.clip import clip_by_global_norm, clip_by_norm, clip_by_value  # (sg.clip is np.clip)
 
 
 # -- independent references (straight from the TF docstrings) ------------------------------------

@@ -107,14 +107,14 @@ def test_every_op_case(dtype):
     import test_ptx
     from test_ptx_emulate import _flat, _values
     from codegen.cuda import run_cuda
-    from symgrad.api import _finish
+    from symgrad.runtime import finish
     from symgrad.emit_python import compile_python
     tol = 3e-5 if dtype == "float32" else 1e-11
     for name, graph in test_ptx._graphs(dtype):
         values = _values(graph)
-        got = _flat(run_cuda(None, test_ptx._Entry(graph), values))
+        got = _flat(run_cuda(test_ptx._Entry(graph), values))
         fn, _ = compile_python(graph)
-        want = _flat(_finish(fn(*values), graph, values))
+        want = _flat(finish(fn(*values), graph, values))
         for i, (a, b) in enumerate(zip(got, want)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol, err_msg=f"{name} {i}")
 

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import symgrad as sg
+from symgrad import api
 from codegen import jit
 from codegen import llvm as cpu
 
@@ -51,7 +52,7 @@ def reference(k):
 
 POOL_STARTED = PRELUDE + """
 work(0.0)
-assert g._compiled([x]).native.parallel          # the worker threads ran in the parent
+assert g._compiled([x]).prepared["cpu"].parallel          # the worker threads ran in the parent
 with mp.get_context("fork").Pool(2) as pool:
     got = pool.map(work, [1.0, 2.0, 3.0])
 np.testing.assert_allclose(got, [reference(k) for k in (1.0, 2.0, 3.0)], rtol=1e-12)
@@ -60,14 +61,14 @@ print("ok")
 
 LOCKS_HELD = PRELUDE + """
 work(0.0)
-native = g._compiled([x]).native
+native = g._compiled([x]).prepared["cpu"]
 held, release = threading.Event(), threading.Event()
 
 
 def hold():
     # another thread in the middle of a call, of tracing a new signature and of building a
     # kernel at the moment of the fork
-    with native.lock, g._lock, cpu._entry_lock, cpu._pool_lock:
+    with native.lock, g._lock, api._prepare_lock, cpu._pool_lock:
         held.set()
         release.wait()
 

@@ -64,7 +64,7 @@ def test_threads_match_single_thread(monkeypatch, threads):
     monkeypatch.setattr(cpu, "PARALLEL_MIN", 1000)
     f2 = sg.differentiate(lambda x, y: np.sum(w1(x, y)), wrt=(0, 1))
     multi = f2.value_and_grad(x, y)
-    assert f2.value_and_grad._compiled([x, y]).native.parallel
+    assert f2.value_and_grad._compiled([x, y]).prepared["cpu"].parallel
     np.testing.assert_allclose(multi[0], single[0], rtol=1e-12)
     for a, b in zip(multi[1], single[1]):
         np.testing.assert_array_equal(a, b)
@@ -181,7 +181,7 @@ def test_native_entry_rejects_mismatched_arrays_directly():
     g = sg.grad(lambda x: np.sum(x * x))
     x = np.ones(5)
     g(x)
-    native = g._compiled([x]).native
+    native = g._compiled([x]).prepared["cpu"]
     with pytest.raises(TypeError):
         native([np.ones(6)])
     with pytest.raises(TypeError):

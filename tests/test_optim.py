@@ -8,7 +8,7 @@ import pytest
 
 import symgrad as sg
 from symgrad import api, optim
-from symgrad.clip import clip_by_global_norm, clip_by_norm
+from symgrad.train.clip import clip_by_global_norm, clip_by_norm
 
 EPS = 1e-7
 

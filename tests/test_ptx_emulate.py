@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_ptx  # noqa: E402  (the case table)
 
 from codegen import ptx_emulate  # noqa: E402
-from symgrad.api import _finish  # noqa: E402
+from symgrad.runtime import finish  # noqa: E402
 from symgrad.emit_python import compile_python  # noqa: E402
 
 
@@ -39,7 +39,7 @@ def _flat(t):
 def _check(name, graph, values):
     got = _flat(ptx_emulate.run(graph, values))
     fn, _ = compile_python(graph)
-    want = _flat(_finish(fn(*values), graph, values))
+    want = _flat(finish(fn(*values), graph, values))
     assert len(got) == len(want), name
     single = any(getattr(n, "dtype", "") == "float32" for n in graph.outputs)
     tol = 3e-5 if single else 1e-11

@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from . import api
+from .. import api
 from .clip import clip_by_value, global_norm_scale
 
 # -- the compiled kernels: plain NumPy code traced by symgrad ------------------------------------

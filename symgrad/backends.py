@@ -1,0 +1,97 @@
+"""Back ends: one small interface, and a registry keyed by target name.
+
+A back end is an object with
+
+* ``name``: its target name (``Function(target=name)``);
+* ``prepare(signature) -> prepared``: once per argument signature, whatever a call needs
+  (compiled code, a plan). ``signature`` is the API's record of one signature: its
+  ``.graph`` (simplified), and an identity a back end may key its own caches on (weakly);
+* ``run(prepared, values, out) -> result``: one call, the results as the API returns them
+  (``symgrad.runtime.finish``), written into ``out=`` when it is given;
+* ``signature_values(values)``: the values the tracer sees for these arguments, or
+  ``None`` (the class attribute) when they are the arguments themselves (CUDA traces device
+  arrays by shape and dtype through host stand-ins);
+* ``views``: the texts it can show, ``{view name: fn(signature, **options) -> str}``
+  (``Function.llvm_ir``, ``.asm``, ``.ptx``).
+
+The registry maps each target to the module that implements it, imported on first use:
+``import symgrad`` never imports llvmlite, and the API never names a back end. A text view
+is shown by the back end registered for it, whatever the function's own target (a
+``target="python"`` function can show the CPU back end's LLVM IR).
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+
+from .emit_python import compile_python
+from .runtime import deliver, finish
+
+
+class Backend:
+    """Defaults for the optional parts of the interface."""
+    name = ""
+    signature_values = None
+    views: dict = {}
+
+
+class PythonProgram:
+    """One signature's generated NumPy function and its source."""
+    __slots__ = ("graph", "fn", "source")
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.fn, self.source = compile_python(graph)
+
+
+class PythonBackend(Backend):
+    """``target="python"``: the generated NumPy source, compiled and run (the reference)."""
+    name = "python"
+
+    def prepare(self, signature) -> PythonProgram:
+        return PythonProgram(signature.graph)
+
+    def run(self, prepared: PythonProgram, values, out):
+        return deliver(finish(prepared.fn(*values), prepared.graph, values), out)
+
+
+PYTHON = PythonBackend()
+
+
+# target name -> (module, attribute), imported on first use
+REGISTRY = {
+    "cpu": ("codegen.llvm", "BACKEND"),
+    "python": ("symgrad.backends", "PYTHON"),
+    "cuda": ("codegen.cuda", "BACKEND"),
+}
+TARGETS = tuple(REGISTRY)
+# text view -> the target whose back end shows it
+VIEWS = {"llvm_ir": "cpu", "asm": "cpu", "ptx": "cuda"}
+
+_loaded: dict = {}
+_lock = threading.Lock()
+
+
+def check_target(target) -> str:
+    if target not in REGISTRY:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    return target
+
+
+def backend(target: str):
+    """The back end of ``target``, imported once."""
+    found = _loaded.get(target)
+    if found is None:
+        module, attribute = REGISTRY[check_target(target)]
+        with _lock:
+            found = _loaded[target] = getattr(importlib.import_module(module), attribute)
+    return found
+
+
+def show(view: str, signature, **options) -> str:
+    """The text ``view`` (``"llvm_ir"``, ``"asm"``, ``"ptx"``) of one signature."""
+    target = VIEWS.get(view)
+    shown = backend(target).views.get(view) if target is not None else None
+    if shown is None:
+        raise ValueError(f"no back end shows {view!r} (registered views: {sorted(VIEWS)})")
+    return shown(signature, **options)

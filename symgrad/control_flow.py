@@ -1,0 +1,179 @@
+"""Control flow of the tracer (a mixin of :class:`symgrad.frontend.Tracer`): ``if`` on a
+static value is decided while tracing, ``if`` on data runs both branches and merges what they
+bound with selects (``where``); ``for`` over a static iterable unrolls, with ``break`` and
+``continue``; ``while`` is refused. This is the module regions (loops and branches as IR nodes
+with bodies) will replace the unrolling in.
+"""
+from __future__ import annotations
+
+import ast
+import numbers
+
+import numpy as np
+
+from . import ops
+from .aliases import NO_BUFFERS
+from .ir import Node
+from .scope import MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data
+
+
+def _contains(stmts, kinds) -> bool:
+    for stmt in stmts:
+        for node in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.Lambda)) else ():
+            if isinstance(node, kinds):
+                return True
+    return False
+
+
+class _Merged:
+    """A placeholder, while merging, for the sequence built at ``index``."""
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class ControlFlow:
+    """``if``, ``for``, ``break``, ``continue`` and ``while``; the tracer supplies ``eval``,
+    ``exec_block``, ``fail``, ``assign`` and the rest."""
+
+    def stmt_If(self, stmt, frame, cont):  # only reached through exec_if
+        self.exec_if(stmt, frame, cont)
+
+    def exec_if(self, stmt, frame: Frame, cont):
+        self.frame = frame
+        cond = self.located(frame, stmt, lambda: self.eval(stmt.test, frame))
+        if not isinstance(cond, Node):
+            self.exec_block(stmt.body if cond else stmt.orelse, frame, cont)
+            return
+        if _contains(stmt.body + stmt.orelse, (ast.Break, ast.Continue)):
+            self.fail(stmt, "break/continue inside an if on a data-dependent condition")
+        has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
+        if has_return and frame.loop_depth:
+            self.fail(stmt, "return inside a data-dependent if within a loop")
+        branches, returned = [], NO_BUFFERS
+        for body in (stmt.body, stmt.orelse):
+            child = fork(frame)
+            self.frames.append(child)
+            try:
+                if has_return:   # run each branch with everything after it, then select
+                    rest = [s for block in cont for s in block]
+                    try:
+                        self.exec_block(body + rest, child, ())
+                        value = None
+                    except Return as r:
+                        value, returned = r.value, returned | r.buffers
+                    branches.append(value)
+                else:
+                    self.exec_block(body, child, ())
+                    branches.append(child)
+            finally:
+                self.frames.pop()
+            self.frame = frame
+        if has_return:
+            raise Return(self.merge(cond, branches[0], branches[1], stmt, "return value"), returned)
+        then, other = branches
+        loc = frame.source.loc(stmt)
+        for name in sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env)):
+            a, b = then.env.get(name, MISSING), other.env.get(name, MISSING)
+            if a is MISSING or b is MISSING:
+                frame.env[name] = Undefined(name, loc)
+                continue
+            frame.env[name] = self.merge(cond, a, b, stmt, f"variable '{name}'")
+            # the value is one side's or the other's: it may live where either lives
+            self.bind_buffers(frame, name, frame.env[name],
+                              then.buffers.get(name, NO_BUFFERS) | other.buffers.get(name, NO_BUFFERS))
+            if frame.env[name] is not a:
+                self.record(frame, stmt, frame.env[name], name)
+
+    def merge(self, cond, a, b, stmt, what):
+        """The value of a data-dependent choice between ``a`` and ``b``: a select of arrays
+        and numbers, item by item for tuples and lists of one length (iterative, so deeply
+        nested values cannot exhaust the stack), the value itself where both sides agree."""
+        top: list = []
+        stack = [(a, b, top)]
+        sequences = []          # (kind, items), outermost first
+        while stack:
+            x, y, into = stack.pop()
+            if x is not y and isinstance(x, (list, tuple)) and type(x) is type(y) and len(x) == len(y):
+                items: list = []
+                sequences.append((type(x), items))
+                into.append(_Merged(len(sequences) - 1))
+                stack.extend((p, q, items) for p, q in reversed(list(zip(x, y))))
+            else:
+                into.append(self.merge_leaf(cond, x, y, stmt, what))
+        built: list = [None] * len(sequences)
+        for i in reversed(range(len(sequences))):   # inner sequences first
+            kind, items = sequences[i]
+            built[i] = kind(built[v.index] if isinstance(v, _Merged) else v for v in items)
+        return built[top[0].index] if isinstance(top[0], _Merged) else top[0]
+
+    def merge_leaf(self, cond, a, b, stmt, what):
+        if a is b:
+            return a
+        if isinstance(a, Undefined) or isinstance(b, Undefined):
+            return a if isinstance(a, Undefined) else b
+        leaves = all(isinstance(v, (Node, numbers.Number, np.ndarray)) for v in (a, b))
+        if leaves and not is_data(a) and not is_data(b) and np.array_equal(a, b):
+            return a
+        if leaves and (is_data(a) or is_data(b) or isinstance(a, (numbers.Number, np.ndarray))):
+            self.check_branch_shapes(cond, a, b, stmt, what)
+            return ops.where(cond, a, b)
+        try:
+            if a == b:
+                return a
+        except Exception:
+            pass
+        if a is None or b is None:
+            self.fail(stmt, f"{what} is None on one branch of a data-dependent if")
+        self.fail(stmt, f"{what} differs between the branches of a data-dependent if in a way "
+                  "that cannot be selected elementwise")
+
+    def check_branch_shapes(self, cond, a, b, stmt, what):
+        """A data-dependent choice between values of two shapes has a shape known only at
+        run time; a select would broadcast the smaller one (wrong numbers), so refuse it. With
+        an array condition (an elementwise if) each side need only broadcast to its shape."""
+        shape_a, shape_b = tuple(np.shape(a)), tuple(np.shape(b))
+        if shape_a == shape_b:
+            return
+        cond_shape = tuple(np.shape(cond))
+        try:
+            elementwise = bool(cond_shape) and np.broadcast_shapes(cond_shape, shape_a, shape_b) == cond_shape
+        except ValueError:
+            elementwise = False
+        if not elementwise:
+            self.fail(stmt, f"{what} has shape {shape_a} on one branch and {shape_b} on the other "
+                      "of a data-dependent if (its shape would depend on the data)",
+                      "give both branches the same shape (e.g. np.full_like / np.broadcast_to), or "
+                      "select elementwise with np.where")
+
+    def stmt_For(self, stmt, frame, cont):
+        if stmt.orelse:
+            self.fail(stmt, "for ... else")
+        iterable = self.eval(stmt.iter, frame)   # a traced array iterates over its rows
+        try:
+            items = iter(iterable)
+        except TypeError:
+            self.fail(stmt.iter, f"iteration over {type(iterable).__name__}")
+        origin = self.origin_of(stmt.iter, frame)   # rows of an array are views of it
+        frame.loop_depth += 1
+        try:
+            for item in items:
+                self.assign(stmt.target, item, frame, stmt, origin=origin)
+                try:
+                    self.exec_block(stmt.body, frame, ())
+                except Continue:
+                    continue
+                except Break:
+                    break
+        finally:
+            frame.loop_depth -= 1
+
+    def stmt_Break(self, stmt, frame, cont):
+        raise Break()
+
+    def stmt_Continue(self, stmt, frame, cont):
+        raise Continue()
+
+    def stmt_While(self, stmt, frame, cont):
+        self.fail(stmt, "while loop", "use a for loop over a static range()")
