@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from symgrad.ir import is_float
 
-from .mathlib import MathTarget
+from .mathlib import INTRINSICS, MATH_NAMES, MathTarget
 
 I1 = ir.IntType(1)
 BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64,
@@ -68,6 +68,10 @@ def _float_or_int(fop, iop):
 
 
 def _math(op):
+    """The rule of an op that is one math-library call (``codegen.mathlib.MATH_NAMES``)."""
+    if op not in MATH_NAMES and op not in INTRINSICS:   # caught at import, not in native code
+        raise ImportError(f"codegen.lower: op {op!r} is lowered as a math call but has no "
+                          "entry in codegen.mathlib.MATH_NAMES")
     return lambda cx, n, args: cx.math.call(cx.b, op, n.dtype, args)
 
 

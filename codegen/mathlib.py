@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import re
 
 from llvmlite import ir
 
-# op name -> C math function name (double version; the float one appends "f").
+# op name -> C math function name (double version; the float one appends "f"). The one list of
+# math functions: the CPU binds the C library's functions the IR declares (CPUMath.bind), the
+# GPU derives libdevice's names from it (codegen.libdevice.LIBDEVICE), and a lowering rule
+# naming an op missing here fails at import (codegen.lower.math_call).
 MATH_NAMES = {
     "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt",
     "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
@@ -52,7 +56,10 @@ class MathTarget:
         if op in INTRINSICS:
             fn = module.declare_intrinsic(INTRINSICS[op], [ty])
             return builder.call(fn, args, name=op)
-        cname = MATH_NAMES[op]
+        cname = MATH_NAMES.get(op)
+        if cname is None:
+            raise NotImplementedError(f"no math function for op {op!r} on the {self.name} "
+                                      "target: add its C name to codegen.mathlib.MATH_NAMES")
         sym = self.symbol(cname, dtype)
         fn = module.globals.get(sym)
         if fn is None:
@@ -64,6 +71,12 @@ class MathTarget:
         return call
 
 
+# The CPU's math calls go to these private names (see the module docstring), bound to the C
+# library by CPUMath.bind.
+PRIVATE_PREFIX = "symgrad_"
+_PRIVATE_DECLARED = re.compile(r'^declare [^@]*@"?(' + PRIVATE_PREFIX + r'\w+)"?\(', re.M)
+
+
 class CPUMath(MathTarget):
     """glibc libm for scalars, libmvec for SIMD lanes (when the CPU and glibc have them)."""
 
@@ -73,6 +86,7 @@ class CPUMath(MathTarget):
         # precise: scalar glibc libm only (< 1 ulp, no SIMD). libmvec trades up to ~3.5 ulp
         # (measured, f64 sin/cos) for 3-5x throughput; SYMGRAD_PRECISE_MATH=1 selects this.
         self.precise = precise
+        self.bound: set[str] = set()   # symbols already given to LLVM (CPUMath.bind)
         self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         try:
             self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
@@ -89,7 +103,7 @@ class CPUMath(MathTarget):
             self.isas.append(("b", 2))
 
     def symbol(self, cname, dtype):
-        return "symgrad_" + cname + ("f" if dtype == "float32" else "")
+        return PRIVATE_PREFIX + cname + ("f" if dtype == "float32" else "")
 
     def call(self, builder, op, dtype, args):
         if dtype == "float64" and op in OWN_F64 and not self.precise:
@@ -98,7 +112,21 @@ class CPUMath(MathTarget):
         return super().call(builder, op, dtype, args)
 
     def scalar_address(self, sym: str) -> int:
-        return ctypes.cast(getattr(self.libm, sym[len("symgrad_"):]), ctypes.c_void_p).value
+        cname = sym[len(PRIVATE_PREFIX):]
+        fn = getattr(self.libm, cname, None)
+        if fn is None:
+            raise NotImplementedError(f"the C math library has no function {cname!r} (called "
+                                      f"as {sym}): the op cannot run on the CPU")
+        return ctypes.cast(fn, ctypes.c_void_p).value
+
+    def bind(self, text: str, add_symbol) -> None:
+        """Give LLVM the address of every library function ``text`` declares, before its
+        machine code is linked: derived from the IR itself, so no list of names can miss one
+        (a symbol LLVM cannot resolve crashed the process)."""
+        for sym in _PRIVATE_DECLARED.findall(text):
+            if sym not in self.bound:
+                add_symbol(sym, self.scalar_address(sym))
+                self.bound.add(sym)
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""

@@ -28,14 +28,10 @@ def _init():
     with _lock:
         if not _state:
             import llvmlite.binding as llvm
-            from .mathlib import MATH_NAMES, CPUMath
+            from .mathlib import CPUMath
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             math = CPUMath("")
-            for cname in MATH_NAMES.values():
-                for dtype in ("float32", "float64"):
-                    sym = math.symbol(cname, dtype)
-                    llvm.add_symbol(sym, math.scalar_address(sym))
             tm = llvm.Target.from_default_triple().create_target_machine(opt=2, codemodel="jitdefault")
             _state.update(llvm=llvm, math=math, tm=tm, engines=[])
     return _state
@@ -53,6 +49,8 @@ def compile_plan(graph):
     llvm = st["llvm"]
     p = ptxmod.plan(graph)
     text = ptxmod.build_module(p, emulate_with=st["math"])
+    with _lock:
+        st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
     mod = llvm.parse_assembly(text)
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, st["tm"])

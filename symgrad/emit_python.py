@@ -32,11 +32,27 @@ _FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
 MAX_NESTING = 16
 
 
+def spelling_names() -> set[str]:
+    """Every name an op's spelling may bind in the generated namespace (``OpDef.names``):
+    never handed out to a variable. Two ops binding one name to different objects, or to
+    ``np``, would make the source mean something else, so that is an error."""
+    owner: dict[str, tuple] = {}
+    for opdef in OPS.values():
+        for name, obj in opdef.names.items():
+            if name == "np" or not name.isidentifier() or keyword.iskeyword(name) or \
+                    (name in owner and owner[name][1] is not obj):
+                other = owner.get(name, ("the emitter",))[0]
+                raise ValueError(f"op {opdef.name!r} binds {name!r} in the generated namespace, "
+                                 f"which {other!r} already binds to something else")
+            owner[name] = (opdef.name, obj)
+    return set(owner)
+
+
 class Namer:
     """Hands out unique names: the user's where possible, ``t1, t2, ...`` for temporaries."""
 
     def __init__(self, reserved):
-        self.used = set(reserved) | set(keyword.kwlist) | {"np"}
+        self.used = set(reserved) | set(keyword.kwlist) | {"np"} | spelling_names()
         self.temps = 0
 
     def name(self, hint: str | None) -> str:
@@ -158,7 +174,9 @@ class _Emitter:
             self.python_numbers.add(n)
         if python_operands and n.op in _NUMPY_SCALAR_CALLS:
             return sp.call(_NUMPY_SCALAR_CALLS[n.op])(args, n)
-        return OPS[n.op].python(args, n)
+        opdef = OPS[n.op]
+        self.namespace.update(opdef.names)   # only what the source uses (spelling_names)
+        return opdef.python(args, n)
 
     def update_statement(self, n: Node, counts):
         """``y[i] = v`` / ``y[i] += v`` on a private copy (never on an argument's array)."""
