@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
+from typing import NamedTuple
 
 from llvmlite import ir
 
@@ -38,6 +39,38 @@ PTR = ir.PointerType()
 # Reduction op -> (identity for floats, combine kind). Integer identities are computed below.
 REDUCE_KIND = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "matmul": "add",
                "scatter_add": "add"}
+
+
+class StageInfo(NamedTuple):
+    """What the run time needs to know of one stage's machine code (``KernelModule.stage_info``)."""
+    extent0_slot: int | None   # params slot of the outermost extent (None: a 0-d stage)
+    partial: list              # (buffer, combine kind) of reductions over the outer axis
+    serial: bool               # must not be split across threads (a scatter over axis 0)
+    shape: tuple               # the loop shape, after axis merging
+
+
+class GatherViews(NamedTuple):
+    """A gather (``take``) as a stage reads it."""
+    x: View          # the gathered array seen from the loop, its indexed axis at stride 0
+    index: View      # the index array seen from the loop
+    stride: int      # x's stride along the indexed axis
+    size: int        # x's extent along it (the bounds check)
+
+
+class Access(NamedTuple):
+    """A view ready to address in a loop body: base pointer, per-axis stride values (None: a
+    broadcast axis, 1: unit stride) and the buffer's dtype."""
+    base: ir.Value
+    strides: list
+    dtype: str
+
+
+class StageFunctions(NamedTuple):
+    """A stage's exported functions, as ``sg_run`` calls them."""
+    stage: ir.Function         # sg_stage<k>(ptrs, params, begin, end)
+    init: ir.Function          # sg_init<k>(ptrs, params): reduction outputs := identity
+    extent0_slot: int | None
+    rank: int
 
 
 def baked(value) -> bool:
@@ -84,7 +117,7 @@ class KernelModule:
         self.module = ir.Module(name)
         self.module.math_calls = set()
         self.params: list[int] = []
-        self.stage_info = []      # per stage: (extent0 slot or None, partial-reduction buffers)
+        self.stage_info: list[StageInfo] = []   # per stage
         wrappers = []
         for st in schedule.stages:
             wrappers.append(self._stage(st))
@@ -143,16 +176,16 @@ class KernelModule:
                 vx, vi = self.s.loc[x], self.s.loc[idx]
                 r = idx.ndim
                 xs = vx.strides[:axis] + (0,) * r + vx.strides[axis + 1:]
-                out[n] = (View(vx.buf, vx.offset, st.shape, xs),
-                          View(vi.buf, vi.offset, st.shape,
-                               (0,) * axis + vi.strides + (0,) * (d - axis - r)),
-                          vx.strides[axis], x.shape[axis])
+                out[n] = GatherViews(View(vx.buf, vx.offset, st.shape, xs),
+                                     View(vi.buf, vi.offset, st.shape,
+                                          (0,) * axis + vi.strides + (0,) * (d - axis - r)),
+                                     vx.strides[axis], x.shape[axis])
         return out
 
     def _merged(self, st: Stage, loads: dict, gathers: dict):
         """The stage with its loop axes collapsed where every view allows (merge_axes)."""
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
-            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
+            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         if len(st.shape) < 2 or any(n.op == "arange" for n in st.ssa):
             return st, loads, gathers
         shape, views = _reduction_order(st, views)
@@ -161,7 +194,7 @@ class KernelModule:
         loads = {x: next(it) for x in loads}
         sinks = [dataclasses.replace(sk, dest=next(it)) for sk in st.sinks]
         sinks = [dataclasses.replace(sk, operands=tuple(next(it) for _ in sk.operands)) for sk in sinks]
-        gathers = {n: (next(it), next(it)) + g[2:] for n, g in gathers.items()}
+        gathers = {n: g._replace(x=next(it), index=next(it)) for n, g in gathers.items()}
         return dataclasses.replace(st, shape=shape, sinks=sinks), loads, gathers
 
     def _stage(self, st: Stage):
@@ -169,7 +202,7 @@ class KernelModule:
         gathers = self._gather_views(st)
         st, loads, gathers = self._merged(st, loads, gathers)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
-            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
+            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         bufs = {v.buf for v in views}
         if gathers or any(sk.kind == "scatter" for sk in st.sinks):
             bufs.add(self.s.flag)
@@ -286,7 +319,7 @@ class KernelModule:
                     strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
                 else:
                     strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
-            return base, strides, self.s.buffers[v.buf].dtype
+            return Access(base, strides, self.s.buffers[v.buf].dtype)
 
         acc_loads = {x: prepare(v, f"in{i}") for i, (x, v) in enumerate(loads.items())}
         acc_sinks = [prepare(sk.dest, f"out{i}") for i, sk in enumerate(st.sinks)]
@@ -319,7 +352,7 @@ class KernelModule:
         """The exported entry points of a stage: load the buffer addresses, call the body."""
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
-        self.stage_info.append((extent0_slot, partial, st.serial, st.shape))
+        self.stage_info.append(StageInfo(extent0_slot, partial, st.serial, st.shape))
         wrap = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
                            f"sg_stage{st.index}")
         wrap.attributes.add("nounwind")
@@ -341,7 +374,7 @@ class KernelModule:
             if sk.kind in ("reduce", "matmul", "scatter"):
                 self._fill(init, bi, ptrs, iparams, sk)
         bi.ret_void()
-        return wrap, init, extent0_slot, d
+        return StageFunctions(wrap, init, extent0_slot, d)
 
     def _fill(self, fn, b, ptrs, params, sk):
         buf = self.s.buffers[sk.dest.buf]
@@ -374,10 +407,11 @@ class KernelModule:
         ptrs, params = fn.args
         ptrs.name, params.name = "ptrs", "params"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        for wrap, init, slot, d in wrappers:
-            b.call(init, [ptrs, params])
-            end = self.load_param(b, params, slot, "extent") if d else ir.Constant(I64, 1)
-            b.call(wrap, [ptrs, params, ir.Constant(I64, 0), end])
+        for fns in wrappers:
+            b.call(fns.init, [ptrs, params])
+            end = (self.load_param(b, params, fns.extent0_slot, "extent") if fns.rank
+                   else ir.Constant(I64, 1))
+            b.call(fns.stage, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
 
 
@@ -483,7 +517,7 @@ class _StageEmitter:
         reads/writes element 0 instead, so memory stays safe (Python raises IndexError)."""
         b = self.b
         j = self.load(idx_access, idx, "index")
-        dtype = idx_access[2]
+        dtype = idx_access.dtype
         if j.type.width < 64:
             j = (b.zext if is_unsigned(dtype) else b.sext)(j, I64)
         if not is_unsigned(dtype):

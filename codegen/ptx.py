@@ -92,6 +92,42 @@ class Buffer:
         return self.size * np.dtype(self.dtype if self.dtype != "bool" else "uint8").itemsize
 
 
+@dataclass(frozen=True)
+class StoreJob:
+    """A map kernel stores ``node``'s values into buffer ``dest``."""
+    node: Node
+    dest: int
+
+
+@dataclass(frozen=True)
+class ReduceJob:
+    """A reduction (or matmul) kernel: ``op`` over ``node``'s reduced axis into ``dest``;
+    ``parts`` blocks share each output when the reduction is split (then ``dest`` holds the
+    partial results and a FinishJob combines them)."""
+    node: Node
+    dest: int
+    op: str
+    parts: int = 1
+
+
+@dataclass(frozen=True)
+class FinishJob:
+    """The second kernel of a split reduction: ``op`` over the ``parts`` partial results of
+    each output (buffer ``partial``) into ``dest``."""
+    node: Node
+    dest: int
+    op: str
+    parts: int
+    partial: int
+
+
+@dataclass(frozen=True)
+class ScatterJob:
+    """A scatter-add's updates, added atomically into buffer ``dest``."""
+    node: Node
+    dest: int
+
+
 @dataclass
 class Kernel:
     name: str
@@ -100,7 +136,7 @@ class Kernel:
     params: tuple = ()   # buffer indices, in parameter order
     zero: tuple = ()     # buffers the launcher zeroes first
     # code generation details (not needed to launch)
-    jobs: list = field(default_factory=list, repr=False)
+    jobs: list = field(default_factory=list, repr=False)   # StoreJob | ReduceJob | FinishJob | ScatterJob
 
 
 @dataclass
@@ -201,7 +237,7 @@ def plan(graph: Graph) -> Plan:
         if key not in maps:
             maps[key] = Kernel("", "map", max(n.size, 1))
             staged.append((lvl, maps[key]))
-        maps[key].jobs.append(("store", n, dest))
+        maps[key].jobs.append(StoreJob(n, dest))
 
     for n in mat:
         if n.size == 0:
@@ -212,7 +248,7 @@ def plan(graph: Graph) -> Plan:
         elif n.op == "scatter_add":
             g = n.inputs[0]
             staged.append((level[n], Kernel("", "scatter", g.size, zero=(source[n],),
-                                            jobs=[("scatter", n, source[n])])))
+                                            jobs=[ScatterJob(n, source[n])])))
         else:
             store(level[n], n, source[n])
     for n in copies:
@@ -243,17 +279,17 @@ def _reduction_kernels(n: Node, source, buffers, new) -> list:
         suffix = axes == tuple(range(x.ndim - len(axes), x.ndim))
     dest = source[n]
     if r <= THREAD_REDUCE_MAX or (not suffix and outer >= (4096 if n.op != "matmul" else 8192)):
-        return [Kernel("", "thread", outer, jobs=[("reduce", n, dest, op, 1)])]
+        return [Kernel("", "thread", outer, jobs=[ReduceJob(n, dest, op)])]
     parts = 1
     if outer < 2048:
         parts = max(1, min(1024, -(-r // SPLIT_CHUNK), -(-2048 // outer)))
     if parts == 1:
-        return [Kernel("", "block", outer, jobs=[("reduce", n, dest, op, 1)])]
+        return [Kernel("", "block", outer, jobs=[ReduceJob(n, dest, op)])]
     partial = new("tmp", n.dtype, outer * parts)
-    first = Kernel("", "block", outer * parts, jobs=[("reduce", n, partial, op, parts)])
+    first = Kernel("", "block", outer * parts, jobs=[ReduceJob(n, partial, op, parts)])
     second_kind = "thread" if parts <= THREAD_REDUCE_MAX else "block"
     finish = "sum" if n.op == "matmul" else op
-    second = Kernel("", second_kind, outer, jobs=[("finish", n, dest, finish, parts, partial)])
+    second = Kernel("", second_kind, outer, jobs=[FinishJob(n, dest, finish, parts, partial)])
     return [first, second]
 
 
@@ -746,10 +782,9 @@ def _barrier(kb):
 
 def _element_fn(kb: KernelBuilder, job):
     """``elem(o, r)``: the r-th term of the o-th output of a reduction job."""
-    kind, n = job[0], job[1]
-    if kind == "finish":
-        parts, partial = job[4], job[5]
-        return lambda o, r: kb.load(partial, kb.b.add(kb.b.mul(o, kb.int(parts)), r))
+    n = job.node
+    if isinstance(job, FinishJob):
+        return lambda o, r: kb.load(job.partial, kb.b.add(kb.b.mul(o, kb.int(job.parts)), r))
     if n.op == "matmul":
         a, c = n.inputs
         out_shape = n.shape
@@ -794,16 +829,16 @@ def _element_fn(kb: KernelBuilder, job):
 
 
 def _reduce_length(job) -> int:
-    kind, n = job[0], job[1]
-    if kind == "finish":
-        return job[4]
+    n = job.node
+    if isinstance(job, FinishJob):
+        return job.parts
     if n.op == "matmul":
         return n.inputs[0].shape[-1]
     return math.prod(n.inputs[0].shape[a] for a in n.attrs[0])
 
 
 def _emit_thread_reduce(kb: KernelBuilder, job):
-    _, n, dest, op = job[:4]
+    n, dest, op = job.node, job.dest, job.op
     dtype, rlen = n.dtype, _reduce_length(job)
     elem = _element_fn(kb, job)
     gid = kb.b.add(kb.b.mul(kb.sreg("ctaid.x"), kb.sreg("ntid.x")), kb.sreg("tid.x"))
@@ -818,8 +853,8 @@ def _emit_thread_reduce(kb: KernelBuilder, job):
 
 
 def _emit_block_reduce(kb: KernelBuilder, job):
-    _, n, dest, op = job[:4]
-    parts = job[4] if job[0] == "reduce" else 1   # a finishing job's job[4] is its length
+    n, dest, op = job.node, job.dest, job.op
+    parts = job.parts if isinstance(job, ReduceJob) else 1   # a FinishJob's parts are its length
     dtype, rlen = n.dtype, _reduce_length(job)
     elem = _element_fn(kb, job)
     b, i32 = kb.b, ir.IntType(32)
@@ -870,15 +905,17 @@ def _emit_map(kb: KernelBuilder):
     stride = kb.b.mul(kb.sreg("ntid.x"), kb.sreg("nctaid.x"))
 
     def body(i):
-        idx = kb.index(kb.kernel.jobs[0][1].shape, flat=i)   # one position: outputs share work
-        for _, n, dest in kb.kernel.jobs:
-            v = kb.compute(n, idx) if kb.plan.source.get(n) == dest else kb.value(n, idx)
-            kb.store(dest, i, v)
+        idx = kb.index(kb.kernel.jobs[0].node.shape, flat=i)   # one position: outputs share work
+        for job in kb.kernel.jobs:
+            n = job.node
+            v = kb.compute(n, idx) if kb.plan.source.get(n) == job.dest else kb.value(n, idx)
+            kb.store(job.dest, i, v)
     kb.loop(gid, kb.int(kb.kernel.count), stride, body, name="elem")
 
 
 def _emit_scatter(kb: KernelBuilder):
-    (_, n, dest), = kb.kernel.jobs
+    (job,) = kb.kernel.jobs
+    n, dest = job.node, job.dest
     g, ind = n.inputs
     axis, size = n.attrs
     if not is_float(n.dtype) and n.dtype not in ("int32", "int64", "uint32", "uint64"):
@@ -901,13 +938,13 @@ def _kernel_params(p: Plan, k: Kernel) -> tuple:
     """Every buffer a kernel touches: its destinations and the frontier of what it computes."""
     reads = set()
     for job in k.jobs:
-        n, dest = job[1], job[2]
+        n, dest = job.node, job.dest
         reads.add(dest)
-        if job[0] == "finish":
-            reads.add(job[5])
-        elif job[0] == "store" and p.source.get(n) == dest:
+        if isinstance(job, FinishJob):
+            reads.add(job.partial)
+        elif isinstance(job, StoreJob) and p.source.get(n) == dest:
             reads.update(p.source[m] for m in _reads(n, p.source))
-        elif job[0] == "store":      # an output that is another buffer's value: a copy
+        elif isinstance(job, StoreJob):      # an output that is another buffer's value: a copy
             reads.add(p.source[n])
         else:                          # reduce / scatter: the operands' expressions
             for x in n.inputs:
