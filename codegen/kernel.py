@@ -155,7 +155,7 @@ class KernelModule:
             loads[x] = self.s.loc[x].align(st.shape)
 
         for n in st.ssa:
-            if n.op != "take":   # a gather's operands are read through their own views
+            if n.op not in IN_LOOP_RULES:   # a gather's operands are read through their own views
                 for x in n.inputs:
                     read(x)
         for sk in st.sinks:
@@ -341,9 +341,10 @@ class KernelModule:
             for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
                 if x.op in LEAF_INLINE and (x.attrs[0], x.dtype) not in consts:
                     consts[(x.attrs[0], x.dtype)] = self.constant(b, params, x.attrs[0], x.dtype)
-        extra = [self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
-                                                                 else "int64")), "arange")
-                 for n in st.ssa if n.op == "arange" for v in n.attrs[:2]]
+        extra = {n: tuple(self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
+                                                                        else "int64")), "arange")
+                          for v in n.attrs[:2])
+                 for n in st.ssa if n.op == "arange"}   # (start, step) as run-time parameters
         emit = _StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
@@ -500,16 +501,10 @@ class _StageEmitter:
             memo[x] = self.load(self.loads[x], idx)
             return memo[x]
 
-        k = 0
         for n in self.st.ssa:
-            if n.op == "arange":
-                memo[n] = self.arange(n, idx, self.arange_params[k:k + 2])
-                k += 2
-                continue
-            if n.op == "take":
-                memo[n] = self.gather(n, idx)
-                continue
-            memo[n] = LOWER[n.op](self.cx, n, [value(x) for x in n.inputs])
+            rule = IN_LOOP_RULES.get(n.op)
+            memo[n] = (rule(self, n, idx) if rule is not None else
+                       LOWER[n.op](self.cx, n, [value(x) for x in n.inputs]))
         return value
 
     def checked_index(self, idx_access, idx, size):
@@ -541,9 +536,9 @@ class _StageEmitter:
         v = self.b.load(ptr, typ=ty, name="gather")
         return self.b.icmp_unsigned("!=", v, ir.Constant(ty, 0)) if dtype == "bool" else v
 
-    def arange(self, n, idx, params):
+    def arange(self, n, idx):
         b = self.b
-        start, step = params
+        start, step = self.arange_params[n]
         i = idx[-1]
         if is_float(n.dtype):
             d = ir.DoubleType()
@@ -635,3 +630,11 @@ class _StageEmitter:
                     old = self.load(access, inner)
                     self.store(self.combine(REDUCE_KIND[sk.node.op], sk.node.dtype, old, acc),
                                access, inner)
+
+
+# Ops a stage computes in registers that are not scalar rules of codegen.lower.LOWER: they read
+# the loop index or memory themselves (the scheduler puts them in a loop's ``ssa``).
+IN_LOOP_RULES = {
+    "arange": _StageEmitter.arange,    # start + step * index
+    "take": _StageEmitter.gather,      # a load at an index read from the index array
+}

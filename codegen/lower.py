@@ -6,9 +6,10 @@ is a :class:`Scalar` context holding the builder and the target's math resolver.
 knows about loops, memory or the CPU: the CPU back end (``codegen.kernel``) and the NVPTX back
 end call the same rules with their own :class:`~codegen.mathlib.MathTarget`.
 
-Ops with loop structure (reductions, matmul, indexing, concatenation, ...) are scheduled by
-``codegen.schedule``; ``STRUCTURAL`` lists them so that a test can check that every op of
-``symgrad.ir.OPS`` is handled somewhere.
+Ops with loop structure (leaves, reductions, matmul, views, indexing, concatenation) have no
+rule here: ``codegen.schedule.SCHEDULE_RULES`` (CPU) and ``codegen.ptx``'s tables (GPU) lower
+them. tests/test_lowering_tables.py checks that every op of ``symgrad.ir.OPS`` is in exactly
+one table of each back end, or in its explicit ``UNSUPPORTED`` set.
 """
 from __future__ import annotations
 
@@ -250,27 +251,3 @@ LOWER = {
     "cast": _cast,
     "stop_gradient": lambda cx, n, args: args[0],   # identity forward
 }
-
-# Ops whose lowering is a loop structure or a memory layout (codegen.schedule), or a value
-# the kernel reads (leaves).
-STRUCTURAL = {
-    "arg": "leaf: a kernel argument",
-    "const": "leaf: a constant, baked or a run-time parameter",
-    "full": "leaf: a broadcast constant",
-    "array": "leaf: a constant array passed by pointer",
-    "arange": "leaf: start + step * index",
-    "sum": "reduction", "prod": "reduction", "max": "reduction", "min": "reduction",
-    "matmul": "reduction over the contracted axis of an (m, k, n) loop",
-    "reshape": "view (copy first when the operand is not contiguous)",
-    "transpose": "view", "broadcast_to": "view", "getitem": "view",
-    "setitem": "copy, then a store loop over the region",
-    "index_add": "copy, then an accumulate loop over the region",
-    "concatenate": "store loops into slices of the output",
-    "take": "gather: a load at an index read from the index array (bounds-checked)",
-    "scatter_add": "accumulate loop at indices read from the index array (bounds-checked)",
-    "stack": "store loops into slices of the output",
-}
-
-# Ops the CPU back end cannot run (empty: every op lowers). Kept explicit so the coverage
-# test distinguishes "forgotten" from "deliberately unsupported".
-UNSUPPORTED: dict[str, str] = {}

@@ -41,6 +41,7 @@ from symgrad.ir import Graph, NewAxis, Node, Slice, is_float, toposort
 from . import libdevice
 from .kernel import REDUCE_KIND, identity
 from .lower import LOWER, Scalar, is_unsigned, memory_type, value_type
+from .opsets import LEAVES, REDUCTIONS, VIEWS
 from .schedule import contiguous_strides
 
 DEFAULT_ARCH = "sm_80"
@@ -51,25 +52,9 @@ WARP = 32
 THREAD_REDUCE_MAX = 32  # reductions at most this long run one thread per output element
 SPLIT_CHUNK = 4 * BLOCK * 8  # elements one block reduces before a reduction is split over blocks
 
-LEAVES = ("arg", "const", "full", "array", "arange")
-VIEWS = ("reshape", "transpose", "broadcast_to", "getitem")
-REDUCTIONS = ("sum", "prod", "max", "min")
-# Ops that read an operand at positions other than their own output position.
-REMAPPING = VIEWS + REDUCTIONS + ("matmul", "take", "scatter_add", "setitem", "index_add",
-                                  "concatenate", "stack")
-# How each non-scalar op is lowered (the coverage test checks OPS = LOWER + this + UNSUPPORTED).
-STRUCTURAL = {
-    "arg": "kernel parameter (array: pointer; 0-d: by value)",
-    "const": "immediate", "full": "immediate", "array": "constant buffer", "arange": "index math",
-    "reshape": "index map", "transpose": "index map", "broadcast_to": "index map",
-    "getitem": "index map", "take": "gather: index map through a loaded index",
-    "setitem": "branch on the output position", "index_add": "branch on the output position",
-    "concatenate": "branch on the output position", "stack": "branch on the output position",
-    "sum": "block/warp-shuffle reduction", "prod": "block/warp-shuffle reduction",
-    "max": "block/warp-shuffle reduction", "min": "block/warp-shuffle reduction",
-    "matmul": "block/warp-shuffle reduction over k",
-    "scatter_add": "atomic adds into a zeroed buffer",
-}
+# Ops whose values are buffers from the start: kernel parameters (an array by pointer, a 0-d
+# value by value) and constant arrays.
+IN_MEMORY = ("arg", "array")
 # Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {}
@@ -166,12 +151,13 @@ def _reads(root: Node, source: dict, skip_root=True) -> list:
 
 def plan(graph: Graph) -> Plan:
     """Decide buffers and kernels for ``graph`` (deterministic: toposort order throughout)."""
-    for n in toposort(graph.outputs):
+    order = toposort(graph.outputs)
+    for n in order:
         if n.op in UNSUPPORTED:
             raise NotImplementedError(f"op {n.op!r} is not supported on target='cuda': {UNSUPPORTED[n.op]}")
-        if n.op not in LOWER and n.op not in STRUCTURAL:
-            raise NotImplementedError(f"op {n.op!r} has no CUDA lowering")
-    order = toposort(graph.outputs)
+        if lowering(n.op) is None:
+            raise NotImplementedError(f"op {n.op!r} has no lowering on target='cuda' (no entry in "
+                                      "codegen.lower.LOWER or the tables of codegen.ptx)")
     buffers: list[Buffer] = []
     source: dict[Node, int] = {}
 
@@ -200,14 +186,14 @@ def plan(graph: Graph) -> Plan:
     for n in order:
         if n.op in LEAVES:
             continue
-        if n.op in REDUCTIONS or n.op in ("matmul", "scatter_add"):
+        if n.op in KERNEL_RULES:   # computed by kernels of its own, into memory
             if n.op == "matmul":
                 for x in n.inputs:
                     if not cheap(x) and x not in mat:
                         mat.append(x)
             mat.append(n)
         elif n.shape != () and len(users[n]) >= 2 and not cheap(n) and any(
-                u.op in REMAPPING or u.shape != n.shape for u in users[n]):
+                u.op not in LOWER or u.shape != n.shape for u in users[n]):   # views, reductions, ...
             mat.append(n)   # read at several positions: compute once, not once per reader
     outs, out_of, copies = [], {}, []
     for o in graph.outputs:
@@ -242,13 +228,9 @@ def plan(graph: Graph) -> Plan:
     for n in mat:
         if n.size == 0:
             continue      # nothing to compute (its buffer still exists, of one element)
-        if n.op in REDUCTIONS or n.op == "matmul":
-            for k in _reduction_kernels(n, source, buffers, new):
-                staged.append((level[n], k))
-        elif n.op == "scatter_add":
-            g = n.inputs[0]
-            staged.append((level[n], Kernel("", "scatter", g.size, zero=(source[n],),
-                                            jobs=[ScatterJob(n, source[n])])))
+        rule = KERNEL_RULES.get(n.op)
+        if rule is not None:
+            staged += [(level[n], k) for k in rule(n, source, new)]
         else:
             store(level[n], n, source[n])
     for n in copies:
@@ -264,7 +246,13 @@ def plan(graph: Graph) -> Plan:
     return Plan(graph, buffers, kernels, tuple(outs), source, sincos)
 
 
-def _reduction_kernels(n: Node, source, buffers, new) -> list:
+def _scatter_kernels(n: Node, source, new) -> list:
+    """A grid-stride loop over the updates, adding atomically into a zeroed buffer."""
+    return [Kernel("", "scatter", n.inputs[0].size, zero=(source[n],),
+                   jobs=[ScatterJob(n, source[n])])]
+
+
+def _reduction_kernels(n: Node, source, new) -> list:
     """One kernel, or a split kernel and a finishing one, for a reduction or matmul ``n``."""
     if n.op == "matmul":
         a, b = n.inputs
@@ -521,7 +509,7 @@ class KernelBuilder:
             elif operands is not None:   # they are computed now
                 self.remember(k, self._apply(n, ix, [self.lookup(("v", x, id(xi)))
                                                      for x, xi in operands]))
-            elif n.op in LOWER or n.op in VIEWS:
+            elif n.op in LOWER or n.op in VIEW_INDEX:   # straight-line: operands first
                 operands = self._operands(n, ix)
                 stack.append((n, ix, operands))
                 stack.extend((x, xi, None) for x, xi in reversed(operands))
@@ -531,34 +519,39 @@ class KernelBuilder:
 
     def _operands(self, node: Node, idx: Index) -> list:
         """(operand, index) pairs an elementwise op or a view reads, in straight-line code."""
-        if node.op in VIEWS:
-            return [(node.inputs[0], self._view_index(node, idx))]
+        view = VIEW_INDEX.get(node.op)
+        if view is not None:
+            return [(node.inputs[0], view(self, node, idx))]
         return [(x, self.broadcast(idx, x.shape)) for x in node.inputs]
 
     def _apply(self, node: Node, idx: Index, args: list) -> ir.Value:
         """An elementwise op or a view at ``idx``, given its operands' values there."""
-        if node.op in VIEWS:
+        if node.op in VIEW_INDEX:
             return args[0]
         if node.op in ("sin", "cos") and not self.emulate and node in self.plan.sincos:
             return self._sincos(node, idx)
         return LOWER[node.op](self.cx, node, args)
 
-    def _view_index(self, node: Node, idx: Index) -> Index:
-        """Where a view (reshape, broadcast_to, transpose, getitem) reads its operand."""
+    # -- views: where each reads its operand (VIEW_INDEX) -------------------------------------
+    def _reshape_index(self, node: Node, idx: Index) -> Index:
         x = node.inputs[0]
-        if node.op == "reshape":
-            return self.derive(idx, ("r", x.shape), lambda: self.index(x.shape, flat=self.flat(idx)))
-        if node.op == "broadcast_to":
-            return self.broadcast(idx, x.shape)
-        if node.op == "transpose":
-            (perm,) = node.attrs
+        return self.derive(idx, ("r", x.shape), lambda: self.index(x.shape, flat=self.flat(idx)))
 
-            def build():
-                d, src = self.dims(idx), [None] * x.ndim
-                for i, p in enumerate(perm):
-                    src[p] = d[i]
-                return self.index(x.shape, dims=src)
-            return self.derive(idx, ("t", perm), build)
+    def _broadcast_index(self, node: Node, idx: Index) -> Index:
+        return self.broadcast(idx, node.inputs[0].shape)
+
+    def _transpose_index(self, node: Node, idx: Index) -> Index:
+        x = node.inputs[0]
+        (perm,) = node.attrs
+
+        def build():
+            d, src = self.dims(idx), [None] * x.ndim
+            for i, p in enumerate(perm):
+                src[p] = d[i]
+            return self.index(x.shape, dims=src)
+        return self.derive(idx, ("t", perm), build)
+
+    def _getitem_index(self, node: Node, idx: Index) -> Index:
         return self.derive(idx, ("g", node.attrs[0]), lambda: self._getitem(idx, node))
 
     def to_index(self, v: ir.Value, dtype: str) -> ir.Value:
@@ -571,35 +564,34 @@ class KernelBuilder:
 
     def compute(self, node: Node, idx: Index) -> ir.Value:
         """``node`` at ``idx`` from its operands (never loaded from its own buffer)."""
-        op, b = node.op, self.b
-        if op in LOWER or op in VIEWS:
+        op = node.op
+        if op in LOWER or op in VIEW_INDEX:
             operands = self._operands(node, idx)
             return self._apply(node, idx, [self.value(x, xi) for x, xi in operands])
-        if op in ("const", "full"):
-            return self.cx.const(node.attrs[0], node.dtype)
-        if op == "arange":
-            start, step, dtype, _ = node.attrs
-            i = self.dims(idx)[0]
-            if isinstance(start, float) or isinstance(step, float) or is_float(dtype):
-                f = b.fadd(b.fmul(b.uitofp(i, ir.DoubleType()), ir.Constant(ir.DoubleType(), float(step))),
-                           ir.Constant(ir.DoubleType(), float(start)))
-                if dtype == "float64":
-                    return f
-                if dtype == "float32":
-                    return b.fptrunc(f, ir.FloatType())
-                return b.fptosi(f, value_type(dtype))
-            v = b.add(b.mul(b.zext(i, ir.IntType(64)) if self.ity.width < 64 else i,
-                            ir.Constant(ir.IntType(64), step)), ir.Constant(ir.IntType(64), start))
-            return v if value_type(dtype).width == 64 else b.trunc(v, value_type(dtype))
-        if op == "take":
-            return self._take(node, idx)
-        if op in ("setitem", "index_add"):
-            return self._update(node, idx)
-        if op == "concatenate":
-            return self._concatenate(node, idx)
-        if op == "stack":
-            return self._stack(node, idx)
-        raise NotImplementedError(f"op {op!r} cannot be computed inside a CUDA kernel")
+        rule = COMPUTE_RULES.get(op)
+        if rule is None:
+            raise NotImplementedError(f"op {op!r} cannot be computed inside a CUDA kernel")
+        return rule(self, node, idx)
+
+    # -- ops computed at a position from their operands (COMPUTE_RULES) -----------------------
+    def _constant(self, node, idx):
+        return self.cx.const(node.attrs[0], node.dtype)
+
+    def _arange(self, node, idx):
+        b = self.b
+        start, step, dtype, _ = node.attrs
+        i = self.dims(idx)[0]
+        if isinstance(start, float) or isinstance(step, float) or is_float(dtype):
+            f = b.fadd(b.fmul(b.uitofp(i, ir.DoubleType()), ir.Constant(ir.DoubleType(), float(step))),
+                       ir.Constant(ir.DoubleType(), float(start)))
+            if dtype == "float64":
+                return f
+            if dtype == "float32":
+                return b.fptrunc(f, ir.FloatType())
+            return b.fptosi(f, value_type(dtype))
+        v = b.add(b.mul(b.zext(i, ir.IntType(64)) if self.ity.width < 64 else i,
+                        ir.Constant(ir.IntType(64), step)), ir.Constant(ir.IntType(64), start))
+        return v if value_type(dtype).width == 64 else b.trunc(v, value_type(dtype))
 
     def _sincos(self, node, idx):
         """sin(x) and cos(x) of the same x from one libdevice ``__nv_sincos[f]`` call: one
@@ -668,6 +660,7 @@ class KernelBuilder:
         return cond, region
 
     def _update(self, node, idx):
+        """setitem/index_add: a branch on whether the position is in the region."""
         base, upd = node.inputs
         cond, region = self._region(node, self.dims(idx))
         ty = value_type(node.dtype)
@@ -719,6 +712,43 @@ class KernelBuilder:
         return self.value(x, self.index(x.shape, dims=d[:axis] + [k] + d[axis + ind.ndim:]))
 
 
+# view -> where it reads its operand at a position of its own (straight-line index math)
+VIEW_INDEX = {
+    "reshape": KernelBuilder._reshape_index,
+    "broadcast_to": KernelBuilder._broadcast_index,
+    "transpose": KernelBuilder._transpose_index,
+    "getitem": KernelBuilder._getitem_index,
+}
+if set(VIEW_INDEX) != VIEWS:
+    raise ImportError("codegen.ptx: VIEW_INDEX and codegen.opsets.VIEWS disagree")
+# op -> its value at a position, computed in the kernel that reads it (no memory of its own)
+COMPUTE_RULES = {
+    "const": KernelBuilder._constant,
+    "full": KernelBuilder._constant,
+    "arange": KernelBuilder._arange,
+    "take": KernelBuilder._take,               # a gather: an index map through a loaded index
+    "setitem": KernelBuilder._update,          # a branch on the output position
+    "index_add": KernelBuilder._update,
+    "concatenate": KernelBuilder._concatenate,
+    "stack": KernelBuilder._stack,
+}
+# op -> the kernels that compute it into its buffer: (node, source, new buffer) -> [Kernel]
+KERNEL_RULES = {
+    **{op: _reduction_kernels for op in sorted(REDUCTIONS)},   # block/warp-shuffle reductions
+    "matmul": _reduction_kernels,                              # a sum over k
+    "scatter_add": _scatter_kernels,                           # atomic adds
+}
+
+
+def lowering(op: str) -> str | None:
+    """Which table lowers ``op`` on target='cuda' (None: none does)."""
+    for name, table in (("LOWER", LOWER), ("VIEW_INDEX", VIEW_INDEX),
+                        ("COMPUTE_RULES", COMPUTE_RULES), ("KERNEL_RULES", KERNEL_RULES)):
+        if op in table:
+            return name
+    return "IN_MEMORY" if op in IN_MEMORY else None
+
+
 # -- reductions -------------------------------------------------------------------------------
 
 def _identity(cx: Scalar, op: str, dtype: str):
@@ -726,8 +756,12 @@ def _identity(cx: Scalar, op: str, dtype: str):
     return cx.const(identity(REDUCE_KIND[op], dtype), dtype)
 
 
+# reduction -> the scalar rule (codegen.lower.LOWER) that combines two partial results
+COMBINE_RULE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
+
+
 def _combine(kb: KernelBuilder, op: str, dtype: str, a, c):
-    rule = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}[op]
+    rule = COMBINE_RULE[op]
     if dtype == "bool" and op in ("sum", "prod"):
         return (kb.b.or_ if op == "sum" else kb.b.and_)(a, c)
     return LOWER[rule](kb.cx, _Typed(dtype), [a, c])
@@ -837,7 +871,8 @@ def _reduce_length(job) -> int:
     return math.prod(n.inputs[0].shape[a] for a in n.attrs[0])
 
 
-def _emit_thread_reduce(kb: KernelBuilder, job):
+def _emit_thread_reduce(kb: KernelBuilder):
+    (job,) = kb.kernel.jobs
     n, dest, op = job.node, job.dest, job.op
     dtype, rlen = n.dtype, _reduce_length(job)
     elem = _element_fn(kb, job)
@@ -852,7 +887,8 @@ def _emit_thread_reduce(kb: KernelBuilder, job):
     kb.loop(gid, kb.int(kb.kernel.count), stride, body, name="out")
 
 
-def _emit_block_reduce(kb: KernelBuilder, job):
+def _emit_block_reduce(kb: KernelBuilder):
+    (job,) = kb.kernel.jobs
     n, dest, op = job.node, job.dest, job.op
     parts = job.parts if isinstance(job, ReduceJob) else 1   # a FinishJob's parts are its length
     dtype, rlen = n.dtype, _reduce_length(job)
@@ -952,6 +988,11 @@ def _kernel_params(p: Plan, k: Kernel) -> tuple:
     return tuple(sorted(reads))
 
 
+# kernel kind -> the function that writes its body
+KERNEL_EMITTERS = {"map": _emit_map, "scatter": _emit_scatter, "thread": _emit_thread_reduce,
+                   "block": _emit_block_reduce}
+
+
 def build_module(p: Plan, emulate_with=None) -> str:
     """The LLVM IR text of every kernel of a plan (libdevice calls still declarations).
     ``emulate_with``: a CPU math target; builds the single-thread CPU emulation instead."""
@@ -962,14 +1003,7 @@ def build_module(p: Plan, emulate_with=None) -> str:
     for k in p.kernels:
         k.params = _kernel_params(p, k)
         kb = KernelBuilder(module, p, k, math_target, emulate=emulate_with is not None)
-        if k.kind == "map":
-            _emit_map(kb)
-        elif k.kind == "scatter":
-            _emit_scatter(kb)
-        elif k.kind == "thread":
-            _emit_thread_reduce(kb, k.jobs[0])
-        else:
-            _emit_block_reduce(kb, k.jobs[0])
+        KERNEL_EMITTERS[k.kind](kb)
         kb.b.ret_void()
     text = str(module)
     if emulate_with is not None:
