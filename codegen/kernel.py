@@ -29,7 +29,9 @@ from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
-from .lower import LOWER, Scalar, intrinsic, is_unsigned, memory_type, value_type
+from .dtypes import is_unsigned, memory_type, value_type
+from .loops import close_loop, open_loop
+from .lower import LOWER, Scalar, intrinsic
 from .mathlib import MathTarget
 from .schedule import LEAF_INLINE, Schedule, Stage, View, merge_axes
 
@@ -270,18 +272,10 @@ class KernelModule:
                            typ=I64, name=f"{name}{j}") for j in range(d)]
         ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
         ty = memory_type(dtype)
-        levels, idx = [], []
-        for j in range(d):
-            pre = b.block
-            head, loop, done = (fn.append_basic_block(f"copy{j}.{s}") for s in ("head", "body", "exit"))
-            b.branch(head)
-            b.position_at_end(head)
-            i = b.phi(I64, f"i{j}")
-            i.add_incoming(begin if j == 0 else ir.Constant(I64, 0), pre)
-            b.cbranch(b.icmp_signed("<", i, end if j == 0 else ext[j]), loop, done)
-            b.position_at_end(loop)
-            levels.append((head, done, i))
-            idx.append(i)
+        levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
+                            tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
+                  for j in range(d)]
+        idx = [loop.index for loop in levels]
         offs = []
         for strides in (ds, ss):
             off = ir.Constant(I64, 0)
@@ -295,10 +289,8 @@ class KernelModule:
             v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
                  else b.add(old, v))
         b.store(v, pd)
-        for head, done, i in reversed(levels):
-            i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
-            b.branch(head)
-            b.position_at_end(done)
+        for loop in reversed(levels):
+            close_loop(b, loop)
         b.ret_void()
         return fn
 
@@ -387,20 +379,9 @@ class KernelModule:
             val = b.zext(val, ty)
         base = b.load(b.gep(ptrs, [ir.Constant(I64, sk.dest.buf)], source_etype=PTR), typ=PTR)
         n = self.load_param(b, params, self.param(sk.node.size), "size")
-        pre = b.block
-        head = fn.append_basic_block("fill.head")
-        loop = fn.append_basic_block("fill.body")
-        done = fn.append_basic_block("fill.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, "i")
-        i.add_incoming(ir.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", i, n), loop, done)
-        b.position_at_end(loop)
-        b.store(val, b.gep(base, [i], source_etype=ty))
-        i.add_incoming(b.add(i, ir.Constant(I64, 1)), loop)
-        b.branch(head)
-        b.position_at_end(done)
+        loop = open_loop(b, ir.Constant(I64, 0), n, ("fill.head", "fill.body", "fill.done"), "i")
+        b.store(val, b.gep(base, [loop.index], source_etype=ty))
+        close_loop(b, loop)
 
     def _run(self, wrappers):
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), "sg_run")
@@ -584,44 +565,31 @@ class _StageEmitter:
                 self.store(self.combine("add", dtype, old, prod), access, idx)
         return new_accs
 
+    def identity(self, reduction: Node) -> ir.Constant:
+        """The starting value of a reduction's accumulator."""
+        dtype = reduction.dtype
+        return self.cx.const(identity(REDUCE_KIND[reduction.op], dtype), dtype)
+
     def nest(self, fn, extents, begin, end):
         b, st = self.b, self.st
         d = len(st.shape)
         if d == 0:
             self.body([], [])
             return
-        levels, idx = [], []
+        levels = []
         for j in range(d):
-            lo = begin if j == 0 else ir.Constant(I64, 0)
-            hi = end if j == 0 else extents[j]
-            pre = b.block
-            head = fn.append_basic_block(f"loop{j}.head")
-            body = fn.append_basic_block(f"loop{j}.body")
-            exit_ = fn.append_basic_block(f"loop{j}.exit")
-            b.branch(head)
-            b.position_at_end(head)
-            i = b.phi(I64, f"i{j}")
-            i.add_incoming(lo, pre)
-            accs = []
-            if j == d - 1:
-                for k in self.in_register:
-                    dtype = st.sinks[k].node.dtype
-                    acc = b.phi(value_type(dtype), f"acc{k}")
-                    ident = self.cx.const(identity(REDUCE_KIND[st.sinks[k].node.op], dtype), dtype)
-                    acc.add_incoming(ident, pre)
-                    accs.append(acc)
-            b.cbranch(b.icmp_signed("<", i, hi), body, exit_)
-            b.position_at_end(body)
-            levels.append((head, exit_, i, accs))
-            idx.append(i)
-        new_accs = self.body(idx, levels[-1][3])
+            # the innermost loop carries the register accumulators of reductions along it
+            carried = [(f"acc{k}", self.identity(st.sinks[k].node))
+                       for k in self.in_register] if j == d - 1 else []
+            levels.append(open_loop(b, begin if j == 0 else ir.Constant(I64, 0),
+                                    end if j == 0 else extents[j],
+                                    tuple(f"loop{j}.{s}" for s in ("head", "body", "exit")),
+                                    f"i{j}", carried))
+        idx = [loop.index for loop in levels]
+        new_accs = self.body(idx, levels[-1].carried)
         for j in reversed(range(d)):
-            head, exit_, i, accs = levels[j]
-            i.add_incoming(b.add(i, ir.Constant(I64, 1), name=f"i{j}.next"), b.block)
-            for acc, new in zip(accs, new_accs):
-                acc.add_incoming(new, b.block)
-            b.branch(head)
-            b.position_at_end(exit_)
+            close_loop(b, levels[j], carried=new_accs if j == d - 1 else (), next_name=f"i{j}.next")
+            accs = levels[j].carried
             if j == d - 1:
                 for acc, k in zip(accs, self.in_register):
                     sk = st.sinks[k]

@@ -17,28 +17,14 @@ from llvmlite import ir
 
 from symgrad.ir import is_float
 
+from .dtypes import info, is_unsigned, value_type
 from .mathlib import INTRINSICS, MATH_NAMES, MathTarget
 
 I1 = ir.IntType(1)
-BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64,
-        "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64, "bool": 1}
 
 
-def value_type(dtype: str) -> ir.Type:
-    """The register type of a dtype (bool is i1 in registers, i8 in memory)."""
-    if dtype == "float64":
-        return ir.DoubleType()
-    if dtype == "float32":
-        return ir.FloatType()
-    return ir.IntType(BITS[dtype])
-
-
-def memory_type(dtype: str) -> ir.Type:
-    return ir.IntType(8) if dtype == "bool" else value_type(dtype)
-
-
-def is_unsigned(dtype: str) -> bool:
-    return dtype.startswith("uint") or dtype == "bool"
+def _bits(dtype: str) -> int:
+    return info(dtype).bits
 
 
 class Scalar:
@@ -211,9 +197,9 @@ def _cast(cx, n, args):
         return (b.uitofp if is_unsigned(src) else b.sitofp)(x, ty, name="cast")
     if is_float(src):
         return (b.fptoui if is_unsigned(dst) else b.fptosi)(x, ty, name="cast")
-    if BITS[dst] < BITS[src]:
+    if _bits(dst) < _bits(src):
         return b.trunc(x, ty, name="cast")
-    if BITS[dst] == BITS[src]:
+    if _bits(dst) == _bits(src):
         return x
     return (b.zext if is_unsigned(src) else b.sext)(x, ty, name="cast")
 

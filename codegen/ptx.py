@@ -33,14 +33,15 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
-import numpy as np
 from llvmlite import ir
 
 from symgrad.ir import Graph, NewAxis, Node, Slice, is_float, toposort
 
 from . import libdevice
 from .kernel import REDUCE_KIND, identity
-from .lower import LOWER, Scalar, is_unsigned, memory_type, value_type
+from .dtypes import is_unsigned, memory_type, storage, value_type
+from .loops import close_loop, open_loop
+from .lower import LOWER, Scalar
 from .opsets import LEAVES, REDUCTIONS, VIEWS
 from .schedule import contiguous_strides
 
@@ -74,7 +75,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype if self.dtype != "bool" else "uint8").itemsize
+        return self.size * storage(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -417,7 +418,7 @@ class KernelBuilder:
         if self.plan.buffers[buf].kind == "scalar":
             return self.args[buf]
         v = self.b.load(self.address(buf, flat), typ=memory_type(dtype),
-                        align=np.dtype(dtype if dtype != "bool" else "uint8").itemsize)
+                        align=storage(dtype).itemsize)
         if dtype == "bool":
             v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
         return v
@@ -427,38 +428,20 @@ class KernelBuilder:
         if dtype == "bool":
             value = self.b.zext(value, ir.IntType(8))
         self.b.store(value, self.address(buf, flat),
-                     align=np.dtype(dtype if dtype != "bool" else "uint8").itemsize)
+                     align=storage(dtype).itemsize)
 
     # -- control flow ------------------------------------------------------------------------
     def loop(self, start, stop, step, body, carried=(), name="loop"):
         """``for i in range(start, stop, step)`` with loop-carried values; returns their final
         values. ``body(i, *carried) -> new carried tuple``."""
-        b = self.b
-        pre = b.block
-        cond_bb = self.fn.append_basic_block(f"{name}.cond")
-        body_bb = self.fn.append_basic_block(f"{name}.body")
-        exit_bb = self.fn.append_basic_block(f"{name}.exit")
-        b.branch(cond_bb)
-        b.position_at_end(cond_bb)
-        i = b.phi(self.ity, name=f"{name}.index")
-        i.add_incoming(start, pre)
-        phis = []
-        for k, init in enumerate(carried):
-            p = b.phi(init.type, name=f"{name}.acc{k}")
-            p.add_incoming(init, pre)
-            phis.append(p)
-        b.cbranch(b.icmp_unsigned("<", i, stop), body_bb, exit_bb)
-        b.position_at_end(body_bb)
-        self.scopes.append({})
-        new = body(i, *phis) or ()
+        loop = open_loop(self.b, start, stop, (f"{name}.cond", f"{name}.body", f"{name}.exit"),
+                         f"{name}.index", [(f"{name}.acc{k}", init) for k, init in enumerate(carried)],
+                         ty=self.ity, unsigned=True)
+        self.scopes.append({})   # values computed in the body do not dominate the exit
+        new = body(loop.index, *loop.carried) or ()
         self.scopes.pop()
-        nxt = b.add(i, step, name=f"{name}.next")
-        i.add_incoming(nxt, b.block)
-        for p, v in zip(phis, new):
-            p.add_incoming(v, b.block)
-        b.branch(cond_bb)
-        b.position_at_end(exit_bb)
-        return phis
+        close_loop(self.b, loop, step, new, next_name=f"{name}.next")
+        return loop.carried
 
     def choose(self, conds, thunks, ty):
         """``thunks[k]()`` for the first true ``conds[k]`` (the last thunk is the default),
