@@ -127,7 +127,7 @@ class Device:
         return self.arch if self.arch in ptxmod.KNOWN_ARCHS else (known[-1] if known else ptxmod.DEFAULT_ARCH)
 
     # -- modules -------------------------------------------------------------------------------
-    def functions(self, prog: ptxmod.Program) -> dict:
+    def functions(self, prog: ptxmod.PtxProgram) -> dict:
         got = self.modules.get(prog.ptx)
         if got is None:
             image = np.frombuffer(prog.ptx.encode() + b"\0", dtype=np.uint8)

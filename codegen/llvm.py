@@ -82,7 +82,7 @@ def stats() -> dict:
     return dict(jit.STATS)
 
 
-class Program:
+class CpuProgram:
     """A graph scheduled and lowered: the IR text and its run-time parameters."""
 
     def __init__(self, graph: Graph):
@@ -116,7 +116,7 @@ class Native:
     """Everything a call needs for one signature, prepared once."""
 
     def __init__(self, graph: Graph):
-        prog = Program(graph)
+        prog = CpuProgram(graph)
         self.graph = graph
         self.program = prog
         self.key, addrs = jit.load(prog.text, prog.symbols)
@@ -410,13 +410,13 @@ def llvm_ir(signature, optimized: bool = False) -> str:
     """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``, with
     the user's lines of each stage as comments (display only: see ``codegen.source_map``)."""
     from .source_map import annotate_llvm
-    prog = Program(signature.graph)
+    prog = CpuProgram(signature.graph)
     text = str(jit.optimize(prog.text)) if optimized else prog.text
     return annotate_llvm(text, prog.schedule)
 
 
 def assembly(signature) -> str:
-    return jit.assembly(Program(signature.graph).text)
+    return jit.assembly(CpuProgram(signature.graph).text)
 
 
 class CpuBackend(Backend):

@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import Graph, NewAxis, Node, Slice, is_float, toposort, use_counts
+from symgrad.ir import Graph, Node, is_float, toposort, use_counts
 
+from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
 from .opsets import CONSTANTS, REDUCTIONS, VIEWS
+from .views import View, index_view, keepdims_strides
 
 LEAF_INLINE = CONSTANTS               # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
@@ -40,44 +42,6 @@ STAGE_OPS = 256
 # Ops that compare float values: a max/min reduction's gradient compares its input with the
 # result (the tie mask), and a comparison decides a select. Their operands are computed once.
 COMPARING = ("max", "min", "eq", "ne", "lt", "le", "gt", "ge")
-
-
-def contiguous_strides(shape) -> tuple:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
-@dataclass
-class Buffer:
-    index: int
-    kind: str       # "arg" (array), "scalar" (0-d argument), "const", "out", "tmp", "flag"
-    dtype: str
-    size: int       # elements
-    ref: object = None   # parameter index, output index, or the constant's ndarray
-
-
-@dataclass(frozen=True)
-class View:
-    """Elements ``buf[offset + sum(i_k * strides_k)]`` for an index of ``shape``."""
-    buf: int
-    offset: int
-    shape: tuple
-    strides: tuple
-
-    def align(self, loop_shape) -> "View":
-        """The same elements seen from a loop over ``loop_shape`` (NumPy broadcasting)."""
-        lead = len(loop_shape) - len(self.shape)
-        strides = [0] * lead
-        for d, s, e in zip(self.shape, self.strides, loop_shape[lead:]):
-            strides.append(0 if d == 1 and e != 1 else s)
-        return View(self.buf, self.offset, tuple(loop_shape), tuple(strides))
-
-    def is_contiguous(self) -> bool:
-        return all(s == c for d, s, c in zip(self.shape, self.strides,
-                                             contiguous_strides(self.shape)) if d > 1)
 
 
 @dataclass
@@ -241,7 +205,7 @@ class Schedule:
         axes, _ = n.attrs
         view = self._own_buffer(n)
         keep = View(view.buf, 0, tuple(1 if i in axes else d for i, d in enumerate(x.shape)),
-                    _keepdims_strides(x.shape, axes))
+                    keepdims_strides(x.shape, axes))
         dest = View(keep.buf, 0, x.shape, tuple(0 if i in axes else s
                                                 for i, s in enumerate(keep.strides)))
         k = self._value_stage(x, x.shape)
@@ -307,7 +271,7 @@ class Schedule:
         else:
             view = self._own_buffer(n)
             k1 = self.place(base, view, 0)
-        region = _index_view(view, n.attrs[0])
+        region = index_view(view, n.attrs[0])
         k2 = self.place(value, region, k1 + 1, "store" if n.op == "setitem" else "accum")
         self._locate(n, view, k2 + 1)
 
@@ -450,7 +414,7 @@ class Schedule:
         elif n.op == "broadcast_to":
             out = v.align(n.shape)
         elif n.op == "getitem":
-            out = _index_view(v, n.attrs[0])
+            out = index_view(v, n.attrs[0])
         else:  # reshape: only contiguous data can be re-strided; copy anything else first
             if not v.is_contiguous():
                 copy = self._buffer("tmp", x.dtype, max(x.size, 1))
@@ -520,49 +484,3 @@ def compared_values(outputs) -> set:
         if n.op in COMPARING:
             once.update(x for x in n.inputs if is_float(x.dtype))
     return once
-
-
-def merge_axes(shape, views):
-    """Collapse adjacent loop axes that every view walks as one axis (``s[j] == s[j+1] *
-    n[j+1]`` for all of them, e.g. everything contiguous), and axes of extent 1. Fewer, longer
-    loops vectorise better and compile faster; the result depends on sizes only through
-    extent-1 axes, which are rare."""
-    shape = list(shape)
-    strides = [list(v.strides) for v in views]
-    j = len(shape) - 2
-    while j >= 0:
-        outer, inner = shape[j], shape[j + 1]
-        if inner == 1 or outer == 1 or all(s[j] == s[j + 1] * inner for s in strides):
-            for s in strides:
-                s[j] = s[j] if inner == 1 and outer != 1 else s[j + 1]
-                del s[j + 1]
-            shape[j] = outer * inner
-            del shape[j + 1]
-        j -= 1
-    shape = tuple(shape)
-    return shape, [View(v.buf, v.offset, shape, tuple(s)) for v, s in zip(views, strides)]
-
-
-def _keepdims_strides(shape, axes) -> tuple:
-    return contiguous_strides(tuple(1 if i in axes else d for i, d in enumerate(shape)))
-
-
-def _index_view(v: View, index) -> View:
-    """A basic-indexing view (the normalised index of ``symgrad.ops.getitem``)."""
-    offset, shape, strides, axis = v.offset, [], [], 0
-    for item in index:
-        if isinstance(item, NewAxis):
-            shape.append(1)
-            strides.append(0)
-            continue
-        if isinstance(item, Slice):
-            start, stop, step = item.start, item.stop, item.step
-            shape.append(len(range(start, stop, step)))
-            strides.append(v.strides[axis] * step)
-            offset += start * v.strides[axis] if shape[-1] else 0
-        else:
-            offset += item * v.strides[axis]
-        axis += 1
-    shape.extend(v.shape[axis:])
-    strides.extend(v.strides[axis:])
-    return View(v.buf, offset, tuple(shape), tuple(strides))
