@@ -11,8 +11,9 @@ half-written entry; an entry that fails a check is ignored and recompiled.
 the directory you set).
 
 ``SYMGRAD_PRECISE_MATH=1`` (read once per process) compiles transcendental functions as calls
-to glibc's scalar libm (< 1 ulp) instead of its SIMD libmvec versions (<= 4 ulp documented,
-3.4 ulp measured for f64 cos): slower, for users who need the last bits.
+to glibc's scalar libm (< 1 ulp except tanh 2.1; glibc's cos is 8 ulp off at its hardest huge
+argument) instead of our own vectorised float64 sin/cos/tan/log1p/tanh/exp/expm1 (<= 1.7 ulp) and
+libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 

@@ -9,6 +9,14 @@ glibc's libm under private symbol names (``symgrad_exp``) and tags every call wi
 private name is needed because LLVM recognises ``exp`` and turns a side-effect-free call into
 the ``llvm.exp`` intrinsic, which x86 expands lane by lane into scalar libm calls. The NVPTX
 back end maps the same keys to libdevice (``codegen.libdevice.LibdeviceMath``).
+
+float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``, in
+``codegen.f64math``): branch-free IR,
+inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
+within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
+keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
+library compiled once per process. ``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar
+libm only.
 """
 from __future__ import annotations
 
@@ -17,6 +25,9 @@ import ctypes.util
 import re
 
 from llvmlite import ir
+
+from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
+    OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved)
 
 # op name -> C math function name (double version; the float one appends "f"). The one list of
 # math functions: the CPU binds the C library's functions the IR declares (CPUMath.bind), the
@@ -83,10 +94,13 @@ class CPUMath(MathTarget):
     name = "cpu"
 
     def __init__(self, features: str = "", precise: bool = False):
-        # precise: scalar glibc libm only (< 1 ulp, no SIMD). libmvec trades up to ~3.5 ulp
-        # (measured, f64 sin/cos) for 3-5x throughput; SYMGRAD_PRECISE_MATH=1 selects this.
+        # precise: scalar glibc libm only (< 1 ulp, no SIMD; but glibc's cos is 8 ulp off at
+        # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp) and
+        # libmvec for the rest (float32 up to 3.8 ulp measured); SYMGRAD_PRECISE_MATH=1.
         self.precise = precise
         self.bound: set[str] = set()   # symbols already given to LLVM (CPUMath.bind)
+        self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
+        self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
         self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         try:
             self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
@@ -108,8 +122,24 @@ class CPUMath(MathTarget):
     def call(self, builder, op, dtype, args):
         if dtype == "float64" and op in OWN_F64 and not self.precise:
             name, body = OWN_F64[op]
-            return builder.call(_define(builder.module, name, body), args, name=op)
+            fn = _define(builder.module, name, lambda b, x: body(b, x, self))
+            return builder.call(fn, args, name=op)
         return super().call(builder, op, dtype, args)
+
+    def far_library(self) -> None:
+        """Compile (or fetch from jit's cache) the far-argument library for this target, once
+        per process and reduction, and make its symbols resolvable by the kernels."""
+        import llvmlite.binding as llvm
+
+        from . import jit
+        if self.fma in self._far_loaded:
+            return
+        text, public = _far_library_text(self)
+        _, addresses = jit.load(text, sorted(public.values()))
+        for name, local in public.items():
+            llvm.add_symbol(name, addresses[local])
+            self.bound.add(name)   # resolved: CPUMath.bind leaves it alone
+        self._far_loaded.add(self.fma)
 
     def scalar_address(self, sym: str) -> int:
         cname = sym[len(PRIVATE_PREFIX):]
@@ -123,13 +153,24 @@ class CPUMath(MathTarget):
         """Give LLVM the address of every library function ``text`` declares, before its
         machine code is linked: derived from the IR itself, so no list of names can miss one
         (a symbol LLVM cannot resolve crashed the process)."""
+        library = None
         for sym in _PRIVATE_DECLARED.findall(text):
-            if sym not in self.bound:
-                add_symbol(sym, self.scalar_address(sym))
-                self.bound.add(sym)
+            if sym in self.bound:
+                continue
+            library = library or {self.symbol(c, dt) for c in MATH_NAMES.values()
+                                  for dt in ("float64", "float32")}
+            if sym not in library:
+                raise NotImplementedError(f"a CPU kernel calls {sym}, which is neither a C math "
+                                          "function of codegen.mathlib.MATH_NAMES nor a symbol "
+                                          "codegen has bound")
+            add_symbol(sym, self.scalar_address(sym))
+            self.bound.add(sym)
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
+        if "_far" in cname:             # our own SIMD versions (see _far_helper)
+            scalar = _far_name(cname[:cname.index("_far")], self)
+            return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]
         if self.libmvec is None or self.precise:
             return []
         out = []
@@ -153,7 +194,7 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
     groups, decls, used = [], [], []
     for k, (cname, dtype, nargs, sym) in enumerate(sorted(calls)):
         ty = "double" if dtype == "float64" else "float"
-        scalar_call = f'call {ty} @"{sym}"('
+        scalar_call = re.compile(rf'call (preserve_allcc )?{ty} @"{sym}"\(')
         variants = math.variants(cname, dtype, nargs)
         attr = f"#{900 + k}"
         mapping = ",".join(f"{name[:name.index('_', 4) + 1]}{sym}({name})" for name, _ in variants)
@@ -163,7 +204,7 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         groups.append(f"attributes {attr} = {{ {body} }}")
         lines = []
         for line in text.split("\n"):
-            if scalar_call in line and line.rstrip().endswith(")"):
+            if scalar_call.search(line) and line.rstrip().endswith(")"):
                 line = line + " " + attr
             elif line.startswith(f'declare {ty} @"{sym}"('):
                 line = line + " " + attr
@@ -171,96 +212,10 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         text = "\n".join(lines)
         for name, lanes in variants:
             vt = f"<{lanes} x {ty}>"
-            decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
             used.append(f'ptr @"{name}"')
+            decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
+    decls = [_mark_no_caller_saved(line, groups) for line in decls]
     if used:
         decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
                      f"[{', '.join(used)}], section \"llvm.metadata\"")
     return text + "\n" + "\n".join(decls + groups) + "\n"
-
-
-# ----------------------------------------------------------------------------------------------
-# Our own float64 exp and expm1: branch-free IR the loop vectoriser widens like any arithmetic,
-# accurate to < 1 ulp (libmvec's AVX2 exp/expm1 reach 2.9 ulp). Reduction x = k ln2 + r with
-# ln2 split Cody-Waite style (k * LN2_HI is exact for |k| < 2^21), |r| <= ln2/2, then the
-# Taylor series of e^r - 1 to r^13 (truncation 4e-18, far below half an ulp).
-
-LN2_HI = 6.93147180369123816490e-01     # 0x3FE62E42FEE00000: 32 significant bits
-LN2_LO = 1.90821492927058770002e-10
-INV_LN2 = 1.44269504088896338700e+00
-TAYLOR = [1.0 / __import__("math").factorial(i) for i in range(2, 14)]   # 1/2! .. 1/13!
-
-
-def _exp_parts(b: ir.IRBuilder, x):
-    """(k as i64, e^r - 1) for x clamped to [-746, 710] (NaN handled by the callers)."""
-    d = ir.DoubleType()
-    c = lambda v: ir.Constant(d, v)   # noqa: E731 - local shorthand
-    mod = b.module
-    rint = mod.declare_intrinsic("llvm.rint", [d], ir.FunctionType(d, [d]))
-    # fmuladd: a fused multiply-add where the CPU has one (Horner at half the instructions)
-    fma = mod.declare_intrinsic("llvm.fmuladd", [d], ir.FunctionType(d, [d, d, d]))
-    # clamp with compares and selects (cheap blends; NaN is patched by the caller)
-    xc = b.select(b.fcmp_ordered("<", x, c(-746.0)), c(-746.0), x)
-    xc = b.select(b.fcmp_ordered(">", xc, c(710.0)), c(710.0), xc)
-    kf = b.call(rint, [b.fmul(xc, c(INV_LN2))])
-    r = b.fsub(b.fsub(xc, b.fmul(kf, c(LN2_HI))), b.fmul(kf, c(LN2_LO)))
-    q = c(TAYLOR[-1])
-    for coef in reversed(TAYLOR[:-1]):
-        q = b.call(fma, [q, r, c(coef)])
-    p = b.call(fma, [b.fmul(r, r), q, r])           # e^r - 1
-    return b.fptosi(kf, ir.IntType(64)), p
-
-
-def _pow2(b: ir.IRBuilder, k):
-    """2^k as a double for k in [-1022, 1023] (built from the exponent bits)."""
-    i64 = ir.IntType(64)
-    bits = b.shl(b.add(k, ir.Constant(i64, 1023)), ir.Constant(i64, 52))
-    return b.bitcast(bits, ir.DoubleType())
-
-
-def _scale(b: ir.IRBuilder, v, k):
-    """v * 2^k for k in [-1076, 1024], in two steps so neither factor leaves the normal range
-    (overflow to inf and gradual underflow come out right)."""
-    i64 = ir.IntType(64)
-    k1 = b.ashr(k, ir.Constant(i64, 1))
-    return b.fmul(b.fmul(v, _pow2(b, k1)), _pow2(b, b.sub(k, k1)))
-
-
-def _define(module: ir.Module, name: str, body) -> ir.Function:
-    fn = module.globals.get(name)
-    if fn is not None:
-        return fn
-    d = ir.DoubleType()
-    fn = ir.Function(module, ir.FunctionType(d, [d]), name)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")   # inlined before the vectoriser runs
-    fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    x = fn.args[0]
-    out = body(b, x)
-    isnan = b.fcmp_unordered("uno", x, x)
-    b.ret(b.select(isnan, x, out))
-    return fn
-
-
-def _exp_body(b, x):
-    k, p = _exp_parts(b, x)
-    return _scale(b, b.fadd(ir.Constant(ir.DoubleType(), 1.0), p), k)
-
-
-def _expm1_body(b, x):
-    """e^x - 1 = 2^k p + (2^k - 1): both terms exact-ish for |k| <= 53 (no cancellation for
-    k >= 0, mild for k < 0); beyond, 2^k (1 + p) - 1."""
-    d, i64 = ir.DoubleType(), ir.IntType(64)
-    k, p = _exp_parts(b, x)
-    one = ir.Constant(d, 1.0)
-    small = b.icmp_signed("<=", b.select(b.icmp_signed("<", k, ir.Constant(i64, 0)),
-                                         b.neg(k), k), ir.Constant(i64, 53))
-    ks = b.select(small, k, ir.Constant(i64, 0))     # keep _pow2 in range on both paths
-    t = _pow2(b, ks)
-    near = b.fadd(b.fmul(t, p), b.fsub(t, one))
-    far = b.fsub(_scale(b, b.fadd(one, p), k), one)
-    return b.select(small, near, far)
-
-
-OWN_F64 = {"exp": ("sg_exp_f64", _exp_body), "expm1": ("sg_expm1_f64", _expm1_body)}

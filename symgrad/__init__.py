@@ -26,8 +26,10 @@ def __getattr__(name):
     """``sg.optim`` is imported on first use: ``import symgrad`` stays light."""
     if name == "optim":
         from .train import optim
+        globals()["optim"] = optim   # later lookups are plain attribute reads
         return optim
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
+
 
 __all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
            "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value", "clip_by_norm",

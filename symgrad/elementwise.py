@@ -15,6 +15,11 @@ from .op_base import _elementwise, _promote, _same_dtype, broadcast_shapes, lift
 # ----------------------------------------------------------------------------------------------
 # Elementwise ops. One line each: name, NumPy function, VJP, spelling.
 
+# NumPy's name of each op below -> (the NumPy function, the builder): what user code may call
+# (``np.exp``, ``math.exp``, ``sg.exp``; symgrad.numpy_api reads it), derived from the entries.
+NUMPY_FUNCTIONS: dict = {}
+
+
 def _u(name, fn, vjp, spell=None, float_only=True):
     register(OpDef(name, "elementwise", infer=_elementwise(float_only=float_only),
                    numpy=lambda x, attrs: fn(x), vjp=vjp,
@@ -23,6 +28,7 @@ def _u(name, fn, vjp, spell=None, float_only=True):
     def build(x):
         return make(name, (to_float(x) if float_only else lift(x),))
     build.__name__ = name
+    NUMPY_FUNCTIONS[fn.__name__] = (fn, build)
     return build
 
 
@@ -73,6 +79,7 @@ def _b(name, fn, vjp, spell, out_dtype=None, float_only=False):
     def build(a, b):
         return make(name, _promote((a, b), float_only))
     build.__name__ = name
+    NUMPY_FUNCTIONS[fn.__name__] = (fn, build)
     return build
 
 

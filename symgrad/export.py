@@ -83,8 +83,8 @@ def _write_c(entry, path: pathlib.Path, values):
 
 
 def _write_ll(entry, path: pathlib.Path, values):
-    from codegen import llvm   # the CPU back end (llvmlite) only when asked for its IR
-    path.write_text(llvm.llvm_ir(entry))
+    from .backends import show   # imports the CPU back end (llvmlite) only when asked
+    path.write_text(show("llvm_ir", entry))
 
 
 _WRITERS = {".py": _write_py, ".c": _write_c, ".ll": _write_ll}

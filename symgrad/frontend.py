@@ -27,6 +27,7 @@ from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
 from .calls import Calls
 from .control_flow import ControlFlow
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
+from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
 from .source import function_source
 
@@ -424,39 +425,16 @@ def _arg_node(i: int, name: str, value):
 
 def _flatten(value, outputs: list, loc: Loc):
     """Append the leaves of a return value to ``outputs``; return its out_tree (ints index
-    ``outputs``). Iterative: a deeply nested return value cannot exhaust the stack."""
-    result = []
-    stack = [(value, result)]   # (value, the list its tree goes into)
-    while stack:
-        v, into = stack.pop()
-        if isinstance(v, (tuple, list)):
-            children: list = []
-            into.append(children)
-            stack.extend((item, children) for item in reversed(v))
-            continue
+    ``outputs``)."""
+    def leaf(v) -> int:
         if v is None:
             raise TypeError(f"{loc}: the function returned None; "
                             "a differentiated function must return a number or an array")
         if not isinstance(v, (Node, numbers.Number, np.ndarray, np.generic)):
             raise TypeError(f"the function returned a {type(v).__name__}; expected numbers/arrays")
         outputs.append(v)
-        into.append(len(outputs) - 1)
-    return _freeze(result[0])
-
-
-def _freeze(tree):
-    """Nested lists -> nested tuples, without recursion."""
-    if not isinstance(tree, list):
-        return tree
-    order, stack = [], [tree]
-    while stack:               # every list, parents before children
-        t = stack.pop()
-        order.append(t)
-        stack.extend(c for c in t if isinstance(c, list))
-    frozen: dict = {}
-    for t in reversed(order):  # children before parents
-        frozen[id(t)] = tuple(frozen[id(c)] if isinstance(c, list) else c for c in t)
-    return frozen[id(tree)]
+        return len(outputs) - 1
+    return build_tree(value, leaf)
 
 
 def _flat_buffers(origin) -> frozenset:

@@ -177,16 +177,12 @@ def _stop_gradient_eager(x):
     return x
 
 
-# name -> (eager implementation, builder). ``sg.<name>`` is the dual of the two.
+# name -> (eager implementation, builder). ``sg.<name>`` is the dual of the two. Every
+# elementwise primitive comes under its NumPy name from the op table (ops.NUMPY_FUNCTIONS);
+# the entries below are the composites and the ones whose user-facing form differs.
 FUNCTIONS = {
-    "exp": (np.exp, ops.exp), "log": (np.log, ops.log), "log1p": (np.log1p, ops.log1p),
-    "expm1": (np.expm1, ops.expm1), "sqrt": (np.sqrt, ops.sqrt), "sin": (np.sin, ops.sin),
-    "cos": (np.cos, ops.cos), "tan": (np.tan, ops.tan), "arcsin": (np.arcsin, ops.arcsin),
-    "arccos": (np.arccos, ops.arccos), "arctan": (np.arctan, ops.arctan),
-    "arctan2": (np.arctan2, ops.arctan2), "sinh": (np.sinh, ops.sinh),
-    "cosh": (np.cosh, ops.cosh), "tanh": (np.tanh, ops.tanh), "abs": (np.abs, _abs),
-    "sign": (np.sign, ops.sign), "maximum": (np.maximum, ops.maximum),
-    "minimum": (np.minimum, ops.minimum), "where": (np.where, ops.where),
+    **ops.NUMPY_FUNCTIONS,
+    "abs": (np.abs, _abs), "where": (np.where, ops.where),
     "clip": (np.clip, _clip), "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
     "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")), "mean": (np.mean, _mean),
     "dot": (np.dot, ops.dot), "matmul": (np.matmul, ops.matmul),
@@ -206,13 +202,6 @@ FUNCTIONS = {
     "exp2": (np.exp2, lambda x: ops.exp(ops.to_float(x) * math.log(2.0))),
     "hypot": (np.hypot, lambda a, b: ops.sqrt(ops.to_float(a) * a + ops.to_float(b) * b)),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
-    "logical_and": (np.logical_and, ops.logical_and), "logical_or": (np.logical_or, ops.logical_or),
-    "logical_not": (np.logical_not, ops.logical_not),
-    "add": (np.add, ops.add), "subtract": (np.subtract, ops.sub), "multiply": (np.multiply, ops.mul),
-    "divide": (np.divide, ops.div), "negative": (np.negative, ops.neg),
-    "less": (np.less, ops.lt), "less_equal": (np.less_equal, ops.le), "greater": (np.greater, ops.gt),
-    "greater_equal": (np.greater_equal, ops.ge), "equal": (np.equal, ops.eq),
-    "not_equal": (np.not_equal, ops.ne),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
 ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",

@@ -18,20 +18,25 @@ also fills ``symgrad.ir.OPERATORS``, the builders behind ``Node``'s operators (`
 """
 from __future__ import annotations
 
-from . import ir
+from . import elementwise, index_ops, ir, op_base, shape_ops
+from .elementwise import NUMPY_FUNCTIONS  # noqa: F401 - re-exported
+from .elementwise import abs_, add, div, ge, gt, le, lt, mul, neg, pow_, sub
+from .index_ops import _index_shape, _index_text  # noqa: F401 - re-exported (back ends)
+from .index_ops import getitem
 from .ir import Node
-from .op_base import (  # noqa: F401 - re-exported
-    Operand, arange, array_const, broadcast_shapes, cast, const, full, lift, normalize_axes,
-    result_dtype, to_float, zeros_like)
-from .elementwise import (  # noqa: F401 - re-exported
-    abs_, add, arccos, arcsin, arctan, arctan2, cos, cosh, div, eq, exp, expm1, ge, gt, le, log,
-    log1p, logical_and, logical_not, logical_or, lt, maximum, minimum, mul, ne, neg, pow_, power,
-    sign, sin, sinh, sqrt, stop_gradient, sub, tan, tanh, where)
-from .shape_ops import (  # noqa: F401 - re-exported
-    broadcast_to, dot, matmul, mean, reduce, reshape, transpose, unbroadcast)
-from .index_ops import (  # noqa: F401 - re-exported
-    _index_shape, _index_text, concatenate, getitem, index_add, normalize_index, scatter_add,
-    setitem, stack, take)
+from .shape_ops import matmul
+
+
+def _builders(module) -> dict:
+    """The public functions a module defines (its builders): re-exported here, so a new op's
+    builder needs no line in this file."""
+    return {name: value for name, value in vars(module).items()
+            if not name.startswith("_") and callable(value) and not isinstance(value, type)
+            and getattr(value, "__module__", None) == module.__name__}
+
+
+for _module in (op_base, elementwise, shape_ops, index_ops):
+    globals().update(_builders(_module))
 
 
 def _iter_rows(x: Node):

@@ -1,8 +1,8 @@
 """Run-time plumbing shared by the API and every back end (see ``symgrad.backends``).
 
 * **output trees**: a graph returns its flat ``outputs`` shaped as ``out_tree`` (an int indexes
-  ``outputs``, a tuple nests); :func:`flatten_tree` and :func:`unflatten_tree` convert, without
-  recursion;
+  ``outputs``, a tuple nests); :func:`build_tree` makes one from a returned value,
+  :func:`flatten_tree` and :func:`unflatten_tree` convert, all without recursion;
 * **argument keys**: :class:`ArgKey`, what a trace is specialised on for one argument (dtype and
   shape of an array, the value of a static int), and :func:`arg_key`;
 * **stand-ins**: zero-memory values of a signature, for tracing and for showing code;
@@ -18,6 +18,37 @@ import numpy as np
 
 
 # -- output trees ----------------------------------------------------------------------------------
+
+def build_tree(value, leaf):
+    """The out_tree of a returned value (tuples and lists nest): ``leaf(v)`` is called on each
+    leaf in order and returns its index. Iterative: deep nesting cannot exhaust the stack."""
+    result: list = []
+    stack = [(value, result)]   # (value, the list its tree goes into)
+    while stack:
+        v, into = stack.pop()
+        if isinstance(v, (tuple, list)):
+            children: list = []
+            into.append(children)
+            stack.extend((item, children) for item in reversed(v))
+        else:
+            into.append(leaf(v))
+    return _freeze(result[0])
+
+
+def _freeze(tree):
+    """Nested lists -> nested tuples, without recursion."""
+    if not isinstance(tree, list):
+        return tree
+    order, stack = [], [tree]
+    while stack:               # every list, parents before children
+        t = stack.pop()
+        order.append(t)
+        stack.extend(c for c in t if isinstance(c, list))
+    frozen: dict = {}
+    for t in reversed(order):  # children before parents
+        frozen[id(t)] = tuple(frozen[id(c)] if isinstance(c, list) else c for c in t)
+    return frozen[id(tree)]
+
 
 def flatten_tree(value, tree) -> list:
     """The leaves of ``value``, a nesting of tuples shaped as ``tree``, in ``outputs`` order
@@ -67,6 +98,9 @@ class ArgKey(NamedTuple):
 
 
 FLOAT_KEY = ArgKey("float")
+# ArgKey's own __new__ is a Python function; tuple.__new__ builds the same record without that
+# call frame (half the cost, on every call with an array argument)
+_new_key = tuple.__new__
 
 
 def arg_key(value) -> ArgKey:
@@ -74,10 +108,8 @@ def arg_key(value) -> ArgKey:
     kind = type(value)
     if kind is float:
         return FLOAT_KEY
-    if kind is np.ndarray:
-        return ArgKey("array", value.dtype, value.shape)
-    if isinstance(value, np.ndarray):
-        return ArgKey("array", value.dtype, value.shape)
+    if kind is np.ndarray or isinstance(value, np.ndarray):
+        return _new_key(ArgKey, ("array", value.dtype, value.shape, None))
     if isinstance(value, np.generic):
         return ArgKey("scalar", value.dtype)
     if isinstance(value, bool):

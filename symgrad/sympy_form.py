@@ -24,6 +24,7 @@ import numpy as np
 import sympy
 
 from .ir import OPS, Graph, Node, toposort
+from .runtime import unflatten_tree
 
 MAX_ELEMENTS = 256   # beyond this an element-by-element form is no longer readable mathematics
 
@@ -343,12 +344,7 @@ def to_sympy(graph: Graph):
     else:
         values = node_values(graph)
         outputs = [as_sympy(values[o]) for o in graph.outputs]
-
-    def build(tree):
-        if isinstance(tree, int):
-            return outputs[tree]
-        return tuple(build(t) for t in tree)
-    return build(graph.out_tree)
+    return unflatten_tree(graph.out_tree, outputs)
 
 
 def to_latex(graph: Graph) -> str:

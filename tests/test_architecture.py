@@ -184,3 +184,15 @@ def test_no_long_module_without_a_stated_reason():
         if text.count("\n") > 520:
             doc = ast.get_docstring(ast.parse(text)) or ""
             assert "Why this module is long" in doc, f"{path.name}: {text.count(chr(10))} lines"
+
+
+def test_elementwise_ops_reach_user_code_from_their_op_table_entry_alone():
+    """``_u``/``_b`` record each op's NumPy function and builder; numpy_api and ops derive the
+    user-facing names from that, so a new elementwise op needs no line elsewhere in symgrad."""
+    from symgrad import elementwise, numpy_api, ops
+    assert "exp" in elementwise.NUMPY_FUNCTIONS and "subtract" in elementwise.NUMPY_FUNCTIONS
+    for name, (fn, build) in elementwise.NUMPY_FUNCTIONS.items():
+        assert any(v is build for v in vars(ops).values()) or build.__name__ == "pow", name
+        dual = numpy_api.DUALS[name]
+        assert numpy_api.CALLABLES[fn] is dual and getattr(sg, name) is dual, name
+    assert numpy_api.DUALS["absolute"] is numpy_api.DUALS["abs"]   # an alias still wins

@@ -1,0 +1,84 @@
+"""Derive the constants of codegen/f64math.py's own float64 functions with mpmath.
+
+Each polynomial is a Chebyshev fit (mpmath.chebyfit: interpolation at Chebyshev nodes, within a
+small factor of the minimax error) of the smooth part of a function in z = r^2, evaluated at 60
+digits, then rounded to double. The pi/2 split for the Cody-Waite reduction is computed here too.
+``python benchmarks/derive_math_coefficients.py`` prints the tables; tests/test_math_accuracy.py
+re-derives them and checks that f64math.py holds exactly these numbers.
+"""
+from __future__ import annotations
+
+import mpmath as mp
+
+SIN_COS_R_MAX = 0.7854 * 1.01    # |r| <= pi/4, plus the slack of a rounded quotient
+LOG_S_MAX = 0.17158              # s = f / (2 + f) for 1 + f in [sqrt(1/2), sqrt(2))
+TANH_POLY_MAX = 0.55             # below this |x| tanh is a polynomial, above it 1 - 2/(e^2x + 1)
+
+
+def _odd_tail(fn, leading):
+    """z -> (fn(r) - r) / r^3 at r = sqrt(z): the part of an odd function past its linear term."""
+    def tail(z):
+        if z == 0:
+            return mp.mpf(leading)
+        r = mp.sqrt(z)
+        return (fn(r) - r) / (z * r)
+    return tail
+
+
+def _cos_tail(z):
+    """(cos r - 1 + r^2 / 2) / r^4 at r = sqrt(z)."""
+    if z == 0:
+        return mp.mpf(1) / 24
+    return (mp.cos(mp.sqrt(z)) - 1 + z / 2) / (z * z)
+
+
+def _log_tail(z):
+    """(2 atanh(s) - 2 s) / s^3 at s = sqrt(z): log(1 + f) = 2 atanh(f / (2 + f))."""
+    if z == 0:
+        return mp.mpf(2) / 3
+    s = mp.sqrt(z)
+    return (2 * mp.atanh(s) - 2 * s) / (z * s)
+
+
+def _fit(fn, hi, n):
+    with mp.workdps(60):
+        coeffs = mp.chebyfit(fn, [0, mp.mpf(hi)], n)
+    return [float(c) for c in reversed(coeffs)]     # lowest degree first
+
+
+def _split(value, parts, bits):
+    """value as a sum of doubles: the first parts - 1 of ``bits`` significant bits (so that
+    k * part is exact for k < 2^(53 - bits)), the last one rounded to 53 bits."""
+    out = []
+    rest = mp.mpf(value)
+    for i in range(parts):
+        if i == parts - 1:
+            out.append(float(rest))
+            break
+        e = int(mp.floor(mp.log(abs(rest), 2))) + 1
+        scale = mp.mpf(2) ** (bits - e)
+        head = mp.nint(rest * scale) / scale
+        out.append(float(head))
+        rest -= head
+    return out
+
+
+def coefficients() -> dict[str, list]:
+    with mp.workdps(420):        # 1216 bits of 2/pi need ~370 digits
+        pio2 = mp.pi / 2
+        return {
+            "PIO2_PARTS": _split(pio2, 4, 32),
+            "PIO2_FMA_PARTS": _split(pio2, 3, 53),
+            "TWO_OVER_PI": [float(2 / mp.pi)],
+            # floor(2/pi 2^1216) for the Payne-Hanek reduction of huge arguments
+            "TWO_OVER_PI_BITS": [int(mp.floor(2 / mp.pi * mp.mpf(2) ** 1216))],
+            "SIN_POLY": _fit(_odd_tail(mp.sin, mp.mpf(-1) / 6), SIN_COS_R_MAX ** 2, 7),
+            "COS_POLY": _fit(_cos_tail, SIN_COS_R_MAX ** 2, 6),
+            "LOG_POLY": _fit(_log_tail, LOG_S_MAX ** 2, 8),
+            "TANH_POLY": _fit(_odd_tail(mp.tanh, mp.mpf(-1) / 3), TANH_POLY_MAX ** 2, 11),
+        }
+
+
+if __name__ == "__main__":
+    for name, values in coefficients().items():
+        print(f"{name} = [" + ", ".join(repr(v) for v in values) + "]")
