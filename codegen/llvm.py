@@ -159,7 +159,7 @@ class Native:
                             spec is not None and spec.slot is None)   # an array the kernel writes
                            for o, spec in zip(graph.outputs, self.outs)]
         tree = graph.out_tree
-        flat_tuple = isinstance(tree, tuple) and len(tree) > 1 and all(isinstance(t, int) for t in tree)
+        flat_tuple = type(tree) is tuple and len(tree) > 1 and all(isinstance(t, int) for t in tree)
         self.pick = (operator.itemgetter(tree) if isinstance(tree, int) else
                      operator.itemgetter(*tree) if flat_tuple else
                      (lambda results: unflatten_tree(tree, results)))

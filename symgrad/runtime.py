@@ -19,6 +19,15 @@ import numpy as np
 
 # -- output trees ----------------------------------------------------------------------------------
 
+class ListTree(tuple):
+    """An out_tree node for a returned *list* (a plain tuple node is a returned tuple): a tuple,
+    so every walk that nests through tuples works unchanged, that unflattens to a list."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"ListTree({tuple(self)!r})"
+
+
 def build_tree(value, leaf):
     """The out_tree of a returned value (tuples and lists nest): ``leaf(v)`` is called on each
     leaf in order and returns its index. Iterative: deep nesting cannot exhaust the stack."""
@@ -27,7 +36,7 @@ def build_tree(value, leaf):
     while stack:
         v, into = stack.pop()
         if isinstance(v, (tuple, list)):
-            children: list = []
+            children = _Children(isinstance(v, list))
             into.append(children)
             stack.extend((item, children) for item in reversed(v))
         else:
@@ -35,18 +44,27 @@ def build_tree(value, leaf):
     return _freeze(result[0])
 
 
+class _Children(list):
+    """The items of one tuple or list while its tree is being built."""
+
+    def __init__(self, is_list: bool):
+        super().__init__()
+        self.is_list = is_list
+
+
 def _freeze(tree):
-    """Nested lists -> nested tuples, without recursion."""
-    if not isinstance(tree, list):
+    """Nested _Children -> nested tuples (ListTree for lists), without recursion."""
+    if not isinstance(tree, _Children):
         return tree
     order, stack = [], [tree]
-    while stack:               # every list, parents before children
+    while stack:               # every node, parents before children
         t = stack.pop()
         order.append(t)
-        stack.extend(c for c in t if isinstance(c, list))
+        stack.extend(c for c in t if isinstance(c, _Children))
     frozen: dict = {}
     for t in reversed(order):  # children before parents
-        frozen[id(t)] = tuple(frozen[id(c)] if isinstance(c, list) else c for c in t)
+        items = (frozen[id(c)] if isinstance(c, _Children) else c for c in t)
+        frozen[id(t)] = ListTree(items) if t.is_list else tuple(items)
     return frozen[id(tree)]
 
 
@@ -66,7 +84,8 @@ def flatten_tree(value, tree) -> list:
 
 
 def unflatten_tree(tree, flat):
-    """``tree`` with each int replaced by ``flat[int]`` (any indexable), tuples nesting."""
+    """``tree`` with each int replaced by ``flat[int]`` (any indexable), tuples nesting (a
+    :class:`ListTree` node gives a list)."""
     if isinstance(tree, int):
         return flat[tree]
     order, stack = [], [tree]
@@ -76,7 +95,8 @@ def unflatten_tree(tree, flat):
         stack.extend(c for c in t if not isinstance(c, int))
     built: dict = {}
     for t in reversed(order):    # children before parents
-        built[id(t)] = tuple(flat[c] if isinstance(c, int) else built[id(c)] for c in t)
+        items = (flat[c] if isinstance(c, int) else built[id(c)] for c in t)
+        built[id(t)] = list(items) if type(t) is ListTree else tuple(items)
     return built[id(tree)]
 
 

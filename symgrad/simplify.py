@@ -191,8 +191,8 @@ def _pow(n):
 
 def _where(n):
     c, a, b = n.inputs
-    if a is b and _same_type(a, n):             # where(c, x, x) -> x
-        return a
+    if a is b and _same_dtype(a, n):            # where(c, x, x) -> x (broadcast to c's shape)
+        return _widen(a, n)
     v = _scalar_value(c)
     if v is not None:                           # where(True, x, y) -> x
         chosen = a if v else b
@@ -201,12 +201,13 @@ def _where(n):
         return where(c, a.inputs[1], b)
     if b.op == "where" and b.inputs[0] is c:    # where(c, x, where(c, y, z)) -> where(c, x, z)
         return where(c, a, b.inputs[2])
-    if a.op == "where" and b.op == "where" and a.inputs[0] is b.inputs[0] and (
-            a.inputs[1] is b.inputs[1] or a.inputs[2] is b.inputs[2]):
-        d = a.inputs[0]                         # where(c, where(d, x, y), where(d, x, w))
-        return where(d, where(c, a.inputs[1], b.inputs[1]),      # -> where(d, x, where(c, y, w))
-                     where(c, a.inputs[2], b.inputs[2]))         # (one select fewer; a shared
-    return n                                    # side is what keeps it from swapping back)
+    if a.op == "where" and b.op == "where" and a.inputs[0] is b.inputs[0]:
+        d, (_, x, y), (_, u, w) = a.inputs[0], a.inputs, b.inputs
+        if x is u:                              # where(c, where(d, x, y), where(d, x, w))
+            return where(d, x, where(c, y, w))  # -> where(d, x, where(c, y, w))
+        if y is w:                              # where(c, where(d, x, y), where(d, u, y))
+            return where(d, where(c, x, u), y)  # -> where(d, where(c, x, u), y)
+    return n                                    # (each one select fewer: no swapping back)
 
 
 # -- select sinking (derivative nodes only; see the module docstring) --------------------------

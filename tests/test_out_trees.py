@@ -78,3 +78,25 @@ def test_every_target_returns_the_same_tree(target, kind, wrt, fn, args):
 def test_generated_source_returns_a_one_tuple():
     source = sg.differentiate(dot, wrt=(0,), target="python").grad.source_for(X, Y)
     assert source.rstrip().splitlines()[-1].strip() == "return (y,)", source
+
+
+# A returned list is a list on every target (it used to come back as a tuple).
+def returns_a_list(s, t):
+    return [s * t, t]
+
+
+def returns_nested_lists(x, s):
+    return (x * s, [np.sum(x), [s * s]])
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_list_outputs_stay_lists(target):
+    assert sg.differentiate(returns_a_list, target=target)(2.0, 3.0) == [6.0, 3.0]
+    value = sg.differentiate(returns_nested_lists, target=target)(np.ones(2), 2.0)
+    assert type(value) is tuple and type(value[1]) is list and type(value[1][1]) is list
+    assert value[1] == [2.0, [4.0]]
+    np.testing.assert_array_equal(value[0], [2.0, 2.0])
+    both, grads = sg.value_and_grad(returns_nested_lists, wrt=(0, 1), target=target)(np.ones(2), 2.0)
+    assert type(both[1]) is list and type(grads) is tuple
+    np.testing.assert_allclose(grads[0], [3.0, 3.0])
+    assert grads[1] == 6.0

@@ -111,3 +111,18 @@ def test_broadcast_condition_sinks_through_the_sum(target):
     dx, dy = _derivative(outer_select, 1, target, (x, y), wrt=(0, 1))
     np.testing.assert_array_equal(dx, [0.0, 3.0, 1.5])
     np.testing.assert_array_equal(dy, [3.0, 3.0, 3.0, 3.0])
+
+
+def nested_selects_with_zero_sides(x, s):
+    # the derivative nests selects on three conditions with scalar zeros on both sides of one:
+    # the select-swap rule once swapped them back and forth forever (RecursionError)
+    v2 = x * 3.0 if s < 0.1 else x * 2.0
+    return np.sum(np.minimum(x, np.where(v2 > v2, v2 * v2, v2 - v2)))
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_nested_selects_simplify_and_differentiate(target):
+    x = np.array([0.3, -0.2, 0.5, 0.1])
+    np.testing.assert_array_equal(sg.grad(nested_selects_with_zero_sides, target=target)(x, 0.7),
+                                  [0.0, 1.0, 0.0, 0.0])
+    assert sg.grad(nested_selects_with_zero_sides, wrt=1, target=target)(x, 0.7) == 0.0
