@@ -76,6 +76,14 @@ def reduction_order(st: Stage, views):
     return shape, [View(v.buf, v.offset, shape, tuple(v.strides[j] for j in perm)) for v in views]
 
 
+class Iteration(NamedTuple):
+    """One loop iteration as the sinks see it."""
+    value: object     # node -> its value at this index (loaded or computed)
+    idx: list         # the loop indices
+    accs: list        # register accumulators on entry
+    new_accs: list    # ... and as the sinks leave them
+
+
 class StageEmitter:
     """The loop nest and loop body of one stage."""
 
@@ -190,40 +198,50 @@ class StageEmitter:
 
     def body(self, idx, accs):
         """Emit one iteration; returns the updated register accumulators."""
-        value = self.values(idx)
-        new_accs = list(accs)
+        it = Iteration(self.values(idx), idx, list(accs), list(accs))
         for k, sk in enumerate(self.st.sinks):
+            SINK_RULES[sk.kind](self, k, sk, it)
+        return it.new_accs
+
+    # -- what each kind of sink writes in one iteration (SINK_RULES) ------------------------------
+    def _store_sink(self, k, sk, it):
+        self.store(it.value(sk.node), self.sinks[k], it.idx)
+
+    def _accum_sink(self, k, sk, it):
+        access = self.sinks[k]
+        old = self.load(access, it.idx)
+        self.store(self.combine("add", sk.node.dtype, old, it.value(sk.node)), access, it.idx)
+
+    def _reduce_sink(self, k, sk, it):
+        """An accumulator in a register along the innermost axis, else in memory."""
+        v = it.value(sk.node.inputs[0])
+        kind, dtype = REDUCE_KIND[sk.node.op], sk.node.dtype
+        if k in self.in_register:
+            j = self.in_register.index(k)
+            it.new_accs[j] = self.combine(kind, dtype, it.accs[j], v, fast=True)
+        else:
             access = self.sinks[k]
-            dtype = sk.node.dtype
-            if sk.kind == "store":
-                self.store(value(sk.node), access, idx)
-            elif sk.kind == "accum":
-                old = self.load(access, idx)
-                self.store(self.combine("add", dtype, old, value(sk.node)), access, idx)
-            elif sk.kind == "reduce":
-                v = value(sk.node.inputs[0])
-                kind = REDUCE_KIND[sk.node.op]
-                if k in self.in_register:
-                    j = self.in_register.index(k)
-                    new_accs[j] = self.combine(kind, dtype, accs[j], v, fast=True)
-                else:
-                    old = self.load(access, idx)
-                    self.store(self.combine(kind, dtype, old, v), access, idx)
-            elif sk.kind == "scatter":   # out[..., index[j], ...] += g[..., j, ...]
-                i_acc, stride, size = self.ops[k]
-                j = self.checked_index(i_acc, idx, size)
-                v = value(sk.node.inputs[0])
-                ptr, ty, _ = self.address(access, idx)
-                ptr = self.b.gep(ptr, [self.b.mul(j, stride)], source_etype=ty)
-                old = self.b.load(ptr, typ=ty)
-                self.b.store(self.combine("add", dtype, old, v), ptr)
-            else:  # matmul: out[..., i, j] += a[..., i, k] * b[..., k, j]
-                a_acc, b_acc = self.ops[k]
-                prod = LOWER["mul"](self.cx, sk.node, [self.load(a_acc, idx, "a"),
-                                                       self.load(b_acc, idx, "b")])
-                old = self.load(access, idx)
-                self.store(self.combine("add", dtype, old, prod), access, idx)
-        return new_accs
+            old = self.load(access, it.idx)
+            self.store(self.combine(kind, dtype, old, v), access, it.idx)
+
+    def _scatter_sink(self, k, sk, it):
+        """out[..., index[j], ...] += g[..., j, ...]"""
+        i_acc, stride, size = self.ops[k]
+        j = self.checked_index(i_acc, it.idx, size)
+        v = it.value(sk.node.inputs[0])
+        ptr, ty, _ = self.address(self.sinks[k], it.idx)
+        ptr = self.b.gep(ptr, [self.b.mul(j, stride)], source_etype=ty)
+        old = self.b.load(ptr, typ=ty)
+        self.b.store(self.combine("add", sk.node.dtype, old, v), ptr)
+
+    def _matmul_sink(self, k, sk, it):
+        """out[..., i, j] += a[..., i, k] * b[..., k, j]"""
+        a_acc, b_acc = self.ops[k]
+        prod = LOWER["mul"](self.cx, sk.node, [self.load(a_acc, it.idx, "a"),
+                                               self.load(b_acc, it.idx, "b")])
+        access = self.sinks[k]
+        old = self.load(access, it.idx)
+        self.store(self.combine("add", sk.node.dtype, old, prod), access, it.idx)
 
     def identity(self, reduction: Node) -> ir.Constant:
         """The starting value of a reduction's accumulator."""
@@ -265,4 +283,12 @@ class StageEmitter:
 IN_LOOP_RULES = {
     "arange": StageEmitter.arange,    # start + step * index
     "take": StageEmitter.gather,      # a load at an index read from the index array
+}
+# sink kind (codegen.schedule.Sink) -> what it writes in one iteration
+SINK_RULES = {
+    "store": StageEmitter._store_sink,
+    "accum": StageEmitter._accum_sink,
+    "reduce": StageEmitter._reduce_sink,
+    "scatter": StageEmitter._scatter_sink,
+    "matmul": StageEmitter._matmul_sink,
 }
