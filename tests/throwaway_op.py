@@ -3,6 +3,12 @@ entry a new op needs (the op table row with its shape rule, NumPy reference, VJP
 the C math name; the lowering rule; the front end's NumPy name). ``tests/test_add_an_op.py``
 checks that with these entries alone it runs on every target and differentiates; the PTX
 child process imports this module too (``python tests/throwaway_op.py --ptx FILE``).
+
+A permanent op is the same entries written in place: ``_u("cube_root", np.cbrt, vjp)`` in
+symgrad/elementwise.py (the op table row; its NumPy name reaches the front end from there),
+``"cube_root": "cbrt"`` in codegen/mathlib.py MATH_NAMES and ``"cube_root": _math("cube_root")``
+in codegen/lower.py LOWER. Here they are made at run time and removed afterwards, so the front
+end's entry (numpy_api.CALLABLES, derived from the op table at import) is added by hand too.
 """
 from __future__ import annotations
 
