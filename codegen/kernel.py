@@ -33,8 +33,8 @@ from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
 from .mathlib import MathTarget
-from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, identity,
-                        reduction_order)
+from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, const_key,
+                        identity, reduction_order)
 from .schedule import LEAF_INLINE, Schedule, Stage
 from .views import View, merge_axes
 
@@ -298,8 +298,8 @@ class KernelModule:
         consts = {}
         for n in st.ssa + [sk.node for sk in st.sinks]:
             for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
-                if x.op in LEAF_INLINE and (x.attrs[0], x.dtype) not in consts:
-                    consts[(x.attrs[0], x.dtype)] = self.constant(b, params, x.attrs[0], x.dtype)
+                if x.op in LEAF_INLINE and const_key(x) not in consts:
+                    consts[const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
         extra = {n: tuple(self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
                                                                         else "int64")), "arange")
                           for v in n.attrs[:2])

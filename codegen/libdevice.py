@@ -37,7 +37,7 @@ LIBDEVICE = {op: libdevice_names(c) for op, c in MATH_NAMES.items() if op not in
 # ptxas for sm_80 and sm_90 by tests/test_ptx.py). Anything else is refused before LLVM sees it.
 SAFE_INTRINSICS = ("llvm.nvvm.", "llvm.fabs.", "llvm.sqrt.", "llvm.maximum.", "llvm.minimum.",
                    "llvm.fma.", "llvm.copysign.", "llvm.smax.", "llvm.smin.", "llvm.umax.",
-                   "llvm.umin.")
+                   "llvm.umin.", "llvm.floor.", "llvm.ceil.", "llvm.rint.", "llvm.trunc.")
 
 
 class LibdeviceNotFound(RuntimeError):

@@ -76,6 +76,13 @@ def reduction_order(st: Stage, views):
     return shape, [View(v.buf, v.offset, shape, tuple(v.strides[j] for j in perm)) for v in views]
 
 
+def const_key(x) -> tuple:
+    """A constant's identity: -0.0 and 0.0 (equal as floats) are different constants, and a
+    NaN must find itself, so floats are keyed by their repr."""
+    value = x.attrs[0]
+    return (repr(value) if isinstance(value, float) else value, x.dtype)
+
+
 class Iteration(NamedTuple):
     """One loop iteration as the sinks see it."""
     value: object     # node -> its value at this index (loaded or computed)
@@ -146,7 +153,7 @@ class StageEmitter:
             if x in memo:
                 return memo[x]
             if x.op in LEAF_INLINE:
-                return self.consts[(x.attrs[0], x.dtype)]
+                return self.consts[const_key(x)]
             memo[x] = self.load(self.loads[x], idx)
             return memo[x]
 

@@ -38,11 +38,15 @@ MATH_NAMES = {
     "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
     "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
     "pow": "pow", "arctan2": "atan2",
+    "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "exp2": "exp2", "log2": "log2",
+    "log10": "log10", "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "hypot": "hypot",
+    "fmod": "fmod",
 }
 
 # Functions the hardware does natively: an LLVM intrinsic beats any library call on every
 # target (NVPTX has sqrt.rn.f64 too), so they are not resolved through a library.
-INTRINSICS = {"sqrt": "llvm.sqrt"}
+INTRINSICS = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "rint": "llvm.rint",
+              "trunc": "llvm.trunc"}
 
 
 def llvm_type(dtype: str) -> ir.Type:

@@ -19,8 +19,9 @@ from . import ops
 from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, shared_with_arguments
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
                           MAX_CALL_DEPTH, _BoundNodeMethod)
+from .errors import UnsupportedSyntaxError
 from .ir import Node, substitute
-from .numpy_api import CALLABLES
+from .numpy_api import CALLABLES, check_call, numpy_name
 from .runtime import unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
@@ -157,7 +158,18 @@ class Calls:
         except TypeError:
             handler = None
         if handler is not None:
-            return handler(*args, **kwargs)
+            try:
+                check_call(handler, args, kwargs)
+                return handler(*args, **kwargs)
+            except UnsupportedSyntaxError as e:
+                if e.lineno:
+                    raise
+                self.fail(node, e.construct, e.hint)   # a builder's refusal, at this line
+        library_name = numpy_name(fn)
+        if library_name is not None and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
+            # recognised by what it is, never inlined (its source is NumPy's internals)
+            self.fail(node, f"{library_name} is not supported",
+                      "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")
         if fn in _UNSAFE_CALLS:
             self.fail(node, _UNSAFE_CALLS[fn])
         if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):

@@ -38,7 +38,10 @@ switch typedef union unsigned void volatile while bool true false main NAN INFIN
 # libm functions by op (float32 uses the C99 ``f``-suffixed variants).
 _LIBM = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt",
          "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
-         "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "arctan2": "atan2"}
+         "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "arctan2": "atan2",
+         "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "exp2": "exp2", "log2": "log2",
+         "log10": "log10", "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "hypot": "hypot",
+         "fmod": "fmod", "floor": "floor", "ceil": "ceil", "rint": "rint", "trunc": "trunc"}
 
 # Helpers a C compiler does not have, emitted only when used: {T} is the C type, {S} its suffix.
 _HELPERS = {

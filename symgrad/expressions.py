@@ -15,7 +15,7 @@ import types
 
 import numpy as np
 
-from . import ops
+from . import numpy_extra, ops
 from .aliases import NO_BUFFERS, Buffer, holds_array
 from .ir import Node
 from .numpy_api import DUALS
@@ -30,7 +30,8 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 
 _NODE_BINOPS = {ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul, ast.Div: ops.div,
-                ast.Pow: ops.pow_, ast.MatMult: ops.matmul}
+                ast.Pow: ops.pow_, ast.MatMult: ops.matmul,
+                ast.FloorDiv: numpy_extra.floor_divide, ast.Mod: numpy_extra.remainder}
 
 _CMPOPS = {ast.Lt: (operator.lt, ops.lt), ast.LtE: (operator.le, ops.le),
            ast.Gt: (operator.gt, ops.gt), ast.GtE: (operator.ge, ops.ge),
@@ -222,7 +223,8 @@ class Expressions:
         if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
             copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
         else:
-            copied = isinstance(container, Node) and gather_axis(key) is not None
+            copied = isinstance(container, Node) and (gather_axis(key) is not None
+                                                     or numpy_extra.is_advanced(key))
         self.origins[node] = NO_BUFFERS if copied else (node.value,)   # basic indexing: a view
         return value
 
@@ -233,10 +235,19 @@ class Expressions:
             gather = gather_axis(key)
             if gather is not None:
                 return ops.take(container, gather[1], gather[0])
+            advanced = numpy_extra.advanced_index(container, key)
+            if advanced is not None:
+                return advanced
             check_static_key(self, key, node)
             return ops.getitem(container, key)
         if is_data(key) or (isinstance(key, tuple) and any(is_data(k) for k in key)):
-            self.fail(node, "indexing a list with a traced value")
+            if container is np.r_ or container is np.c_:
+                return numpy_extra.index_trick(container is np.c_, key)
+            for name in ("s_", "index_exp"):
+                if container is getattr(np, name, None):
+                    self.fail(node, f"np.{name}[...] is not supported",
+                              "use np.concatenate / np.stack / np.arange")
+            self.fail(node, f"indexing a {type(container).__name__} with a traced value")
         return container[key]
 
     def expr_Slice(self, node, frame):
@@ -424,9 +435,20 @@ _NODE_METHODS = {
     "flatten": lambda x: ops.reshape(x, (-1,)),
     "ravel": lambda x: ops.reshape(x, (-1,)),
     "dot": lambda x, y: ops.dot(x, y),
-    "clip": lambda x, lo=None, hi=None: DUALS["clip"](x, lo, hi),
+    "clip": lambda x, min=None, max=None: numpy_extra.clip(x, min, max),
     "squeeze": lambda x, axis=None: DUALS["squeeze"](x, axis),
     "item": None,
+    # NumPy coverage (symgrad.numpy_extra): the methods of the functions of the same name
+    "var": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
+        numpy_extra.var(x, axis, dtype, out, ddof, keepdims),
+    "std": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
+        numpy_extra.std(x, axis, dtype, out, ddof, keepdims),
+    "round": lambda x, decimals=0: numpy_extra.round_(x, decimals),
+    "swapaxes": lambda x, axis1, axis2: numpy_extra.swapaxes(x, axis1, axis2),
+    "diagonal": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.diagonal(x, offset, axis1, axis2),
+    "trace": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.trace(x, offset, axis1, axis2),
+    "repeat": lambda x, repeats, axis=None: numpy_extra.repeat(x, repeats, axis),
+    "conj": lambda x: x, "conjugate": lambda x: x,
 }
 
 
@@ -447,6 +469,10 @@ def node_attribute(x: Node, attr: str, tracer, node):
         return np.dtype(x.dtype)
     if attr == "T":
         return ops.transpose(x)
+    if attr == "real":          # real data: the value itself, and no imaginary part
+        return x
+    if attr == "imag":
+        return numpy_extra.imag(x)
     method = _NODE_METHODS.get(attr)
     if method is None:
         tracer.fail(node, f"array attribute or method '.{attr}'")

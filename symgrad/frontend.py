@@ -136,7 +136,13 @@ class Tracer(Expressions, Calls, ControlFlow):
         """Run ``run()``; a user-facing error it raises is re-raised citing ``node``'s line."""
         try:
             return run()
-        except (Return, Break, Continue, UnsupportedSyntaxError):
+        except UnsupportedSyntaxError as e:
+            if e.lineno:
+                raise
+            loc = frame.source.loc(node)   # a builder's refusal: cite the statement
+            raise UnsupportedSyntaxError(e.construct, loc.filename, loc.lineno, loc.col, loc.text,
+                                         e.hint) from None
+        except (Return, Break, Continue):
             raise
         except (ValueError, TypeError, IndexError, ZeroDivisionError, NameError,
                 KeyError, AttributeError) as e:

@@ -8,6 +8,7 @@ ordinary Python. The front end looks callables up in :data:`CALLABLES`.
 from __future__ import annotations
 
 import builtins
+import inspect
 import math
 
 import numpy as np
@@ -31,12 +32,13 @@ def _dual(eager, build, name):
             return build(*args, **kwargs)
         return eager(*args, **kwargs)
     fn.__name__ = fn.__qualname__ = name
+    fn.build = build
     fn.__doc__ = f"``np.{getattr(eager, '__name__', name)}`` that also traces into symgrad IR."
     return fn
 
 
 def _as_node_list(xs):
-    return [x if isinstance(x, Node) else ops.lift(np.asarray(x)) for x in xs]
+    return [numpy_extra._as_array(x) for x in xs]
 
 
 def _reduce(op):
@@ -45,21 +47,6 @@ def _reduce(op):
             x = ops.stack(_as_node_list(x))
         return ops.reduce(op, x, axis, keepdims)
     return build
-
-
-def _mean(x, axis=None, keepdims=False):
-    if isinstance(x, (list, tuple)):
-        x = ops.stack(_as_node_list(x))
-    return ops.mean(x, axis, keepdims)
-
-
-def _clip(x, lo, hi):
-    out = ops.lift(x)
-    if lo is not None:
-        out = ops.maximum(out, lo)
-    if hi is not None:
-        out = ops.minimum(out, hi)
-    return out
 
 
 def _array(x, dtype=None):
@@ -119,20 +106,6 @@ def _sqrt_of_square_sum(s):
     return ops.where(ops.eq(s, 0), 0.0, ops.sqrt(s))
 
 
-def _squeeze(x, axis=None):
-    x = ops.lift(x)
-    shape = tuple(d for i, d in enumerate(x.shape)
-                  if not (d == 1 and (axis is None or i in ops.normalize_axes(axis, x.ndim))))
-    return ops.reshape(x, shape)
-
-
-def _expand_dims(x, axis):
-    x = ops.lift(x)
-    shape = list(x.shape)
-    shape.insert(axis % (x.ndim + 1), 1)
-    return ops.reshape(x, shape)
-
-
 def _outer(a, b):
     a, b = ops.reshape(a, (-1, 1)), ops.reshape(b, (1, -1))
     return a * b
@@ -150,29 +123,6 @@ def _abs(x):
     return ops.abs_(x)
 
 
-def _norm(x, ord=None, axis=None, keepdims=False):
-    """The 2-norm of vectors and Frobenius norm of matrices (np.linalg.norm's default)."""
-    if ord not in (None, 2, "fro") or (ord == 2 and ops.lift(x).ndim != 1 and axis is None):
-        raise NotImplementedError(f"np.linalg.norm with ord={ord!r}: only the 2-norm of vectors "
-                                  "and the Frobenius norm are supported")
-    x = ops.to_float(x)
-    return _sqrt_of_square_sum(ops.reduce("sum", x * x, axis, keepdims))
-
-
-def _var(x, axis=None, keepdims=False, ddof=0):
-    x = ops.to_float(x)
-    centered = x - ops.mean(x, axis, keepdims=True)
-    axes = ops.normalize_axes(axis, x.ndim)
-    count = 1
-    for a in axes:
-        count *= x.shape[a]
-    return ops.reduce("sum", centered * centered, axis, keepdims) / (count - ddof)
-
-
-def _std(x, axis=None, keepdims=False, ddof=0):
-    return _sqrt_of_square_sum(_var(x, axis, keepdims, ddof))
-
-
 def _stop_gradient_eager(x):
     return x
 
@@ -183,8 +133,8 @@ def _stop_gradient_eager(x):
 FUNCTIONS = {
     **ops.NUMPY_FUNCTIONS,
     "abs": (np.abs, _abs), "where": (np.where, ops.where),
-    "clip": (np.clip, _clip), "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
-    "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")), "mean": (np.mean, _mean),
+    "sum": (np.sum, _reduce("sum")), "prod": (np.prod, _reduce("prod")),
+    "max": (np.max, _reduce("max")), "min": (np.min, _reduce("min")),
     "dot": (np.dot, ops.dot), "matmul": (np.matmul, ops.matmul),
     "transpose": (np.transpose, ops.transpose), "reshape": (np.reshape, ops.reshape),
     "stack": (np.stack, _stack), "concatenate": (np.concatenate, _concatenate),
@@ -192,15 +142,9 @@ FUNCTIONS = {
     "zeros_like": (np.zeros_like, _like(0)), "ones_like": (np.ones_like, _like(1)),
     "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
     "power": (np.power, _pow), "square": (np.square, _square),
-    "logaddexp": (np.logaddexp, _logaddexp), "squeeze": (np.squeeze, _squeeze),
-    "expand_dims": (np.expand_dims, _expand_dims), "outer": (np.outer, _outer),
+    "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
     "take": (np.take, ops.take),
-    "norm": (np.linalg.norm, _norm), "var": (np.var, _var), "std": (np.std, _std),
-    "log2": (np.log2, lambda x: ops.log(x) / math.log(2.0)),
-    "log10": (np.log10, lambda x: ops.log(x) / math.log(10.0)),
-    "exp2": (np.exp2, lambda x: ops.exp(ops.to_float(x) * math.log(2.0))),
-    "hypot": (np.hypot, lambda a, b: ops.sqrt(ops.to_float(a) * a + ops.to_float(b) * b)),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
@@ -209,6 +153,12 @@ ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arcta
            "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
            "reduce_mean": "mean", "reduce_prod": "prod", "concat": "concatenate",
            "true_divide": "divide"}
+
+# The rest of the NumPy surface (symgrad.numpy_extra: mean, var, std, norm, clip, squeeze, ...)
+# joins the same tables.
+from . import numpy_extra  # noqa: E402 - it builds on the helpers above
+FUNCTIONS.update(numpy_extra.FUNCTIONS)
+ALIASES.update(numpy_extra.ALIASES)
 
 DUALS = {name: _dual(eager, build, name) for name, (eager, build) in FUNCTIONS.items()}
 DUALS.update({alias: DUALS[name] for alias, name in ALIASES.items()})
@@ -219,9 +169,18 @@ for _name, _dual_fn in DUALS.items():
     CALLABLES[_dual_fn] = _dual_fn
     for _module in (np, math):
         _obj = getattr(_module, _name, None)
-        if _obj is not None and callable(_obj):
-            CALLABLES.setdefault(_obj, _dual_fn)
+        if _obj is not None and callable(_obj) and _obj not in CALLABLES:
+            # math's functions keep Python's results on static values (math.floor(2.5) is
+            # the int 2, a valid range() bound), NumPy's builders when traced
+            CALLABLES[_obj] = _dual_fn if _module is np else _dual(_obj, _dual_fn.build, _name)
+for _name, (_eager, _build) in FUNCTIONS.items():   # e.g. erf's, which NumPy lacks
+    if callable(_eager):
+        CALLABLES.setdefault(_eager, DUALS[_name])
+CALLABLES.pop(math.remainder, None)   # IEEE remainder (nearest quotient), not np.remainder
 CALLABLES[builtins.abs] = DUALS["abs"]
+# Python's own round/divmod on static values (round(2.5) is the int 2), NumPy's when traced
+CALLABLES[builtins.round] = _dual(builtins.round, FUNCTIONS["round"][1], "round")
+CALLABLES[builtins.divmod] = _dual(builtins.divmod, FUNCTIONS["divmod"][1], "divmod")
 CALLABLES[np.linalg.norm] = DUALS["norm"]
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
@@ -246,3 +205,90 @@ def builtin_extremum(build):
 
 CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
 CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
+
+
+_SIGNATURES: dict = {}
+
+
+def check_call(handler, args, kwargs) -> None:
+    """Refuse, as unsupported, a call whose arguments the builder does not take (a keyword
+    NumPy has and symgrad does not, such as ``np.sum(x, dtype=...)``), instead of letting the
+    builder fail with an internal TypeError."""
+    build = getattr(handler, "build", None)
+    if build is None or not _traced(args) and not _traced(kwargs.values()):
+        return
+    sig = _SIGNATURES.get(build)
+    if sig is None:
+        try:
+            sig = _SIGNATURES[build] = inspect.signature(build)
+        except (TypeError, ValueError):
+            return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        words = [f"{k}=..." for k in kwargs]
+        raise numpy_extra.unsupported(f"np.{handler.__name__}({', '.join(['...'] * len(args) + words)})",
+                                      f"symgrad's np.{handler.__name__} takes {sig}: {e}") from None
+
+
+def numpy_name(fn) -> str | None:
+    """``np.<name>`` for a function or ufunc that NumPy defines (public or internal), else
+    None: such a function is recognised by what it is, never traced through."""
+    module = getattr(fn, "__module__", None)
+    if not isinstance(module, str) and isinstance(fn, np.ufunc) and \
+            getattr(np, getattr(fn, "__name__", ""), None) is fn:
+        module = "numpy"      # (other libraries' ufuncs, scipy.special's, say nothing either)
+    if not isinstance(module, str) or module.split(".")[0] != "numpy" or not callable(fn) \
+            or isinstance(fn, type):
+        return None
+    public = module.split(".")
+    public = [p for p in public[1:] if not p.startswith("_")]
+    return ".".join(["np"] + public + [getattr(fn, "__name__", "?")])
+
+
+def supported() -> list[str]:
+    """Every function name of the tables, sorted: ``sg.<name>``, and ``np.<name>`` /
+    ``math.<name>`` wherever the installed NumPy or Python has that name (``norm`` is
+    ``np.linalg.norm``). From the tables alone, so the README's list generated from it does
+    not depend on the versions installed."""
+    return sorted(DUALS)
+
+
+# Known gaps, with the reason a user sees in the UnsupportedSyntaxError (README lists them).
+NOT_YET_SUPPORTED = {
+    "np.einsum, np.tensordot, np.inner, np.kron, np.cross": "contractions need loop-structured "
+    "lowering to be fast (a broadcast-multiply-sum would materialise a big intermediate)",
+    "np.linalg.det, inv, solve, cholesky, slogdet": "factorisations need new loop-structured primitives",
+    "np.linalg.norm(matrix, ord=2 / -2 / 'nuc')": "needs the singular values (an SVD)",
+    "np.sort, np.partition, np.argmax, np.argmin": "data-dependent permutations need new primitives",
+    "np.cumsum, np.cumprod": "a scan primitive (as compositions they would cost O(n^2))",
+    "x[x > 0] (a boolean mask computed from traced data)": "the result's length would depend on "
+    "the data (use np.where)",
+    "np.r_ / np.c_ directive strings ('0,2,1')": "use np.concatenate / np.stack with an axis",
+}
+
+README_BEGIN = "<!-- numpy-surface: generated by `python -m symgrad.readme_numpy`; do not edit -->"
+README_END = "<!-- numpy-surface: end -->"
+
+
+def readme_section() -> str:
+    """The README's list of the supported NumPy surface, generated from the tables."""
+    names = supported()
+    lines = [README_BEGIN, "",
+             f"Recognised while tracing ({len(names)} names): `sg.<name>` for each, and `np.<name>` "
+             "or `math.<name>` wherever NumPy or Python's math has that name (`norm` is "
+             "`np.linalg.norm`; `math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
+    lines.append(", ".join(f"`{n}`" for n in names))
+    lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "
+              "function and your line; any other NumPy function does too):", ""]
+    lines += [f"- {what}: {why}" for what, why in NOT_YET_SUPPORTED.items()]
+    return "\n".join(lines + ["", README_END])
+
+
+def rewrite_readme(path: str) -> None:
+    with open(path) as f:
+        text = f.read()
+    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    with open(path, "w") as f:
+        f.write(text[:start] + readme_section() + text[end:])
+

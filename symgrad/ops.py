@@ -9,7 +9,9 @@ The table is written in four modules that only look down (each imports the ones 
 * ``symgrad.elementwise``: unary and binary elementwise ops, comparisons, ``where``,
   ``stop_gradient``;
 * ``symgrad.shape_ops``: reductions, reshape/transpose/broadcasting, matmul;
-* ``symgrad.index_ops``: basic indexing, concatenate/stack, gather/scatter.
+* ``symgrad.index_ops``: basic indexing, concatenate/stack, gather/scatter;
+* ``symgrad.ops_extra``: elementwise ops that are one C math function or rounding instruction
+  (inverse hyperbolics, exp2/log2/log10, cbrt, erf/erfc, hypot, fmod, floor/ceil/rint/trunc).
 
 Each primitive is one ``register(OpDef(...))`` entry. Derivative rules are written with the same
 builders users' code is traced into (``mul``, ``cos``, ...), so they return IR nodes, higher
@@ -18,7 +20,7 @@ also fills ``symgrad.ir.OPERATORS``, the builders behind ``Node``'s operators (`
 """
 from __future__ import annotations
 
-from . import elementwise, index_ops, ir, op_base, shape_ops
+from . import elementwise, index_ops, ir, op_base, ops_extra, shape_ops
 from .elementwise import NUMPY_FUNCTIONS  # noqa: F401 - re-exported
 from .elementwise import abs_, add, div, ge, gt, le, lt, mul, neg, pow_, sub
 from .index_ops import _index_shape, _index_text  # noqa: F401 - re-exported (back ends)
@@ -29,13 +31,16 @@ from .shape_ops import matmul
 
 def _builders(module) -> dict:
     """The public functions a module defines (its builders): re-exported here, so a new op's
-    builder needs no line in this file."""
+    builder needs no line in this file. A module whose builders are made by another's factory
+    (``ops_extra``'s, by ``elementwise._u``) names them in ``__all__``."""
+    if hasattr(module, "__all__"):
+        return {name: getattr(module, name) for name in module.__all__}
     return {name: value for name, value in vars(module).items()
             if not name.startswith("_") and callable(value) and not isinstance(value, type)
             and getattr(value, "__module__", None) == module.__name__}
 
 
-for _module in (op_base, elementwise, shape_ops, index_ops):
+for _module in (op_base, elementwise, shape_ops, index_ops, ops_extra):
     globals().update(_builders(_module))
 
 

@@ -23,6 +23,8 @@ def infix(symbol: str, prec: int, right_assoc: bool = False):
         left, right = args
         if right_assoc:  # a ** b ** c == a ** (b ** c); (-a) ** b needs parentheses
             lhs, rhs = paren(left, left[1] <= prec), paren(right, right[1] < UNARY)
+        elif prec == COMPARE:   # a < b != c would chain: (a < b) != c needs its parentheses
+            lhs, rhs = paren(left, left[1] <= prec), paren(right, right[1] <= prec)
         else:
             lhs, rhs = paren(left, left[1] < prec), paren(right, right[1] <= prec)
         return f"{lhs} {symbol} {rhs}", prec

@@ -124,6 +124,21 @@ SCALAR = {
     "logical_and": lambda n, a, b: sympy.And(_truth(a), _truth(b)),
     "logical_or": lambda n, a, b: sympy.Or(_truth(a), _truth(b)),
     "where": lambda n, c, a, b: _where(c, a, b),
+    "arcsinh": lambda n, a: sympy.asinh(a),
+    "arccosh": lambda n, a: sympy.acosh(a),
+    "arctanh": lambda n, a: sympy.atanh(a),
+    "exp2": lambda n, a: 2 ** a,
+    "log2": lambda n, a: sympy.log(a, 2),
+    "log10": lambda n, a: sympy.log(a, 10),
+    "cbrt": lambda n, a: sympy.real_root(a, 3),
+    "erf": lambda n, a: sympy.erf(a),
+    "erfc": lambda n, a: sympy.erfc(a),
+    "floor": lambda n, a: sympy.floor(a),
+    "ceil": lambda n, a: sympy.ceiling(a),
+    "rint": lambda n, a: sympy.Function("rint")(a),   # round half to even: no sympy builtin
+    "trunc": lambda n, a: sympy.sign(a) * sympy.floor(abs(a)),
+    "hypot": lambda n, a, b: sympy.sqrt(a * a + b * b),
+    "fmod": lambda n, a, b: a - b * sympy.sign(a / b) * sympy.floor(abs(a / b)),
 }
 
 

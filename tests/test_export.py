@@ -15,7 +15,7 @@ import pytest
 import symgrad as sg
 from symgrad.emit_c import C_TYPES, unsupported_ops
 
-from test_derivatives import ARRAY_FUNCTIONS, BINARY, UNARY
+from test_derivatives import ARRAY_FUNCTIONS, BINARY, NUMPY_BINARY, NUMPY_UNARY, UNARY
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GCC = shutil.which("gcc")
@@ -285,3 +285,20 @@ if GCC is not None:
         got, want = _call_c(vg, tmp, x, y), _flat(vg(x, y))
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13, err_msg=text)
+
+
+@needs_gcc
+@pytest.mark.parametrize("name, fn, low, high", NUMPY_UNARY, ids=[u[0] for u in NUMPY_UNARY])
+def test_numpy_unary_value_and_gradient_in_c(name, fn, low, high, tmp_path):
+    """The NumPy-coverage functions (issue 12) through the C back end: libm names, rounding,
+    signed zeros of % and //."""
+    x = np.random.default_rng(2).uniform(low, high, (2, 3))
+    _compare(sg.value_and_grad(fn, target="python"), tmp_path, x)
+
+
+@needs_gcc
+@pytest.mark.parametrize("name, fn, low, high", NUMPY_BINARY, ids=[b[0] for b in NUMPY_BINARY])
+def test_numpy_binary_value_and_gradient_in_c(name, fn, low, high, tmp_path):
+    rng = np.random.default_rng(3)
+    x, y = rng.uniform(low, high, (3, 1)), rng.uniform(low, high, (4,))
+    _compare(sg.value_and_grad(fn, wrt=(0, 1), target="python"), tmp_path, x, y)

@@ -243,3 +243,20 @@ def test_in_place_updates_never_clobber_a_shared_base():
     for a, b in zip(cpu(x), py(x)):
         close(a, b)
     close(cpu.grad(x), py.grad(x))
+
+
+def test_every_math_name_is_registered_with_llvm():
+    """A C math function LLVM cannot resolve crashed the process at the first call. The JIT
+    binds the functions a kernel's IR declares (CPUMath.bind, before linking), so there is no
+    list to forget: every name of codegen.mathlib.MATH_NAMES (float64 and float32) resolves
+    once declared."""
+    import llvmlite.binding as llvm
+    from codegen import jit
+    from codegen.mathlib import MATH_NAMES
+    math_target = jit.target()["math"]
+    symbols = [math_target.symbol(cname, dtype) for cname in MATH_NAMES.values()
+               for dtype in ("float64", "float32")]
+    math_target.bind("".join(f'declare double @"{sym}"(double)\n' for sym in symbols),
+                     llvm.add_symbol)
+    for sym in symbols:
+        assert llvm.address_of_symbol(sym), sym

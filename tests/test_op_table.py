@@ -6,7 +6,8 @@ from symgrad.ir import OPS
 
 # Ops with no derivative: the result is piecewise constant or not a float.
 NOT_DIFFERENTIABLE = {"sign", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
-                      "logical_not", "arg", "const", "full", "array", "arange"}
+                      "logical_not", "arg", "const", "full", "array", "arange",
+                      "floor", "ceil", "rint", "trunc"}
 # Ops the Python emitter writes itself (a namespace name; in-place update statements).
 SPELLED_BY_EMITTER = {"array", "setitem", "index_add", "scatter_add"}
 LEAVES = {"arg", "const", "full", "array", "arange"}

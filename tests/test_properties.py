@@ -112,3 +112,19 @@ def test_stop_gradient_gives_structural_zero(case):
     assert gx.op == "full" and gx.attrs[0] == 0.0 and gy.op == "const" and gy.attrs[0] == 0.0
     # and no node of the derivative graph touches the cut computation
     assert all(n.op in ("full", "const") for n in toposort([gx, gy]))
+
+
+def test_simplify_terminates_on_selects_sharing_a_smaller_side():
+    """where(c, where(d, x, y), where(d, x, w)) swaps to where(d, x, where(c, y, w)) only when
+    where(c, x, x) folds to x; with x of a smaller shape it does not, and the swapped form
+    matched the rule again, forever (a program hypothesis found)."""
+    x = make("arg", (), (0, "x", "float64", (3,)))
+    y = make("arg", (), (1, "y", "float64", ()))
+    out = ops.reduce("sum", x + x) + ops.reduce("sum", ops.maximum(y, ops.where(ops.gt(x, x), x * x, x - x)))
+    g = grad_graph(Graph("p", ("x", "y"), (x, y), (out,), 0), (0, 1), False, False)
+    once = simplify_nodes(g.outputs)
+    assert all(a is b for a, b in zip(once, simplify_nodes(once)))
+    fn = compile_python(g.derive(g.name, tuple(once), g.out_tree))[0]
+    gx, gy = fn(np.array([0.5, -1.0, 2.0]), 0.25)
+    np.testing.assert_array_equal(gx, [2.0, 2.0, 2.0])   # d/dx sum(2x) + max(y, 0) terms: 0
+    assert gy == 3.0

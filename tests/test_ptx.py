@@ -45,6 +45,13 @@ def _cases():
         bi("add", o.add), bi("sub", o.sub), bi("mul", o.mul), bi("div", o.div),
         bi("pow", o.pow_), bi("arctan2", o.arctan2), bi("maximum", o.maximum),
         bi("minimum", o.minimum),
+        # symgrad.ops_extra: libm/libdevice functions and rounding instructions
+        un("arcsinh", o.arcsinh), un("arccosh", lambda x: o.arccosh(1.5 + x * x)),
+        un("arctanh", lambda x: o.arctanh(0.5 * o.tanh(x))), un("exp2", o.exp2),
+        un("log2", o.log2), un("log10", o.log10), un("cbrt", o.cbrt), un("erf", o.erf),
+        un("erfc", o.erfc), un("floor", lambda x: o.floor(x) * x), un("ceil", lambda x: o.ceil(x) * x),
+        un("rint", lambda x: o.rint(x) * x), un("trunc", lambda x: o.trunc(x) * x),
+        bi("hypot", o.hypot), bi("fmod", o.fmod),
         bi("compare", lambda x, y: o.where(o.logical_or(o.logical_and(o.lt(x, y), o.le(x, y)),
                                                          o.logical_not(o.ne(x, y))), x,
                                            o.where(o.logical_or(o.gt(x, y), o.ge(x, y)), y,

@@ -4,11 +4,13 @@ the C math name; the lowering rule; the front end's NumPy name). ``tests/test_ad
 checks that with these entries alone it runs on every target and differentiates; the PTX
 child process imports this module too (``python tests/throwaway_op.py --ptx FILE``).
 
-A permanent op is the same entries written in place: ``_u("cube_root", np.cbrt, vjp)`` in
+A permanent op is the same entries written in place (NumPy's cbrt is one: ``cbrt``), e.g.
+``_u("cube_root", np.cbrt, vjp)`` in
 symgrad/elementwise.py (the op table row; its NumPy name reaches the front end from there),
 ``"cube_root": "cbrt"`` in codegen/mathlib.py MATH_NAMES and ``"cube_root": _math("cube_root")``
 in codegen/lower.py LOWER. Here they are made at run time and removed afterwards, so the front
-end's entry (numpy_api.CALLABLES, derived from the op table at import) is added by hand too.
+end's entry (numpy_api.CALLABLES, derived from the op table at import) is added by hand too,
+for a function of this module (``cube_root``), since np.cbrt already has its own.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def entries() -> list:
         (OPS, NAME, lambda: opdef),
         (mathlib.MATH_NAMES, NAME, lambda: "cbrt"),
         (lower.LOWER, NAME, lambda: lower._math(NAME)),
-        (numpy_api.CALLABLES, np.cbrt, lambda: numpy_api._dual(np.cbrt, build, "cbrt")),
+        (numpy_api.CALLABLES, cube_root, lambda: numpy_api._dual(cube_root, build, NAME)),
     ]
 
 
@@ -60,8 +62,13 @@ def registered():
             del table[key]
 
 
+def cube_root(x):
+    """What user code calls (NumPy's own np.cbrt is a permanent op already): the eager form."""
+    return np.cbrt(x)
+
+
 def f(x):
-    return np.sum(np.cbrt(x) * x)
+    return np.sum(cube_root(x) * x)
 
 
 def point(dtype="float64"):

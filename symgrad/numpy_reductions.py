@@ -1,0 +1,170 @@
+"""NumPy's reductions and friends as compositions: var/std (ddof, lists), mean with dtype,
+average with weights, clip with keywords, select, linspace with traced ends, linalg.norm."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import ops
+from .op_base import _promote
+from .ir import Node
+from .numpy_base import _as_array, _axis, unsupported
+from .numpy_layout import moveaxis
+
+
+def _count(x: Node, axis) -> int:
+    return math.prod(x.shape[a] for a in ops.normalize_axes(axis, x.ndim))
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    x = ops.to_float(_as_array(a))
+    if dtype is not None:
+        x = ops.cast(x, np.dtype(dtype).name)
+    centered = x - ops.mean(x, axis, keepdims=True)
+    return ops.reduce("sum", centered * centered, axis, keepdims) / (_count(x, axis) - ddof)
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    from .numpy_api import _sqrt_of_square_sum
+    return _sqrt_of_square_sum(var(a, axis, dtype, out, ddof, keepdims))
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+    x = _as_array(a)
+    if dtype is not None:
+        x = ops.cast(x, np.dtype(dtype).name)
+    return ops.mean(x, axis, keepdims)
+
+
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    x = ops.to_float(_as_array(a))
+    if weights is None:
+        avg = ops.mean(x, axis, keepdims)
+        total = ops.full(avg.shape, _count(x, axis), avg.dtype)
+    else:
+        w = _as_array(weights)
+        if w.shape != x.shape:
+            if axis is None or w.ndim != 1:
+                raise TypeError("Axis must be specified when shapes of a and weights differ.")
+            ax = _axis(axis, x.ndim)
+            if w.shape[0] != x.shape[ax]:
+                raise ValueError("Length of weights not compatible with specified axis.")
+            w = ops.reshape(w, tuple(x.shape[ax] if i == ax else 1 for i in range(x.ndim)))
+            w = ops.broadcast_to(w, x.shape)
+        total = ops.reduce("sum", w, axis, keepdims)
+        avg = ops.reduce("sum", x * w, axis, keepdims) / total
+    return (avg, ops.broadcast_to(ops.cast(total, avg.dtype), avg.shape)) if returned else avg
+
+
+def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
+    if out is not None:
+        raise unsupported("np.clip(..., out=...)", "out= is not supported while tracing")
+    lo = a_min if a_min is not None else min
+    hi = a_max if a_max is not None else max
+    result = ops.lift(a)
+    if lo is not None:
+        result = ops.maximum(result, lo)
+    if hi is not None:
+        result = ops.minimum(result, hi)
+    return result
+
+
+def select(condlist, choicelist, default=0):
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if not condlist:
+        raise ValueError("select with an empty condition list is not possible")
+    out = default
+    for cond, choice in reversed(list(zip(condlist, choicelist))):
+        cond = ops.lift(cond if isinstance(cond, Node) else np.asarray(cond))
+        if cond.dtype != "bool":
+            raise TypeError("invalid entry in condlist: should be boolean ndarray")
+        out = ops.where(cond, choice, out)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in list(condlist) + list(choicelist)))
+    return ops.broadcast_to(ops.lift(out), shape)
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """start + step * arange(num), the last sample exactly ``stop`` (as NumPy); start and stop
+    may be traced (scalars or arrays: samples along ``axis``)."""
+    if isinstance(num, Node) or num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    start, stop = _promote((start, stop), float_only=True)
+    div = (num - 1) if endpoint else num
+    shape = ops.broadcast_shapes(start.shape, stop.shape)
+    delta = stop - start
+    steps = ops.reshape(ops.arange(0, num, 1, start.dtype), (num,) + (1,) * len(shape))
+    step = delta / div if div > 0 else delta * math.nan
+    y = start + steps * step if div > 0 else start + steps * delta
+    y = ops.broadcast_to(y, (num,) + shape)
+    if endpoint and num > 1:
+        y = ops.setitem(y, ops.broadcast_to(stop, shape), (num - 1,))
+    if axis != 0:
+        y = moveaxis(y, 0, axis)
+    if dtype is not None:
+        y = ops.cast(y, np.dtype(dtype).name)
+    return (y, step) if retstep else y
+
+
+def _vector_norm(x, ord, axis, keepdims):
+    from .numpy_api import _sqrt_of_square_sum
+    a = ops.abs_(x)
+    if ord is None or ord == 2:
+        return _sqrt_of_square_sum(ops.reduce("sum", x * x, axis, keepdims))
+    if ord == math.inf:
+        return ops.reduce("max", a, axis, keepdims)
+    if ord == -math.inf:
+        return ops.reduce("min", a, axis, keepdims)
+    if ord == 0:
+        return ops.reduce("sum", ops.cast(ops.ne(x, 0), x.dtype), axis, keepdims)
+    if ord == 1:
+        return ops.reduce("sum", a, axis, keepdims)
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order '{ord}' for vectors")
+    p = float(ord)
+    # (sum |x|^p)^(1/p), with 0 where every element is 0 (the gradient there is 0, as the 2-norm)
+    s = ops.reduce("sum", a ** p, axis, keepdims)
+    zero = ops.eq(s, 0)
+    return ops.where(zero, 0.0, ops.where(zero, 1.0, s) ** (1.0 / p))
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    from .numpy_api import _sqrt_of_square_sum
+    r, c = axes
+    if ord in (None, "fro"):
+        return _sqrt_of_square_sum(ops.reduce("sum", x * x, axes, keepdims))
+    if ord in (2, -2, "nuc"):
+        raise unsupported(f"np.linalg.norm(..., ord={ord!r}) of a matrix",
+                          "it needs the singular values (an SVD), which symgrad does not have yet")
+    a = ops.abs_(x)
+    if ord in (1, -1):        # max/min over columns of the column sums
+        sums, other = ops.reduce("sum", a, r, True), c
+    elif ord in (math.inf, -math.inf):
+        sums, other = ops.reduce("sum", a, c, True), r
+    else:
+        raise ValueError("Invalid norm order for matrices.")
+    pick = "max" if ord in (1, math.inf) else "min"
+    out = ops.reduce(pick, sums, other, True)
+    return out if keepdims else ops.reshape(out, tuple(d for i, d in enumerate(out.shape) if i not in axes))
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """np.linalg.norm: vector norms of every order, matrix norms 1, -1, inf, -inf and 'fro'."""
+    x = ops.to_float(_as_array(x))
+    if axis is None and ord is None:
+        return _vector_norm(ops.reshape(x, (-1,)) if not keepdims else x, None,
+                            None, keepdims)
+    if axis is None:
+        axis = tuple(range(x.ndim))
+    axes = ops.normalize_axes(axis, x.ndim)
+    if isinstance(axis, numbers.Integral):
+        axes = (axes[0],)
+    else:
+        axes = tuple(a % x.ndim for a in axis)
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes[0], keepdims)
+    if len(axes) == 2:
+        return _matrix_norm(x, ord, axes, keepdims)
+    raise ValueError("Improper number of dimensions to norm.")

@@ -1,0 +1,117 @@
+"""The README's list of the supported NumPy surface is the one generated from the tables, and
+every NumPy function outside them is refused by name at the user's line (never inlined, never
+an internal error)."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import numpy_api
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_readme_lists_the_generated_surface():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    start = text.index(numpy_api.README_BEGIN)
+    end = text.index(numpy_api.README_END) + len(numpy_api.README_END)
+    assert text[start:end] == numpy_api.readme_section(), \
+        "README.md is stale: run `python -m symgrad.readme_numpy`"
+
+
+def test_numpy_names_are_numpys_own():
+    import scipy.special
+    assert numpy_api.numpy_name(np.cumsum) == "np.cumsum"
+    assert numpy_api.numpy_name(np.linalg.det) == "np.linalg.det"
+    assert numpy_api.numpy_name(np.bitwise_count if hasattr(np, "bitwise_count") else np.gcd).startswith("np.")
+    assert numpy_api.numpy_name(scipy.special.erf) is None   # a ufunc, but not NumPy's
+    assert numpy_api.numpy_name(len) is None and numpy_api.numpy_name(np.ndarray) is None
+
+
+def test_supported_names_are_recognised():
+    """Each listed name is sg.<name>, and the NumPy / math function of that name (where the
+    installed versions have it) is handled by it."""
+    names = numpy_api.supported()
+    assert {"sinc", "norm", "erf", "take_along_axis", "pad"} <= set(names)
+    assert np.linalg.norm in numpy_api.CALLABLES
+    for name in names:
+        assert getattr(sg, name) is numpy_api.DUALS[name], name
+        for module in (np, math):
+            fn = getattr(module, name, None)
+            if callable(fn) and (module, name) != (math, "remainder"):   # IEEE's, not NumPy's
+                assert fn in numpy_api.CALLABLES, f"{module.__name__}.{name}"
+    assert math.remainder not in numpy_api.CALLABLES
+
+
+def cumsum_call(x):
+    return np.sum(np.cumsum(x))
+
+
+def einsum_call(x):
+    return np.einsum("ij,ij->", x, x)
+
+
+def sort_call(x):
+    return np.sum(np.sort(x))
+
+
+def argmax_call(x):
+    return x[0, 0] * np.argmax(x)
+
+
+def det_call(x):
+    return np.linalg.det(x)
+
+
+def kron_call(x):
+    return np.sum(np.kron(x, x))
+
+
+def unique_call(x):
+    return np.sum(np.unique(x))
+
+
+def spectral_norm(x):
+    return np.linalg.norm(x, 2)
+
+
+def keyword_not_taken(x):
+    return np.sum(x, dtype=np.float32)
+
+
+def r_directive(x):
+    return np.sum(np.r_["0,2", x[0], x[1]])
+
+
+CASES = [(cumsum_call, "np.cumsum is not supported"), (einsum_call, "np.einsum is not supported"),
+         (sort_call, "np.sort is not supported"), (argmax_call, "np.argmax is not supported"),
+         (det_call, "np.linalg.det is not supported"), (kron_call, "np.kron is not supported"),
+         (unique_call, "np.unique is not supported"),
+         (spectral_norm, "ord=2) of a matrix"), (keyword_not_taken, "np.sum(..., dtype=...)"),
+         (r_directive, "np.r_ / np.c_ with a directive string")]
+
+
+@pytest.mark.parametrize("fn, construct", CASES, ids=[c[0].__name__ for c in CASES])
+def test_unsupported_numpy_is_refused_by_name(fn, construct):
+    with pytest.raises(sg.UnsupportedSyntaxError) as info:
+        sg.grad(fn, target="python")(np.eye(3) + 0.5)
+    err = info.value
+    assert construct in str(err)
+    assert err.filename.endswith("test_numpy_surface.py") and err.lineno > 0
+    assert err.source_line.strip().startswith("return")
+
+
+def test_builtin_round_and_divmod_keep_python_semantics_on_static_values():
+    def f(x, n):
+        q, r = divmod(n, 3)
+        k = math.floor(n / 2) + math.ceil(n / 4) - math.trunc(1.5)
+        return (x[:round(n / 2)].sum() * q + r + round(x[0] * 10.0) + divmod(x[1], 0.5)[1]
+                + x[k] * math.floor(x[2] * 10.0) + math.erf(x[3]))
+    x = np.linspace(0.1, 0.9, 6)
+    for target in ("python", "cpu"):
+        g = sg.differentiate(f, target=target)
+        np.testing.assert_allclose(g(x, 5), f(x, 5), rtol=1e-14)
+        assert sg.check_grad(g, x, 5) < 1e-6
