@@ -32,7 +32,7 @@ from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.ca
 # op name -> C math function name (double version; the float one appends "f"). The one list of
 # math functions: the CPU binds the C library's functions the IR declares (CPUMath.bind), the
 # GPU derives libdevice's names from it (codegen.libdevice.LIBDEVICE), and a lowering rule
-# naming an op missing here fails at import (codegen.lower.math_call).
+# naming an op missing here fails at import (codegen.lower._math).
 MATH_NAMES = {
     "exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt",
     "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
