@@ -1,6 +1,6 @@
 """Accuracy of the CPU back end's SIMD math against an extended-precision reference (x87 long
 double) and against NumPy, over the whole range each function claims (log-uniform magnitudes,
-both signs). float64 sin/cos/tan/log1p/tanh/exp/expm1 are our own code (codegen/mathlib.py
+both signs). float64 sin/cos/tan/log1p/tanh/exp/expm1 are our own code (codegen/f64math.py
 ``OWN_F64``), the rest glibc's libmvec through the loop vectoriser. Prints a Markdown table;
 ``run_all.py`` copies it into RESULTS.md.
 

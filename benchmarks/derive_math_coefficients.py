@@ -1,10 +1,10 @@
-"""Derive the constants of codegen/mathlib.py's own float64 functions with mpmath.
+"""Derive the constants of codegen/f64math.py's own float64 functions with mpmath.
 
 Each polynomial is a Chebyshev fit (mpmath.chebyfit: interpolation at Chebyshev nodes, within a
 small factor of the minimax error) of the smooth part of a function in z = r^2, evaluated at 60
 digits, then rounded to double. The pi/2 split for the Cody-Waite reduction is computed here too.
 ``python benchmarks/derive_math_coefficients.py`` prints the tables; tests/test_math_accuracy.py
-re-derives them and checks that mathlib.py holds exactly these numbers.
+re-derives them and checks that f64math.py holds exactly these numbers.
 """
 from __future__ import annotations
 

@@ -26,11 +26,8 @@ from symgrad.backends import Backend
 from symgrad.runtime import deliver, finish_flat, zero_standin
 
 from . import ptx as ptxmod
+from .dtypes import ctype, storage
 
-_SCALAR_CTYPES = {"float64": ctypes.c_double, "float32": ctypes.c_float, "int64": ctypes.c_int64,
-                  "int32": ctypes.c_int32, "int16": ctypes.c_int16, "int8": ctypes.c_int8,
-                  "uint64": ctypes.c_uint64, "uint32": ctypes.c_uint32, "uint16": ctypes.c_uint16,
-                  "uint8": ctypes.c_uint8, "bool": ctypes.c_bool}
 
 
 class CudaUnavailable(RuntimeError):
@@ -47,8 +44,7 @@ def _driver():
     return driver
 
 
-def _np_dtype(dtype: str) -> np.dtype:
-    return np.dtype("uint8" if dtype == "bool" else dtype)
+_np_dtype = storage   # a buffer's bytes (bool: uint8)
 
 
 class Device:
@@ -131,7 +127,7 @@ class Device:
         return self.arch if self.arch in ptxmod.KNOWN_ARCHS else (known[-1] if known else ptxmod.DEFAULT_ARCH)
 
     # -- modules -------------------------------------------------------------------------------
-    def functions(self, prog: ptxmod.Program) -> dict:
+    def functions(self, prog: ptxmod.PtxProgram) -> dict:
         got = self.modules.get(prog.ptx)
         if got is None:
             image = np.frombuffer(prog.ptx.encode() + b"\0", dtype=np.uint8)
@@ -338,7 +334,7 @@ def run_cuda(signature, values, out=None):
             inputs.add(ptr)
         elif buf.kind == "scalar":
             v = np.asarray(values[buf.ref]).astype(bool if buf.dtype == "bool" else buf.dtype)
-            args[buf.index] = _SCALAR_CTYPES[buf.dtype](v.item())
+            args[buf.index] = ctype(buf.dtype)(v.item())
         elif buf.kind == "const":
             key = (id(prog), buf.index)
             if key not in dev.consts:

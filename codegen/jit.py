@@ -52,12 +52,6 @@ def _init():
         tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
                                           reloc="static", codemodel="jitdefault")
         math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
-        for cname in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "acos",
-                      "atan", "sinh", "cosh", "tanh", "pow", "atan2", "asinh", "acosh", "atanh",
-                      "exp2", "log2", "log10", "cbrt", "erf", "erfc", "hypot", "fmod"):
-            for suffix in ("", "f"):
-                sym = math.symbol(cname, "float32" if suffix else "float64")
-                llvm.add_symbol(sym, math.scalar_address(sym))
         if math.libmvec is not None:
             llvm.load_library_permanently(math.libmvec._name)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
@@ -144,6 +138,7 @@ def load(text: str, symbols: list[str]) -> tuple[str, dict]:
             STATS["memory_hits"] += 1
             return key, hit
         prefix = f"k{key[:20]}_"
+        st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
         obj = _read_disk(key)
         if obj is None:
             t0 = time.perf_counter()

@@ -23,21 +23,38 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
+from typing import NamedTuple
 
 from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
-from .lower import LOWER, Scalar, intrinsic, is_unsigned, memory_type, value_type
+from .dtypes import memory_type, value_type
+from .loops import close_loop, open_loop
+from .lower import Scalar
 from .mathlib import MathTarget
-from .schedule import LEAF_INLINE, Schedule, Stage, View, merge_axes
+from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, const_key,
+                        identity, reduction_order)
+from .schedule import LEAF_INLINE, Schedule, Stage
+from .views import View, merge_axes
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 
-# Reduction op -> (identity for floats, combine kind). Integer identities are computed below.
-REDUCE_KIND = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "matmul": "add",
-               "scatter_add": "add"}
+class StageInfo(NamedTuple):
+    """What the run time needs to know of one stage's machine code (``KernelModule.stage_info``)."""
+    extent0_slot: int | None   # params slot of the outermost extent (None: a 0-d stage)
+    partial: list              # (buffer, combine kind) of reductions over the outer axis
+    serial: bool               # must not be split across threads (a scatter over axis 0)
+    shape: tuple               # the loop shape, after axis merging
+
+
+class StageFunctions(NamedTuple):
+    """A stage's exported functions, as ``sg_run`` calls them."""
+    stage: ir.Function         # sg_stage<k>(ptrs, params, begin, end)
+    init: ir.Function          # sg_init<k>(ptrs, params): reduction outputs := identity
+    extent0_slot: int | None
+    rank: int
 
 
 def baked(value) -> bool:
@@ -60,21 +77,6 @@ def _bits(value, dtype: str) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def identity(kind: str, dtype: str):
-    if kind == "add":
-        return 0
-    if kind == "mul":
-        return 1
-    if is_float(dtype):
-        return -math.inf if kind == "max" else math.inf
-    if dtype == "bool":
-        return 0 if kind == "max" else 1
-    bits = int(dtype.lstrip("uint")) if dtype[0] in "iu" else 64
-    if is_unsigned(dtype):
-        return 0 if kind == "max" else (1 << bits) - 1
-    return -(1 << (bits - 1)) if kind == "max" else (1 << (bits - 1)) - 1
-
-
 class KernelModule:
     """Build with ``KernelModule(schedule, math)``; read ``module``, ``params``, ``stage_info``."""
 
@@ -84,7 +86,7 @@ class KernelModule:
         self.module = ir.Module(name)
         self.module.math_calls = set()
         self.params: list[int] = []
-        self.stage_info = []      # per stage: (extent0 slot or None, partial-reduction buffers)
+        self.stage_info: list[StageInfo] = []   # per stage
         wrappers = []
         for st in schedule.stages:
             wrappers.append(self._stage(st))
@@ -122,7 +124,7 @@ class KernelModule:
             loads[x] = self.s.loc[x].align(st.shape)
 
         for n in st.ssa:
-            if n.op != "take":   # a gather's operands are read through their own views
+            if n.op not in IN_LOOP_RULES:   # a gather's operands are read through their own views
                 for x in n.inputs:
                     read(x)
         for sk in st.sinks:
@@ -143,25 +145,25 @@ class KernelModule:
                 vx, vi = self.s.loc[x], self.s.loc[idx]
                 r = idx.ndim
                 xs = vx.strides[:axis] + (0,) * r + vx.strides[axis + 1:]
-                out[n] = (View(vx.buf, vx.offset, st.shape, xs),
-                          View(vi.buf, vi.offset, st.shape,
-                               (0,) * axis + vi.strides + (0,) * (d - axis - r)),
-                          vx.strides[axis], x.shape[axis])
+                out[n] = GatherViews(View(vx.buf, vx.offset, st.shape, xs),
+                                     View(vi.buf, vi.offset, st.shape,
+                                          (0,) * axis + vi.strides + (0,) * (d - axis - r)),
+                                     vx.strides[axis], x.shape[axis])
         return out
 
     def _merged(self, st: Stage, loads: dict, gathers: dict):
         """The stage with its loop axes collapsed where every view allows (merge_axes)."""
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
-            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
+            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         if len(st.shape) < 2 or any(n.op == "arange" for n in st.ssa):
             return st, loads, gathers
-        shape, views = _reduction_order(st, views)
+        shape, views = reduction_order(st, views)
         shape, merged = merge_axes(shape, views)
         it = iter(merged)
         loads = {x: next(it) for x in loads}
         sinks = [dataclasses.replace(sk, dest=next(it)) for sk in st.sinks]
         sinks = [dataclasses.replace(sk, operands=tuple(next(it) for _ in sk.operands)) for sk in sinks]
-        gathers = {n: (next(it), next(it)) + g[2:] for n, g in gathers.items()}
+        gathers = {n: g._replace(x=next(it), index=next(it)) for n, g in gathers.items()}
         return dataclasses.replace(st, shape=shape, sinks=sinks), loads, gathers
 
     def _stage(self, st: Stage):
@@ -169,7 +171,7 @@ class KernelModule:
         gathers = self._gather_views(st)
         st, loads, gathers = self._merged(st, loads, gathers)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
-            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in g[:2]]
+            v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         bufs = {v.buf for v in views}
         if gathers or any(sk.kind == "scatter" for sk in st.sinks):
             bufs.add(self.s.flag)
@@ -237,18 +239,10 @@ class KernelModule:
                            typ=I64, name=f"{name}{j}") for j in range(d)]
         ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
         ty = memory_type(dtype)
-        levels, idx = [], []
-        for j in range(d):
-            pre = b.block
-            head, loop, done = (fn.append_basic_block(f"copy{j}.{s}") for s in ("head", "body", "exit"))
-            b.branch(head)
-            b.position_at_end(head)
-            i = b.phi(I64, f"i{j}")
-            i.add_incoming(begin if j == 0 else ir.Constant(I64, 0), pre)
-            b.cbranch(b.icmp_signed("<", i, end if j == 0 else ext[j]), loop, done)
-            b.position_at_end(loop)
-            levels.append((head, done, i))
-            idx.append(i)
+        levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
+                            tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
+                  for j in range(d)]
+        idx = [loop.index for loop in levels]
         offs = []
         for strides in (ds, ss):
             off = ir.Constant(I64, 0)
@@ -262,10 +256,8 @@ class KernelModule:
             v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
                  else b.add(old, v))
         b.store(v, pd)
-        for head, done, i in reversed(levels):
-            i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
-            b.branch(head)
-            b.position_at_end(done)
+        for loop in reversed(levels):
+            close_loop(b, loop)
         b.ret_void()
         return fn
 
@@ -286,7 +278,7 @@ class KernelModule:
                     strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
                 else:
                     strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
-            return base, strides, self.s.buffers[v.buf].dtype
+            return Access(base, strides, self.s.buffers[v.buf].dtype)
 
         acc_loads = {x: prepare(v, f"in{i}") for i, (x, v) in enumerate(loads.items())}
         acc_sinks = [prepare(sk.dest, f"out{i}") for i, sk in enumerate(st.sinks)]
@@ -306,12 +298,13 @@ class KernelModule:
         consts = {}
         for n in st.ssa + [sk.node for sk in st.sinks]:
             for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
-                if x.op in LEAF_INLINE and _const_key(x) not in consts:
-                    consts[_const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
-        extra = [self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
-                                                                 else "int64")), "arange")
-                 for n in st.ssa if n.op == "arange" for v in n.attrs[:2]]
-        emit = _StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
+                if x.op in LEAF_INLINE and const_key(x) not in consts:
+                    consts[const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
+        extra = {n: tuple(self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
+                                                                        else "int64")), "arange")
+                          for v in n.attrs[:2])
+                 for n in st.ssa if n.op == "arange"}   # (start, step) as run-time parameters
+        emit = StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
 
@@ -319,7 +312,7 @@ class KernelModule:
         """The exported entry points of a stage: load the buffer addresses, call the body."""
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
-        self.stage_info.append((extent0_slot, partial, st.serial, st.shape))
+        self.stage_info.append(StageInfo(extent0_slot, partial, st.serial, st.shape))
         wrap = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
                            f"sg_stage{st.index}")
         wrap.attributes.add("nounwind")
@@ -341,7 +334,7 @@ class KernelModule:
             if sk.kind in ("reduce", "matmul", "scatter"):
                 self._fill(init, bi, ptrs, iparams, sk)
         bi.ret_void()
-        return wrap, init, extent0_slot, d
+        return StageFunctions(wrap, init, extent0_slot, d)
 
     def _fill(self, fn, b, ptrs, params, sk):
         buf = self.s.buffers[sk.dest.buf]
@@ -353,20 +346,9 @@ class KernelModule:
             val = b.zext(val, ty)
         base = b.load(b.gep(ptrs, [ir.Constant(I64, sk.dest.buf)], source_etype=PTR), typ=PTR)
         n = self.load_param(b, params, self.param(sk.node.size), "size")
-        pre = b.block
-        head = fn.append_basic_block("fill.head")
-        loop = fn.append_basic_block("fill.body")
-        done = fn.append_basic_block("fill.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, "i")
-        i.add_incoming(ir.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", i, n), loop, done)
-        b.position_at_end(loop)
-        b.store(val, b.gep(base, [i], source_etype=ty))
-        i.add_incoming(b.add(i, ir.Constant(I64, 1)), loop)
-        b.branch(head)
-        b.position_at_end(done)
+        loop = open_loop(b, ir.Constant(I64, 0), n, ("fill.head", "fill.body", "fill.done"), "i")
+        b.store(val, b.gep(base, [loop.index], source_etype=ty))
+        close_loop(b, loop)
 
     def _run(self, wrappers):
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), "sg_run")
@@ -374,237 +356,9 @@ class KernelModule:
         ptrs, params = fn.args
         ptrs.name, params.name = "ptrs", "params"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        for wrap, init, slot, d in wrappers:
-            b.call(init, [ptrs, params])
-            end = self.load_param(b, params, slot, "extent") if d else ir.Constant(I64, 1)
-            b.call(wrap, [ptrs, params, ir.Constant(I64, 0), end])
+        for fns in wrappers:
+            b.call(fns.init, [ptrs, params])
+            end = (self.load_param(b, params, fns.extent0_slot, "extent") if fns.rank
+                   else ir.Constant(I64, 1))
+            b.call(fns.stage, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
-
-
-def _reduction_order(st: Stage, views):
-    """Loop order for stages that reduce: axes no reduction sums over go outermost (the
-    innermost axis stays put, for vectorisation). Accumulators then stay in cache while the
-    reduced axes run (GMM's (n, K, d, d) gradient loop sums over n into a (K, d, d) buffer:
-    with K outermost that buffer's slice is 32 KB instead of 6.5 MB), and the outer axis the
-    threads split is not reduced, so they need no private copies."""
-    d = len(st.shape)
-    red = [sk for sk in st.sinks if sk.kind == "reduce"]
-    if d < 3 or not red:
-        return st.shape, views
-    reduced = {j for sk in red for j in range(d) if sk.dest.strides[j] == 0 and st.shape[j] != 1}
-    perm = [j for j in range(d - 1) if j not in reduced] + [j for j in range(d - 1) if j in reduced]
-    perm.append(d - 1)
-    if perm == list(range(d)):
-        return st.shape, views
-    shape = tuple(st.shape[j] for j in perm)
-    return shape, [View(v.buf, v.offset, shape, tuple(v.strides[j] for j in perm)) for v in views]
-
-
-class _StageEmitter:
-    """The loop nest and loop body of one stage."""
-
-    def __init__(self, km: KernelModule, b, st, loads, sinks, ops, consts, arange_params):
-        self.km, self.b, self.st = km, b, st
-        self.loads, self.sinks, self.ops = loads, sinks, ops
-        self.consts = consts
-        self.arange_params = arange_params
-        self.cx = Scalar(b, km.math)
-        d = len(st.shape)
-        # reductions whose innermost axis is reduced accumulate in a register across it
-        self.in_register = [k for k, sk in enumerate(st.sinks) if sk.kind == "reduce" and d
-                            and sk.dest.strides[-1] == 0]
-
-    def address(self, access, idx):
-        base, strides, dtype = access
-        b = self.b
-        off = None
-        for i, s in zip(idx, strides):
-            if s is None:
-                continue
-            term = i if s == 1 else b.mul(i, s)
-            off = term if off is None else b.add(off, term)
-        ty = memory_type(dtype)
-        return base if off is None else b.gep(base, [off], source_etype=ty), ty, dtype
-
-    def load(self, access, idx, name="x"):
-        ptr, ty, dtype = self.address(access, idx)
-        v = self.b.load(ptr, typ=ty, name=name)
-        return self.b.icmp_unsigned("!=", v, ir.Constant(ty, 0)) if dtype == "bool" else v
-
-    def store(self, value, access, idx):
-        ptr, ty, dtype = self.address(access, idx)
-        if dtype == "bool":
-            value = self.b.zext(value, ty)
-        self.b.store(value, ptr)
-
-    def combine(self, kind, dtype, acc, v, fast=False):
-        b = self.b
-        flags = ("reassoc", "nsz") if fast else ()
-        if kind == "add":
-            return b.fadd(acc, v, flags=flags) if is_float(dtype) else (
-                b.or_(acc, v) if dtype == "bool" else b.add(acc, v))
-        if kind == "mul":
-            return b.fmul(acc, v, flags=flags) if is_float(dtype) else (
-                b.and_(acc, v) if dtype == "bool" else b.mul(acc, v))
-        if is_float(dtype):
-            fn = intrinsic(b.module, f"llvm.{kind}imum", acc.type, 2)
-            return b.call(fn, [acc, v])
-        if dtype == "bool":
-            return (b.or_ if kind == "max" else b.and_)(acc, v)
-        cmp = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
-        return b.select(cmp(">" if kind == "max" else "<", v, acc), v, acc)
-
-    # -- values ----------------------------------------------------------------------------------
-    def values(self, idx):
-        memo = {}
-
-        def value(x):
-            if x in memo:
-                return memo[x]
-            if x.op in LEAF_INLINE:
-                return self.consts[_const_key(x)]
-            memo[x] = self.load(self.loads[x], idx)
-            return memo[x]
-
-        k = 0
-        for n in self.st.ssa:
-            if n.op == "arange":
-                memo[n] = self.arange(n, idx, self.arange_params[k:k + 2])
-                k += 2
-                continue
-            if n.op == "take":
-                memo[n] = self.gather(n, idx)
-                continue
-            memo[n] = LOWER[n.op](self.cx, n, [value(x) for x in n.inputs])
-        return value
-
-    def checked_index(self, idx_access, idx, size):
-        """The loaded index, wrapped if negative; out of bounds sets the error flag and
-        reads/writes element 0 instead, so memory stays safe (Python raises IndexError)."""
-        b = self.b
-        j = self.load(idx_access, idx, "index")
-        dtype = idx_access[2]
-        if j.type.width < 64:
-            j = (b.zext if is_unsigned(dtype) else b.sext)(j, I64)
-        if not is_unsigned(dtype):
-            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, size), j)
-        bad = b.icmp_unsigned(">=", j, size, name="oob")
-        fn = self.fn
-        err = fn.append_basic_block("index.error")
-        ok = fn.append_basic_block("index.ok")
-        b.cbranch(bad, err, ok)
-        b.position_at_end(err)
-        b.store(ir.Constant(I64, 1), self.flag)
-        b.branch(ok)
-        b.position_at_end(ok)
-        return b.select(bad, ir.Constant(I64, 0), j, name="index")
-
-    def gather(self, n, idx):
-        x_acc, i_acc, stride, size = self.gathers[n]
-        j = self.checked_index(i_acc, idx, size)
-        ptr, ty, dtype = self.address(x_acc, idx)
-        ptr = self.b.gep(ptr, [self.b.mul(j, stride)], source_etype=ty)
-        v = self.b.load(ptr, typ=ty, name="gather")
-        return self.b.icmp_unsigned("!=", v, ir.Constant(ty, 0)) if dtype == "bool" else v
-
-    def arange(self, n, idx, params):
-        b = self.b
-        start, step = params
-        i = idx[-1]
-        if is_float(n.dtype):
-            d = ir.DoubleType()
-            v = b.fadd(b.bitcast(start, d), b.fmul(b.bitcast(step, d), b.sitofp(i, d)))
-            return v if n.dtype == "float64" else b.fptrunc(v, value_type(n.dtype))
-        v = b.add(start, b.mul(step, i))
-        return v if n.dtype == "int64" else b.trunc(v, value_type(n.dtype))
-
-    def body(self, idx, accs):
-        """Emit one iteration; returns the updated register accumulators."""
-        value = self.values(idx)
-        new_accs = list(accs)
-        for k, sk in enumerate(self.st.sinks):
-            access = self.sinks[k]
-            dtype = sk.node.dtype
-            if sk.kind == "store":
-                self.store(value(sk.node), access, idx)
-            elif sk.kind == "accum":
-                old = self.load(access, idx)
-                self.store(self.combine("add", dtype, old, value(sk.node)), access, idx)
-            elif sk.kind == "reduce":
-                v = value(sk.node.inputs[0])
-                kind = REDUCE_KIND[sk.node.op]
-                if k in self.in_register:
-                    j = self.in_register.index(k)
-                    new_accs[j] = self.combine(kind, dtype, accs[j], v, fast=True)
-                else:
-                    old = self.load(access, idx)
-                    self.store(self.combine(kind, dtype, old, v), access, idx)
-            elif sk.kind == "scatter":   # out[..., index[j], ...] += g[..., j, ...]
-                i_acc, stride, size = self.ops[k]
-                j = self.checked_index(i_acc, idx, size)
-                v = value(sk.node.inputs[0])
-                ptr, ty, _ = self.address(access, idx)
-                ptr = self.b.gep(ptr, [self.b.mul(j, stride)], source_etype=ty)
-                old = self.b.load(ptr, typ=ty)
-                self.b.store(self.combine("add", dtype, old, v), ptr)
-            else:  # matmul: out[..., i, j] += a[..., i, k] * b[..., k, j]
-                a_acc, b_acc = self.ops[k]
-                prod = LOWER["mul"](self.cx, sk.node, [self.load(a_acc, idx, "a"),
-                                                       self.load(b_acc, idx, "b")])
-                old = self.load(access, idx)
-                self.store(self.combine("add", dtype, old, prod), access, idx)
-        return new_accs
-
-    def nest(self, fn, extents, begin, end):
-        b, st = self.b, self.st
-        d = len(st.shape)
-        if d == 0:
-            self.body([], [])
-            return
-        levels, idx = [], []
-        for j in range(d):
-            lo = begin if j == 0 else ir.Constant(I64, 0)
-            hi = end if j == 0 else extents[j]
-            pre = b.block
-            head = fn.append_basic_block(f"loop{j}.head")
-            body = fn.append_basic_block(f"loop{j}.body")
-            exit_ = fn.append_basic_block(f"loop{j}.exit")
-            b.branch(head)
-            b.position_at_end(head)
-            i = b.phi(I64, f"i{j}")
-            i.add_incoming(lo, pre)
-            accs = []
-            if j == d - 1:
-                for k in self.in_register:
-                    dtype = st.sinks[k].node.dtype
-                    acc = b.phi(value_type(dtype), f"acc{k}")
-                    ident = self.cx.const(identity(REDUCE_KIND[st.sinks[k].node.op], dtype), dtype)
-                    acc.add_incoming(ident, pre)
-                    accs.append(acc)
-            b.cbranch(b.icmp_signed("<", i, hi), body, exit_)
-            b.position_at_end(body)
-            levels.append((head, exit_, i, accs))
-            idx.append(i)
-        new_accs = self.body(idx, levels[-1][3])
-        for j in reversed(range(d)):
-            head, exit_, i, accs = levels[j]
-            i.add_incoming(b.add(i, ir.Constant(I64, 1), name=f"i{j}.next"), b.block)
-            for acc, new in zip(accs, new_accs):
-                acc.add_incoming(new, b.block)
-            b.branch(head)
-            b.position_at_end(exit_)
-            if j == d - 1:
-                for acc, k in zip(accs, self.in_register):
-                    sk = st.sinks[k]
-                    access = self.sinks[k]
-                    inner = idx[:-1] + [ir.Constant(I64, 0)]
-                    old = self.load(access, inner)
-                    self.store(self.combine(REDUCE_KIND[sk.node.op], sk.node.dtype, old, acc),
-                               access, inner)
-
-
-def _const_key(x) -> tuple:
-    """A constant's identity: -0.0 and 0.0 (equal as floats) are different constants, and a
-    NaN must find itself, so floats are keyed by their repr."""
-    value = x.attrs[0]
-    return (repr(value) if isinstance(value, float) else value, x.dtype)

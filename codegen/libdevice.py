@@ -21,10 +21,17 @@ import sys
 
 from .mathlib import INTRINSICS, MATH_NAMES, MathTarget
 
-# op -> (float64 function, float32 function): the one libdevice table, derived from the shared
-# C-name table so that a new math op needs one entry in codegen.mathlib and nothing here.
-LIBDEVICE = {op: (f"__nv_{c}", f"__nv_{c}f") for op, c in MATH_NAMES.items() if op not in INTRINSICS}
-_BY_C_NAME = {MATH_NAMES[op]: names for op, names in LIBDEVICE.items()}
+
+def libdevice_names(cname: str) -> tuple[str, str]:
+    """(float64 function, float32 function) of a C math name: libdevice spells every C99 math
+    function ``__nv_<name>`` / ``__nv_<name>f``, so a new math op needs one entry in
+    codegen.mathlib.MATH_NAMES and nothing here."""
+    return f"__nv_{cname}", f"__nv_{cname}f"
+
+
+# op -> (float64 function, float32 function), for reading; LibdeviceMath reads MATH_NAMES itself,
+# so an entry added at run time (a test's throwaway op) resolves too.
+LIBDEVICE = {op: libdevice_names(c) for op, c in MATH_NAMES.items() if op not in INTRINSICS}
 
 # LLVM intrinsics that the NVPTX back end lowers for both float32 and float64 (checked with
 # ptxas for sm_80 and sm_90 by tests/test_ptx.py). Anything else is refused before LLVM sees it.
@@ -43,10 +50,10 @@ class LibdeviceMath(MathTarget):
     name = "libdevice"
 
     def symbol(self, cname: str, dtype: str) -> str:
-        names = _BY_C_NAME.get(cname)
-        if names is None:
-            raise NotImplementedError(f"no libdevice function for {cname!r}")
-        return names[dtype == "float32"]
+        if cname not in MATH_NAMES.values():
+            raise NotImplementedError(f"no libdevice function for {cname!r}: not in "
+                                      "codegen.mathlib.MATH_NAMES")
+        return libdevice_names(cname)[dtype == "float32"]
 
 
 def _toolkit_roots() -> list[str]:

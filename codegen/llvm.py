@@ -25,6 +25,7 @@ import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,7 +82,7 @@ def stats() -> dict:
     return dict(jit.STATS)
 
 
-class Program:
+class CpuProgram:
     """A graph scheduled and lowered: the IR text and its run-time parameters."""
 
     def __init__(self, graph: Graph):
@@ -93,21 +94,37 @@ class Program:
                                      for kind in ("stage", "init")]
 
 
+class StageCall(NamedTuple):
+    """One stage as the run time calls it; the loop shape is the one after axis merging."""
+    stage: object          # ctypes sg_stage<k>(ptrs, params, begin, end)
+    init: object           # ctypes sg_init<k>(ptrs, params)
+    extent0: int           # outermost extent: what the threads split
+    work: int              # iterations if splittable, else 0 (a serial stage)
+    partial: list          # (buffer, combine kind) of reductions over the split axis
+    vector_axis: bool      # the split axis is the vectorised (innermost) one
+
+
+class OutputSpec(NamedTuple):
+    """Where a graph output's values come from."""
+    buffer: int
+    dtype: np.dtype
+    shape: tuple
+    slot: int | None       # scratch cell of a 0-d output; None: an array the kernel writes
+
+
 class Native:
     """Everything a call needs for one signature, prepared once."""
 
     def __init__(self, graph: Graph):
-        prog = Program(graph)
+        prog = CpuProgram(graph)
         self.graph = graph
         self.program = prog
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])
         sched = prog.schedule
-        # (stage, init, outer extent, work if splittable else 0, partial reductions, whether
-        # the split axis is the vectorised one); the loop shape is the one after axis merging
-        self.stages = [(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
-                        info[3][0] if info[3] else 1, 0 if info[2] else st.size, info[1],
-                        len(info[3]) == 1)
+        self.stages = [StageCall(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
+                                 info.shape[0] if info.shape else 1, 0 if info.serial else st.size,
+                                 info.partial, len(info.shape) == 1)
                        for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
         self.work = max((st.size for st in sched.stages), default=0)
         self.params = np.array(prog.km.params or [0], dtype=np.int64)
@@ -123,23 +140,23 @@ class Native:
         self.array_args = [(b.ref, b.index, graph.inputs[b.ref]) for b in bufs if b.kind == "arg"]
         self.scalar_args = [(b.ref, self.slot[b.index], np.dtype(b.dtype)) for b in bufs
                             if b.kind == "scalar"]
-        self.outs = []   # per graph output: (buffer, dtype, shape, slot or None) or None (repeat)
+        self.outs: list[OutputSpec | None] = []   # per graph output; None: a repeat
         for k, buf in enumerate(sched.outputs):
             if buf is None:
                 self.outs.append(None)
                 continue
             o = graph.outputs[k]
-            self.outs.append((buf, np.dtype(o.dtype), o.shape, self.slot.get(buf)))
+            self.outs.append(OutputSpec(buf, np.dtype(o.dtype), o.shape, self.slot.get(buf)))
         self.array_args = [(i, buf, node, np.dtype(node.dtype)) for i, buf, node in self.array_args]
-        self.array_outs = [(t, spec[0], spec[2], spec[1]) for t, spec in enumerate(self.outs)
-                           if spec is not None and spec[3] is None]
+        self.array_outs = [(t, spec.buffer, spec.shape, spec.dtype) for t, spec in enumerate(self.outs)
+                           if spec is not None and spec.slot is None]
         self.repeats = [(t, graph.outputs.index(graph.outputs[t]))
                         for t, spec in enumerate(self.outs) if spec is None]
         least, nt = parallel_min(), num_threads()   # both read: a bad value fails here
         self.parallel = self.work >= least and nt > 1
         self.top = top_level(graph.out_tree)
         self.out_checks = [(o.shape, np.dtype(o.dtype),
-                            spec is not None and spec[3] is None)   # an array the kernel writes
+                            spec is not None and spec.slot is None)   # an array the kernel writes
                            for o, spec in zip(graph.outputs, self.outs)]
         tree = graph.out_tree
         flat_tuple = type(tree) is tuple and len(tree) > 1 and all(isinstance(t, int) for t in tree)
@@ -172,8 +189,8 @@ class Native:
         def cell(dt):
             return cells if dt == np.float64 else scratch.view(dt)
         scalar_in = [(i, cell(dt), k * (8 // dt.itemsize)) for i, k, dt in self.scalar_args]
-        scalar_out = [(t, cell(spec[1]), spec[3] * (8 // spec[1].itemsize))
-                      for t, spec in enumerate(self.outs) if spec is not None and spec[3] is not None]
+        scalar_out = [(t, cell(spec.dtype), spec.slot * (8 // spec.dtype.itemsize))
+                      for t, spec in enumerate(self.outs) if spec is not None and spec.slot is not None]
         return ptrs, scratch, (work, cells, table), ptrs.ctypes.data, scalar_in, scalar_out
 
     # -- calling ---------------------------------------------------------------------------------
@@ -275,7 +292,7 @@ class Native:
             self.run(ptrs.ctypes.data, self.params_addr)
             return
         addr = ptrs.ctypes.data
-        for stage, init, extent0, size, partial, vector_axis in self.stages:
+        for stage, init, extent0, size, partial, vector_axis in self.stages:   # StageCall
             init(addr, self.params_addr)
             if size < least or extent0 < 2:
                 stage(addr, self.params_addr, 0, extent0)
@@ -393,13 +410,13 @@ def llvm_ir(signature, optimized: bool = False) -> str:
     """The kernel's LLVM IR (sizes are run-time parameters), optionally after ``-O3``, with
     the user's lines of each stage as comments (display only: see ``codegen.source_map``)."""
     from .source_map import annotate_llvm
-    prog = Program(signature.graph)
+    prog = CpuProgram(signature.graph)
     text = str(jit.optimize(prog.text)) if optimized else prog.text
     return annotate_llvm(text, prog.schedule)
 
 
 def assembly(signature) -> str:
-    return jit.assembly(Program(signature.graph).text)
+    return jit.assembly(CpuProgram(signature.graph).text)
 
 
 class CpuBackend(Backend):

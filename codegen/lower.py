@@ -6,9 +6,10 @@ is a :class:`Scalar` context holding the builder and the target's math resolver.
 knows about loops, memory or the CPU: the CPU back end (``codegen.kernel``) and the NVPTX back
 end call the same rules with their own :class:`~codegen.mathlib.MathTarget`.
 
-Ops with loop structure (reductions, matmul, indexing, concatenation, ...) are scheduled by
-``codegen.schedule``; ``STRUCTURAL`` lists them so that a test can check that every op of
-``symgrad.ir.OPS`` is handled somewhere.
+Ops with loop structure (leaves, reductions, matmul, views, indexing, concatenation) have no
+rule here: ``codegen.schedule.SCHEDULE_RULES`` (CPU) and ``codegen.ptx``'s tables (GPU) lower
+them. tests/test_lowering_tables.py checks that every op of ``symgrad.ir.OPS`` is in exactly
+one table of each back end, or in its explicit ``UNSUPPORTED`` set.
 """
 from __future__ import annotations
 
@@ -16,28 +17,14 @@ from llvmlite import ir
 
 from symgrad.ir import is_float
 
-from .mathlib import MathTarget
+from .dtypes import info, is_unsigned, value_type
+from .mathlib import INTRINSICS, MATH_NAMES, MathTarget
 
 I1 = ir.IntType(1)
-BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64,
-        "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64, "bool": 1}
 
 
-def value_type(dtype: str) -> ir.Type:
-    """The register type of a dtype (bool is i1 in registers, i8 in memory)."""
-    if dtype == "float64":
-        return ir.DoubleType()
-    if dtype == "float32":
-        return ir.FloatType()
-    return ir.IntType(BITS[dtype])
-
-
-def memory_type(dtype: str) -> ir.Type:
-    return ir.IntType(8) if dtype == "bool" else value_type(dtype)
-
-
-def is_unsigned(dtype: str) -> bool:
-    return dtype.startswith("uint") or dtype == "bool"
+def _bits(dtype: str) -> int:
+    return info(dtype).bits
 
 
 class Scalar:
@@ -68,6 +55,10 @@ def _float_or_int(fop, iop):
 
 
 def _math(op):
+    """The rule of an op that is one math-library call (``codegen.mathlib.MATH_NAMES``)."""
+    if op not in MATH_NAMES and op not in INTRINSICS:   # caught at import, not in native code
+        raise ImportError(f"codegen.lower: op {op!r} is lowered as a math call but has no "
+                          "entry in codegen.mathlib.MATH_NAMES")
     return lambda cx, n, args: cx.math.call(cx.b, op, n.dtype, args)
 
 
@@ -206,9 +197,9 @@ def _cast(cx, n, args):
         return (b.uitofp if is_unsigned(src) else b.sitofp)(x, ty, name="cast")
     if is_float(src):
         return (b.fptoui if is_unsigned(dst) else b.fptosi)(x, ty, name="cast")
-    if BITS[dst] < BITS[src]:
+    if _bits(dst) < _bits(src):
         return b.trunc(x, ty, name="cast")
-    if BITS[dst] == BITS[src]:
+    if _bits(dst) == _bits(src):
         return x
     return (b.zext if is_unsigned(src) else b.sext)(x, ty, name="cast")
 
@@ -250,27 +241,3 @@ LOWER = {
     "cast": _cast,
     "stop_gradient": lambda cx, n, args: args[0],   # identity forward
 }
-
-# Ops whose lowering is a loop structure or a memory layout (codegen.schedule), or a value
-# the kernel reads (leaves).
-STRUCTURAL = {
-    "arg": "leaf: a kernel argument",
-    "const": "leaf: a constant, baked or a run-time parameter",
-    "full": "leaf: a broadcast constant",
-    "array": "leaf: a constant array passed by pointer",
-    "arange": "leaf: start + step * index",
-    "sum": "reduction", "prod": "reduction", "max": "reduction", "min": "reduction",
-    "matmul": "reduction over the contracted axis of an (m, k, n) loop",
-    "reshape": "view (copy first when the operand is not contiguous)",
-    "transpose": "view", "broadcast_to": "view", "getitem": "view",
-    "setitem": "copy, then a store loop over the region",
-    "index_add": "copy, then an accumulate loop over the region",
-    "concatenate": "store loops into slices of the output",
-    "take": "gather: a load at an index read from the index array (bounds-checked)",
-    "scatter_add": "accumulate loop at indices read from the index array (bounds-checked)",
-    "stack": "store loops into slices of the output",
-}
-
-# Ops the CPU back end cannot run (empty: every op lowers). Kept explicit so the coverage
-# test distinguishes "forgotten" from "deliberately unsupported".
-UNSUPPORTED: dict[str, str] = {}

@@ -19,6 +19,7 @@ import numpy as np
 from symgrad.runtime import finish_flat
 
 from . import ptx as ptxmod
+from .dtypes import ctype, storage
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -28,23 +29,13 @@ def _init():
     with _lock:
         if not _state:
             import llvmlite.binding as llvm
-            from .mathlib import MATH_NAMES, CPUMath
+            from .mathlib import CPUMath
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             math = CPUMath("")
-            for cname in MATH_NAMES.values():
-                for dtype in ("float32", "float64"):
-                    sym = math.symbol(cname, dtype)
-                    llvm.add_symbol(sym, math.scalar_address(sym))
             tm = llvm.Target.from_default_triple().create_target_machine(opt=2, codemodel="jitdefault")
             _state.update(llvm=llvm, math=math, tm=tm, engines=[])
     return _state
-
-
-_CTYPES = {"float64": ctypes.c_double, "float32": ctypes.c_float, "int64": ctypes.c_int64,
-           "int32": ctypes.c_int32, "int16": ctypes.c_int16, "int8": ctypes.c_int8,
-           "uint64": ctypes.c_uint64, "uint32": ctypes.c_uint32, "uint16": ctypes.c_uint16,
-           "uint8": ctypes.c_uint8, "bool": ctypes.c_bool}
 
 
 def compile_plan(graph):
@@ -53,6 +44,8 @@ def compile_plan(graph):
     llvm = st["llvm"]
     p = ptxmod.plan(graph)
     text = ptxmod.build_module(p, emulate_with=st["math"])
+    with _lock:
+        st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
     mod = llvm.parse_assembly(text)
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, st["tm"])
@@ -60,7 +53,7 @@ def compile_plan(graph):
     st["engines"].append(engine)   # keep the machine code alive
     fns = {}
     for k in p.kernels:
-        types = [_CTYPES[p.buffers[b].dtype] if p.buffers[b].kind == "scalar" else ctypes.c_void_p
+        types = [ctype(p.buffers[b].dtype) if p.buffers[b].kind == "scalar" else ctypes.c_void_p
                  for b in k.params]
         fns[k.name] = ctypes.CFUNCTYPE(None, *types)(engine.get_function_address(k.name))
     return p, fns
@@ -72,13 +65,13 @@ def run(graph, values, compiled=None):
     p, fns = compiled or compile_plan(graph)
     store = {}
     for buf in p.buffers:
-        dt = np.dtype("uint8" if buf.dtype == "bool" else buf.dtype)
+        dt = storage(buf.dtype)
         if buf.kind == "arg":
             a = np.ascontiguousarray(values[buf.ref], dtype=bool if buf.dtype == "bool" else buf.dtype)
             store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
         elif buf.kind == "scalar":
             v = np.asarray(values[buf.ref]).astype(bool if buf.dtype == "bool" else buf.dtype)
-            store[buf.index] = _CTYPES[buf.dtype](v.item())
+            store[buf.index] = ctype(buf.dtype)(v.item())
         elif buf.kind == "const":
             a = np.ascontiguousarray(buf.ref)
             store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()

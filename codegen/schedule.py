@@ -25,9 +25,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import OPS, Graph, NewAxis, Node, Slice, is_float, toposort, use_counts
+from symgrad.ir import Graph, Node, is_float, toposort, use_counts
 
-LEAF_INLINE = ("const", "full")       # a constant is the same value at every index
+from .buffers import Buffer, contiguous_strides
+from .lower import LOWER
+from .opsets import CONSTANTS, REDUCTIONS, VIEWS
+from .views import View, index_view, keepdims_strides
+
+LEAF_INLINE = CONSTANTS               # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
 # Elementwise ops one loop computes at most; more continue in a new loop of the same shape.
 # LLVM's loop vectoriser takes time quadratic in a loop body's size (a 6000-op loop took 22 s
@@ -37,44 +42,6 @@ STAGE_OPS = 256
 # Ops that compare float values: a max/min reduction's gradient compares its input with the
 # result (the tie mask), and a comparison decides a select. Their operands are computed once.
 COMPARING = ("max", "min", "eq", "ne", "lt", "le", "gt", "ge")
-
-
-def contiguous_strides(shape) -> tuple:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
-@dataclass
-class Buffer:
-    index: int
-    kind: str       # "arg" (array), "scalar" (0-d argument), "const", "out", "tmp", "flag"
-    dtype: str
-    size: int       # elements
-    ref: object = None   # parameter index, output index, or the constant's ndarray
-
-
-@dataclass(frozen=True)
-class View:
-    """Elements ``buf[offset + sum(i_k * strides_k)]`` for an index of ``shape``."""
-    buf: int
-    offset: int
-    shape: tuple
-    strides: tuple
-
-    def align(self, loop_shape) -> "View":
-        """The same elements seen from a loop over ``loop_shape`` (NumPy broadcasting)."""
-        lead = len(loop_shape) - len(self.shape)
-        strides = [0] * lead
-        for d, s, e in zip(self.shape, self.strides, loop_shape[lead:]):
-            strides.append(0 if d == 1 and e != 1 else s)
-        return View(self.buf, self.offset, tuple(loop_shape), tuple(strides))
-
-    def is_contiguous(self) -> bool:
-        return all(s == c for d, s, c in zip(self.shape, self.strides,
-                                             contiguous_strides(self.shape)) if d > 1)
 
 
 @dataclass
@@ -205,91 +172,108 @@ class Schedule:
 
     # -- per-op scheduling -------------------------------------------------------------------------
     def _schedule(self, n: Node):
-        op = n.op
-        kind = OPS[op].kind
-        if op == "arg":
-            buf = self.arg_buffers[n]
-            self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
-        elif op == "array":
-            value = n.attrs[0].value
-            buf = self._buffer("const", n.dtype, max(value.size, 1), value)
-            self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
-        elif op in LEAF_INLINE:
-            pass
-        elif kind == "elementwise" or op == "arange":
-            self._elementwise(n)
-        elif kind == "reduction":
-            x = n.inputs[0]
-            axes, _ = n.attrs
-            view = self._own_buffer(n)
-            keep = View(view.buf, 0, tuple(1 if i in axes else d for i, d in enumerate(x.shape)),
-                        _keepdims_strides(x.shape, axes))
-            dest = View(keep.buf, 0, x.shape, tuple(0 if i in axes else s
-                                                    for i, s in enumerate(keep.strides)))
-            k = self._value_stage(x, x.shape)
-            self.stages[k].sinks.append(Sink("reduce", n, dest))
-            self._locate(n, view, k + 1)
-        elif op == "matmul":
-            self._matmul(n)
-        elif op in ("transpose", "broadcast_to", "getitem", "reshape"):
-            self._view(n)
-        elif op in ("concatenate", "stack"):
-            view = self._own_buffer(n)
-            last, start = 0, 0
-            (axis,) = n.attrs
-            for i, x in enumerate(n.inputs):
-                if op == "stack":
-                    piece = View(view.buf, i * view.strides[axis], x.shape,
-                                 view.strides[:axis] + view.strides[axis + 1:])
-                else:
-                    piece = View(view.buf, start * view.strides[axis], x.shape, view.strides)
-                    start += x.shape[axis]
-                last = max(last, self.place(x, piece, 0))
-            self._locate(n, view, last + 1)
-        elif op == "take":
-            # a gather: computed in registers in the loop over its own shape, like an
-            # elementwise node, reading x at an index loaded from the index array
-            x, idx = n.inputs
-            self.ensure_loc(x)
-            self.ensure_loc(idx)
-            self._flag()
-            k = self.loop_stage(n.shape, max(self.ready_at(x), self.ready_at(idx)))
-            self.home[n] = k
-            self.stages[k].ssa.append(n)
-        elif op == "scatter_add":
-            g, idx = n.inputs
-            axis, _ = n.attrs
-            view = self._own_buffer(n)
-            vi = self.ensure_loc(idx)
-            self._flag()
-            lo = self.ready_at(idx)
-            if g in self.home and self.home[g] >= lo and self.stages[self.home[g]].kind == "loop":
-                k = self.home[g]
+        rule = SCHEDULE_RULES.get(n.op)
+        if n.op in UNSUPPORTED:
+            raise NotImplementedError(f"op {n.op!r} is not supported on target='cpu': "
+                                      f"{UNSUPPORTED[n.op]}")
+        if rule is None:
+            if n.op not in LOWER:
+                raise NotImplementedError(f"op {n.op!r} has no lowering on target='cpu' (no "
+                                          "entry in codegen.lower.LOWER or codegen.schedule."
+                                          "SCHEDULE_RULES)")
+            rule = Schedule._elementwise   # a scalar op: computed in registers in a loop
+        rule(self, n)
+
+    # The per-op rules (SCHEDULE_RULES below): each gives ``n`` its home loop or its memory.
+    def _arg(self, n: Node):
+        """A kernel argument: its buffer, read from stage 0 on."""
+        buf = self.arg_buffers[n]
+        self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
+
+    def _array(self, n: Node):
+        """A constant array: a buffer the run time fills once."""
+        value = n.attrs[0].value
+        buf = self._buffer("const", n.dtype, max(value.size, 1), value)
+        self._locate(n, View(buf, 0, n.shape, contiguous_strides(n.shape)), 0)
+
+    def _constant(self, n: Node):
+        """const/full: baked or a run-time parameter where used (ensure_loc when needed)."""
+
+    def _reduction(self, n: Node):
+        """sum/prod/max/min: a ``reduce`` sink into the result's buffer, in x's loop."""
+        x = n.inputs[0]
+        axes, _ = n.attrs
+        view = self._own_buffer(n)
+        keep = View(view.buf, 0, tuple(1 if i in axes else d for i, d in enumerate(x.shape)),
+                    keepdims_strides(x.shape, axes))
+        dest = View(keep.buf, 0, x.shape, tuple(0 if i in axes else s
+                                                for i, s in enumerate(keep.strides)))
+        k = self._value_stage(x, x.shape)
+        self.stages[k].sinks.append(Sink("reduce", n, dest))
+        self._locate(n, view, k + 1)
+
+    def _pieces(self, n: Node):
+        """concatenate/stack: each operand stored into its slice of the output."""
+        view = self._own_buffer(n)
+        last, start = 0, 0
+        (axis,) = n.attrs
+        for i, x in enumerate(n.inputs):
+            if n.op == "stack":
+                piece = View(view.buf, i * view.strides[axis], x.shape,
+                             view.strides[:axis] + view.strides[axis + 1:])
             else:
-                if g.op not in LEAF_INLINE:
-                    self.ensure_loc(g)
-                k = self.loop_stage(g.shape, max(lo, self.ready_at(g)))
-            r = idx.ndim
-            dest = View(view.buf, 0, g.shape, view.strides[:axis] + (0,) * r + view.strides[axis + 1:])
-            iview = View(vi.buf, vi.offset, g.shape,
-                         (0,) * axis + vi.strides + (0,) * (g.ndim - axis - r))
-            self.stages[k].sinks.append(Sink("scatter", n, dest, (iview,)))
-            if axis == 0:   # duplicate indices collide across the outer axis: one thread
-                self.stages[k].serial = True
-            self._locate(n, view, k + 1)
-        elif op in ("setitem", "index_add"):
-            base, value = n.inputs
-            view = self._update_in_place(n, base)
-            if view is not None:
-                k1 = self.ready[base] - 1
-            else:
-                view = self._own_buffer(n)
-                k1 = self.place(base, view, 0)
-            region = _index_view(view, n.attrs[0])
-            k2 = self.place(value, region, k1 + 1, "store" if op == "setitem" else "accum")
-            self._locate(n, view, k2 + 1)
+                piece = View(view.buf, start * view.strides[axis], x.shape, view.strides)
+                start += x.shape[axis]
+            last = max(last, self.place(x, piece, 0))
+        self._locate(n, view, last + 1)
+
+    def _take(self, n: Node):
+        """A gather: computed in registers in the loop over its own shape, like an
+        elementwise node, reading x at an index loaded from the index array."""
+        x, idx = n.inputs
+        self.ensure_loc(x)
+        self.ensure_loc(idx)
+        self._flag()
+        k = self.loop_stage(n.shape, max(self.ready_at(x), self.ready_at(idx)))
+        self.home[n] = k
+        self.stages[k].ssa.append(n)
+
+    def _scatter_add(self, n: Node):
+        """An accumulate loop over the updates at indices read from the index array."""
+        g, idx = n.inputs
+        axis, _ = n.attrs
+        view = self._own_buffer(n)
+        vi = self.ensure_loc(idx)
+        self._flag()
+        lo = self.ready_at(idx)
+        if g in self.home and self.home[g] >= lo and self.stages[self.home[g]].kind == "loop":
+            k = self.home[g]
         else:
-            raise NotImplementedError(f"the CPU back end has no lowering for {op!r}")
+            if g.op not in LEAF_INLINE:
+                self.ensure_loc(g)
+            k = self.loop_stage(g.shape, max(lo, self.ready_at(g)))
+        r = idx.ndim
+        dest = View(view.buf, 0, g.shape, view.strides[:axis] + (0,) * r + view.strides[axis + 1:])
+        iview = View(vi.buf, vi.offset, g.shape,
+                     (0,) * axis + vi.strides + (0,) * (g.ndim - axis - r))
+        self.stages[k].sinks.append(Sink("scatter", n, dest, (iview,)))
+        if axis == 0:   # duplicate indices collide across the outer axis: one thread
+            self.stages[k].serial = True
+        self._locate(n, view, k + 1)
+
+    def _region_update(self, n: Node):
+        """setitem/index_add: the base (copied unless it may be updated in place), then a
+        store or accumulate loop over the region."""
+        base, value = n.inputs
+        view = self._update_in_place(n, base)
+        if view is not None:
+            k1 = self.ready[base] - 1
+        else:
+            view = self._own_buffer(n)
+            k1 = self.place(base, view, 0)
+        region = index_view(view, n.attrs[0])
+        k2 = self.place(value, region, k1 + 1, "store" if n.op == "setitem" else "accum")
+        self._locate(n, view, k2 + 1)
 
     def _update_in_place(self, n: Node, base: Node):
         """The base's own buffer, when setitem/index_add may overwrite it instead of copying:
@@ -399,7 +383,7 @@ class Schedule:
             return True
         if x in self.loc:
             return self.ready[x] <= k
-        if x not in self.home or x.op in ("arange", "take") or OPS[x.op].kind != "elementwise":
+        if x not in self.home or x.op not in LOWER:   # only scalar ops are recomputed
             return False
         if x.shape != self.stages[k].shape or x in self.once:
             return self.home[x] < k        # read from memory (with broadcasting), as usual
@@ -430,7 +414,7 @@ class Schedule:
         elif n.op == "broadcast_to":
             out = v.align(n.shape)
         elif n.op == "getitem":
-            out = _index_view(v, n.attrs[0])
+            out = index_view(v, n.attrs[0])
         else:  # reshape: only contiguous data can be re-strided; copy anything else first
             if not v.is_contiguous():
                 copy = self._buffer("tmp", x.dtype, max(x.size, 1))
@@ -461,6 +445,30 @@ class Schedule:
             self.outputs.append(buf)
 
 
+# op -> how the CPU back end schedules it: the structural ops (leaves, reductions, views,
+# matmul, indexing, concatenation). Ops with a scalar rule in codegen.lower.LOWER need no entry:
+# they are computed in registers in the loop of their shape (Schedule._elementwise).
+SCHEDULE_RULES = {
+    "arg": Schedule._arg,
+    "array": Schedule._array,
+    "const": Schedule._constant,
+    "full": Schedule._constant,
+    "arange": Schedule._elementwise,      # start + step * index, in registers
+    **{op: Schedule._reduction for op in sorted(REDUCTIONS)},
+    "matmul": Schedule._matmul,
+    **{op: Schedule._view for op in sorted(VIEWS)},
+    "concatenate": Schedule._pieces,
+    "stack": Schedule._pieces,
+    "take": Schedule._take,
+    "scatter_add": Schedule._scatter_add,
+    "setitem": Schedule._region_update,
+    "index_add": Schedule._region_update,
+}
+# Ops the CPU back end refuses with NotImplementedError, and why (empty: every op lowers). Kept
+# explicit so the coverage test tells "forgotten" from "deliberately unsupported".
+UNSUPPORTED: dict[str, str] = {}
+
+
 def compared_values(outputs) -> set:
     """Float nodes that a comparison or a max/min reduction reads.
 
@@ -476,49 +484,3 @@ def compared_values(outputs) -> set:
         if n.op in COMPARING:
             once.update(x for x in n.inputs if is_float(x.dtype))
     return once
-
-
-def merge_axes(shape, views):
-    """Collapse adjacent loop axes that every view walks as one axis (``s[j] == s[j+1] *
-    n[j+1]`` for all of them, e.g. everything contiguous), and axes of extent 1. Fewer, longer
-    loops vectorise better and compile faster; the result depends on sizes only through
-    extent-1 axes, which are rare."""
-    shape = list(shape)
-    strides = [list(v.strides) for v in views]
-    j = len(shape) - 2
-    while j >= 0:
-        outer, inner = shape[j], shape[j + 1]
-        if inner == 1 or outer == 1 or all(s[j] == s[j + 1] * inner for s in strides):
-            for s in strides:
-                s[j] = s[j] if inner == 1 and outer != 1 else s[j + 1]
-                del s[j + 1]
-            shape[j] = outer * inner
-            del shape[j + 1]
-        j -= 1
-    shape = tuple(shape)
-    return shape, [View(v.buf, v.offset, shape, tuple(s)) for v, s in zip(views, strides)]
-
-
-def _keepdims_strides(shape, axes) -> tuple:
-    return contiguous_strides(tuple(1 if i in axes else d for i, d in enumerate(shape)))
-
-
-def _index_view(v: View, index) -> View:
-    """A basic-indexing view (the normalised index of ``symgrad.ops.getitem``)."""
-    offset, shape, strides, axis = v.offset, [], [], 0
-    for item in index:
-        if isinstance(item, NewAxis):
-            shape.append(1)
-            strides.append(0)
-            continue
-        if isinstance(item, Slice):
-            start, stop, step = item.start, item.stop, item.step
-            shape.append(len(range(start, stop, step)))
-            strides.append(v.strides[axis] * step)
-            offset += start * v.strides[axis] if shape[-1] else 0
-        else:
-            offset += item * v.strides[axis]
-        axis += 1
-    shape.extend(v.shape[axis:])
-    strides.extend(v.strides[axis:])
-    return View(v.buf, offset, tuple(shape), tuple(strides))

@@ -85,7 +85,7 @@ def annotate_ptx(text: str, plan) -> str:
     graph = plan.graph
     headers = {}
     for kernel in plan.kernels:
-        nodes = _fused(plan, [job[1] for job in kernel.jobs if isinstance(job[1], Node)])
+        nodes = _fused(plan, [job.node for job in kernel.jobs])
         lines = [f"kernel {kernel.name} ({kernel.kind}) computes:"] + [
             f"  {entry}" for entry in describe(graph, nodes)]
         pattern = re.compile(rf"^\.visible \.entry {re.escape(kernel.name)}\(")

@@ -33,11 +33,27 @@ _FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
 MAX_NESTING = 16
 
 
+def spelling_names() -> set[str]:
+    """Every name an op's spelling may bind in the generated namespace (``OpDef.names``):
+    never handed out to a variable. Two ops binding one name to different objects, or to
+    ``np``, would make the source mean something else, so that is an error."""
+    owner: dict[str, tuple] = {}
+    for opdef in OPS.values():
+        for name, obj in opdef.names.items():
+            if name == "np" or not name.isidentifier() or keyword.iskeyword(name) or \
+                    (name in owner and owner[name][1] is not obj):
+                other = owner.get(name, ("the emitter",))[0]
+                raise ValueError(f"op {opdef.name!r} binds {name!r} in the generated namespace, "
+                                 f"which {other!r} already binds to something else")
+            owner[name] = (opdef.name, obj)
+    return set(owner)
+
+
 class Namer:
     """Hands out unique names: the user's where possible, ``t1, t2, ...`` for temporaries."""
 
     def __init__(self, reserved):
-        self.used = set(reserved) | set(keyword.kwlist) | {"np"}
+        self.used = set(reserved) | set(keyword.kwlist) | {"np"} | spelling_names()
         self.temps = 0
 
     def name(self, hint: str | None) -> str:
@@ -115,42 +131,43 @@ class _Emitter:
     # -- the walk ----------------------------------------------------------------------------
     def run(self) -> tuple[str, dict]:
         g = self.graph
-        counts = use_counts(g.outputs)
-        outputs = set(g.outputs)
+        self.counts = use_counts(g.outputs)
+        self.outputs = set(g.outputs)
         for n in _schedule(g):
-            op = n.op
-            if op == "arg":
-                self.expr[n] = (n.attrs[1], sp.ATOM)
-                if n.ndim == 0:   # a float argument may be a Python float
-                    self.python_numbers.add(n)
-                continue
-            if op == "array":
-                name = self.namer.name(g.names.get(n, "c"))
-                self.namespace[name] = n.attrs[0].value
-                self.expr[n] = (name, sp.ATOM)
-                continue
-            if op in ("setitem", "index_add"):
-                self.update_statement(n, counts)
-                continue
-            if op == "scatter_add":
-                self.scatter_statement(n)
-                continue
-            args = [self.expr[i] for i in n.inputs]
-            text = self.spell_full(n) if op == "full" else self.spell(n, args)
-            if op in ("const", "stop_gradient"):
-                self.expr[n] = text
-                continue
-            named = n in g.names and op != "full"
-            depth = 1 + max((self.nesting.get(i, 0) for i in n.inputs), default=0)
-            if counts[n] > 1 or named or (n in outputs and n in g.names) or depth > MAX_NESTING:
-                self.statement(n, text[0])
-            else:
-                self.expr[n] = text
-                self.nesting[n] = depth
+            STATEMENTS.get(n.op, _Emitter.expression)(self, n)
         ret = self.render_tree(g.out_tree, top=True)
         body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
         source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"
         return source, self.namespace
+
+    def expression(self, n: Node):
+        """An op spelled as an expression: inlined into its consumer, or named when it is
+        used twice, named by the user, or nested too deeply."""
+        g = self.graph
+        args = [self.expr[i] for i in n.inputs]
+        own = EMITTER_SPELLINGS.get(n.op)
+        text = own(self, n) if own is not None else self.spell(n, args)
+        if n.op in ALWAYS_INLINE:
+            self.expr[n] = text
+            return
+        named = n in g.names and n.op != "full"
+        depth = 1 + max((self.nesting.get(i, 0) for i in n.inputs), default=0)
+        if self.counts[n] > 1 or named or (n in self.outputs and n in g.names) or depth > MAX_NESTING:
+            self.statement(n, text[0])
+        else:
+            self.expr[n] = text
+            self.nesting[n] = depth
+
+    def bind_argument(self, n: Node):
+        self.expr[n] = (n.attrs[1], sp.ATOM)
+        if n.ndim == 0:   # a float argument may be a Python float
+            self.python_numbers.add(n)
+
+    def bind_array(self, n: Node):
+        """A constant array: a name bound in the namespace (never printed)."""
+        name = self.namer.name(self.graph.names.get(n, "c"))
+        self.namespace[name] = n.attrs[0].value
+        self.expr[n] = (name, sp.ATOM)
 
     def spell(self, n: Node, args) -> tuple[str, int]:
         """The op table's spelling, except where Python numbers would not follow NumPy."""
@@ -159,15 +176,21 @@ class _Emitter:
             self.python_numbers.add(n)
         if python_operands and n.op in _NUMPY_SCALAR_CALLS:
             return sp.call(_NUMPY_SCALAR_CALLS[n.op])(args, n)
-        return OPS[n.op].python(args, n)
+        opdef = OPS[n.op]
+        if opdef.python is None:
+            raise NotImplementedError(f"op {n.op!r} has no spelling on target='python' (no "
+                                      "OpDef.python and no entry in symgrad.emit_python."
+                                      "STATEMENTS)")
+        self.namespace.update(opdef.names)   # only what the source uses (spelling_names)
+        return opdef.python(args, n)
 
-    def update_statement(self, n: Node, counts):
+    def update_statement(self, n: Node):
         """``y[i] = v`` / ``y[i] += v`` on a private copy (never on an argument's array)."""
         base, value = n.inputs
         hint = self.graph.names.get(n)
         # A base used only here whose value is a new array (not a view, not an argument) can
         # be updated in place: by its own variable, or named now (y = <new array>; y[i] += v).
-        private = (counts[base] == 1 and base.ndim > 0 and base.op != "stop_gradient" and
+        private = (self.counts[base] == 1 and base.ndim > 0 and base.op != "stop_gradient" and
                    (OPS[base.op].kind in _FRESH_KINDS or base.op in _FRESH_OPS))
         if private and base in self.var:
             var = self.var[base]
@@ -203,6 +226,22 @@ class _Emitter:
         if top and len(items) > 1:
             return ", ".join(items)
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+# op -> the emitter's own statement(s) for it, in place of an expression: leaves bound to names,
+# and the updates NumPy spells as statements (``y[i] += v``, ``np.add.at``).
+STATEMENTS = {
+    "arg": _Emitter.bind_argument,
+    "array": _Emitter.bind_array,
+    "setitem": _Emitter.update_statement,
+    "index_add": _Emitter.update_statement,
+    "scatter_add": _Emitter.scatter_statement,
+}
+# op -> a spelling the emitter gives instead of the op table's (``full`` reads the arguments'
+# shapes: ``np.zeros_like(x)``).
+EMITTER_SPELLINGS = {"full": _Emitter.spell_full}
+# Ops spelled where they are used and never given a name (a number; the value itself).
+ALWAYS_INLINE = ("const", "stop_gradient")
 
 
 def function_name(graph: Graph) -> str:

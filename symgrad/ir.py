@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -49,6 +49,8 @@ class OpDef:
             ``None`` for the whole entry means the op is not differentiable (all zeros).
     python: (input_sources, node) -> (source, precedence); the Python/NumPy spelling.
     kind:   'leaf', 'elementwise', 'reduction', 'shape', 'linalg' (used by back ends).
+    names:  what the spelling refers to besides ``np``: name -> object, bound in the generated
+            module's namespace when the op is used (``{"erf": scipy.special.erf}``).
     """
     name: str
     kind: str
@@ -56,6 +58,7 @@ class OpDef:
     numpy: Callable
     python: Callable
     vjp: Callable | None = None
+    names: Mapping[str, object] = field(default_factory=dict)
 
 
 OPS: dict[str, OpDef] = {}

@@ -63,8 +63,8 @@ def _fake_driver(calls):
         for b, slot in zip(kernel.params, slots):
             buf = plan.buffers[b]
             if buf.kind == "scalar":
-                from codegen.ptx_emulate import _CTYPES
-                args.append(_CTYPES[buf.dtype].from_address(slot).value)
+                from codegen.dtypes import ctype
+                args.append(ctype(buf.dtype).from_address(slot).value)
             else:
                 args.append(ctypes.c_void_p.from_address(slot).value)
         fns[name](*args)

@@ -1,4 +1,4 @@
-"""Accuracy of the CPU back end's own float64 maths (codegen/mathlib.py ``OWN_F64``).
+"""Accuracy of the CPU back end's own float64 maths (codegen/f64math.py ``OWN_F64``).
 
 Each function is sampled over the whole range it claims (log-uniform magnitudes, both signs,
 fixed seeds) and compared with an extended-precision reference: x87 long double for the bulk,
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import jit, mathlib
+from codegen import f64math, jit, mathlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -226,21 +226,21 @@ def test_special_values(op):
 
 
 def test_coefficients_are_the_derived_ones():
-    """mathlib's tables are what the mpmath derivation produces, bit for bit."""
+    """f64math's tables are what the mpmath derivation produces, bit for bit."""
     for name, values in derive_math_coefficients.coefficients().items():
-        held = getattr(mathlib, name)
+        held = getattr(f64math, name)
         held = held if isinstance(held, list) else [held]
         assert held == values, name
-    assert mathlib.TANH_POLY_MAX == derive_math_coefficients.TANH_POLY_MAX
+    assert f64math.TANH_POLY_MAX == derive_math_coefficients.TANH_POLY_MAX
 
 
 def test_pi_over_two_split_is_exact_for_every_reduced_quotient():
     """k * part is exact for k < 2^21 (the parts have <= 32 significant bits) and the bound
     keeps k = rint(|x| 2/pi) below 2^21."""
-    for part in mathlib.PIO2_PARTS[:-1]:
+    for part in f64math.PIO2_PARTS[:-1]:
         mantissa, exponent = np.frexp(part)
         assert float(mantissa * 2.0 ** 32) == int(mantissa * 2.0 ** 32)
-    assert mathlib.REDUCE_MAX * mathlib.TWO_OVER_PI + 1 < 2 ** 21
+    assert f64math.REDUCE_MAX * f64math.TWO_OVER_PI + 1 < 2 ** 21
 
 
 PRECISE = '''

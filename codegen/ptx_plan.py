@@ -1,0 +1,255 @@
+"""The CUDA back end's plan: which values get memory and which kernels compute them.
+
+Scheduling (:func:`plan`) gives memory only to what needs it: graph inputs and constant arrays,
+outputs, reductions and matmuls, scatter-adds, matmul operands that are computed, and computed
+values that several consumers read at *different* positions. Everything else is an index
+expression evaluated in registers where it is consumed (``codegen.ptx_build``): elementwise
+ops, views (reshape, transpose, broadcast_to, getitem), gathers, and the region ops (setitem,
+index_add, concatenate, stack), which become branches on the output position.
+
+Kernels (:class:`Kernel`, bodies written by ``codegen.ptx_kernels``):
+
+* ``map`` — a grid-stride loop over a shape; every output of that shape (say a function's value
+  and both partial derivatives) is stored from the same loop body, so shared subexpressions are
+  computed once per element;
+* ``block`` — one thread block per output element (per slice of it, for long reductions): each
+  thread strides over the reduced axis, then warp shuffles and one shared-memory round combine
+  the block; ``thread`` — one thread per output element for short reductions. Reductions that
+  produce few outputs split the reduced axis over several blocks and finish with a second kernel
+  over the partial results. Matmul is a sum reduction of ``a[..., i, k] * b[..., k, j]``;
+* ``scatter`` — a grid-stride loop over a scatter-add's updates with atomic adds into a buffer
+  the launcher zeroes first.
+
+What each kernel does is a job (:class:`StoreJob`, :class:`ReduceJob`, :class:`FinishJob`,
+:class:`ScatterJob`); ``KERNEL_RULES`` says which ops get kernels of their own.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from symgrad.ir import Graph, Node, is_float, toposort
+
+from .buffers import Buffer
+from .lower import LOWER
+from .opsets import LEAVES, REDUCTIONS, VIEWS
+
+BLOCK = 256            # threads per block, every kernel
+WARP = 32
+THREAD_REDUCE_MAX = 32  # reductions at most this long run one thread per output element
+SPLIT_CHUNK = 4 * BLOCK * 8  # elements one block reduces before a reduction is split over blocks
+
+# Ops whose values are buffers from the start: kernel parameters (an array by pointer, a 0-d
+# value by value) and constant arrays.
+IN_MEMORY = ("arg", "array")
+# Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
+# explicit so the coverage test tells "forgotten" from "deliberately unsupported".
+UNSUPPORTED: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class StoreJob:
+    """A map kernel stores ``node``'s values into buffer ``dest``."""
+    node: Node
+    dest: int
+
+
+@dataclass(frozen=True)
+class ReduceJob:
+    """A reduction (or matmul) kernel: ``op`` over ``node``'s reduced axis into ``dest``;
+    ``parts`` blocks share each output when the reduction is split (then ``dest`` holds the
+    partial results and a FinishJob combines them)."""
+    node: Node
+    dest: int
+    op: str
+    parts: int = 1
+
+
+@dataclass(frozen=True)
+class FinishJob:
+    """The second kernel of a split reduction: ``op`` over the ``parts`` partial results of
+    each output (buffer ``partial``) into ``dest``."""
+    node: Node
+    dest: int
+    op: str
+    parts: int
+    partial: int
+
+
+@dataclass(frozen=True)
+class ScatterJob:
+    """A scatter-add's updates, added atomically into buffer ``dest``."""
+    node: Node
+    dest: int
+
+
+@dataclass
+class Kernel:
+    name: str
+    kind: str        # "map" | "thread" | "block" | "scatter": how it is launched
+    count: int       # work items: threads (map/thread/scatter) or blocks (block)
+    params: tuple = ()   # buffer indices, in parameter order
+    zero: tuple = ()     # buffers the launcher zeroes first
+    # code generation details (not needed to launch)
+    jobs: list = field(default_factory=list, repr=False)   # StoreJob | ReduceJob | FinishJob | ScatterJob
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    buffers: list
+    kernels: list
+    outputs: tuple        # buffer index of each graph output
+    source: dict          # node -> buffer it is read from
+    sincos: dict = field(default_factory=dict)   # sin(x) <-> cos(x) pairs, computed together
+
+
+def _reads(root: Node, source: dict, skip_root=True) -> list:
+    """Materialized nodes a kernel computing ``root`` reads (its fused region's frontier)."""
+    seen, out, stack = set(), [], [root]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in source and not (skip_root and n is root):
+            out.append(n)
+            continue
+        stack.extend(n.inputs)
+    return out
+
+
+def plan(graph: Graph) -> Plan:
+    """Decide buffers and kernels for ``graph`` (deterministic: toposort order throughout).
+    Callers go through ``codegen.ptx.plan``, which first checks that every op has a lowering."""
+    order = toposort(graph.outputs)
+    buffers: list[Buffer] = []
+    source: dict[Node, int] = {}
+
+    def new(kind, dtype, size, ref=None):
+        buffers.append(Buffer(len(buffers), kind, dtype, int(size), ref))
+        return len(buffers) - 1
+
+    for i, a in enumerate(graph.inputs):
+        if a is not None and a not in source:
+            source[a] = new("scalar" if a.shape == () else "arg", a.dtype, max(a.size, 1), i)
+    for n in order:
+        if n.op == "array":
+            source[n] = new("const", n.dtype, n.size, n.attrs[0].value)
+
+    users: dict[Node, list] = {n: [] for n in order}
+    for n in order:
+        for x in n.inputs:
+            users[x].append(n)
+
+    def cheap(n):   # a leaf, or a view chain over one: nothing to compute
+        while n.op in VIEWS:
+            n = n.inputs[0]
+        return n.op in LEAVES or n in mat
+
+    mat: list[Node] = []
+    for n in order:
+        if n.op in LEAVES:
+            continue
+        if n.op in KERNEL_RULES:   # computed by kernels of its own, into memory
+            if n.op == "matmul":
+                for x in n.inputs:
+                    if not cheap(x) and x not in mat:
+                        mat.append(x)
+            mat.append(n)
+        elif n.shape != () and len(users[n]) >= 2 and not cheap(n) and any(
+                u.op not in LOWER or u.shape != n.shape for u in users[n]):   # views, reductions, ...
+            mat.append(n)   # read at several positions: compute once, not once per reader
+    outs, out_of, copies = [], {}, []
+    for o in graph.outputs:
+        if o not in out_of:
+            out_of[o] = new("out", o.dtype, max(o.size, 1))
+            if o in source:
+                copies.append(o)      # an argument or constant returned as is: a copy
+            elif o not in mat:
+                mat.append(o)
+        outs.append(out_of[o])
+    mat.sort(key={n: i for i, n in enumerate(order)}.get)
+    for n in mat:
+        source[n] = out_of[n] if n in out_of else new("tmp", n.dtype, max(n.size, 1))
+
+    # Levels: a kernel runs after every kernel whose results it reads.
+    level: dict[Node, int] = {}
+    for n in mat:
+        level[n] = 1 + max((level.get(m, 0) for m in _reads(n, source)), default=0)
+
+    base = re.sub(r"\W", "_", graph.name) or "kernel"
+    kernels: list[Kernel] = []
+    maps: dict[tuple, Kernel] = {}
+    staged: list[tuple] = []
+
+    def store(lvl, n, dest):
+        key = (lvl, n.shape)
+        if key not in maps:
+            maps[key] = Kernel("", "map", max(n.size, 1))
+            staged.append((lvl, maps[key]))
+        maps[key].jobs.append(StoreJob(n, dest))
+
+    for n in mat:
+        if n.size == 0:
+            continue      # nothing to compute (its buffer still exists, of one element)
+        rule = KERNEL_RULES.get(n.op)
+        if rule is not None:
+            staged += [(level[n], k) for k in rule(n, source, new)]
+        else:
+            store(level[n], n, source[n])
+    for n in copies:
+        if n.size:
+            store(1, n, out_of[n])
+    staged.sort(key=lambda lk: lk[0])   # stable: toposort order within a level
+    for i, (_, k) in enumerate(staged):
+        k.name = f"{base}_k{i}"
+        kernels.append(k)
+    trig = {(n.op, n.inputs[0]): n for n in order if n.op in ("sin", "cos") and is_float(n.dtype)}
+    sincos = {n: trig[("cos" if op == "sin" else "sin", x)] for (op, x), n in trig.items()
+              if ("cos" if op == "sin" else "sin", x) in trig}
+    return Plan(graph, buffers, kernels, tuple(outs), source, sincos)
+
+
+def _scatter_kernels(n: Node, source, new) -> list:
+    """A grid-stride loop over the updates, adding atomically into a zeroed buffer."""
+    return [Kernel("", "scatter", n.inputs[0].size, zero=(source[n],),
+                   jobs=[ScatterJob(n, source[n])])]
+
+
+def _reduction_kernels(n: Node, source, new) -> list:
+    """One kernel, or a split kernel and a finishing one, for a reduction or matmul ``n``."""
+    if n.op == "matmul":
+        a, b = n.inputs
+        outer, r = n.size, a.shape[-1]
+        op, suffix = "sum", False
+    else:
+        x = n.inputs[0]
+        axes = n.attrs[0]
+        r = math.prod(x.shape[a] for a in axes)
+        outer = max(n.size, 1)
+        op = n.op
+        suffix = axes == tuple(range(x.ndim - len(axes), x.ndim))
+    dest = source[n]
+    if r <= THREAD_REDUCE_MAX or (not suffix and outer >= (4096 if n.op != "matmul" else 8192)):
+        return [Kernel("", "thread", outer, jobs=[ReduceJob(n, dest, op)])]
+    parts = 1
+    if outer < 2048:
+        parts = max(1, min(1024, -(-r // SPLIT_CHUNK), -(-2048 // outer)))
+    if parts == 1:
+        return [Kernel("", "block", outer, jobs=[ReduceJob(n, dest, op)])]
+    partial = new("tmp", n.dtype, outer * parts)
+    first = Kernel("", "block", outer * parts, jobs=[ReduceJob(n, partial, op, parts)])
+    second_kind = "thread" if parts <= THREAD_REDUCE_MAX else "block"
+    finish = "sum" if n.op == "matmul" else op
+    second = Kernel("", second_kind, outer, jobs=[FinishJob(n, dest, finish, parts, partial)])
+    return [first, second]
+
+
+# op -> the kernels that compute it into its buffer: (node, source, new buffer) -> [Kernel]
+KERNEL_RULES = {
+    **{op: _reduction_kernels for op in sorted(REDUCTIONS)},   # block/warp-shuffle reductions
+    "matmul": _reduction_kernels,                              # a sum over k
+    "scatter_add": _scatter_kernels,                           # atomic adds
+}
