@@ -99,7 +99,7 @@ def ulps(got, ref_ld, dtype):
 
 def implementation(name, dtype, nargs=1) -> str:
     """Which code the CPU back end runs for this function and dtype."""
-    from codegen import jit, mathlib
+    from symgrad.codegen import jit, mathlib
     math = jit.target()["math"]
     if dtype == "float64" and name in mathlib.OWN_F64 and not math.precise:
         return "own"

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import symgrad as sg  # noqa: E402
-from codegen.cuda import Device, DeviceArray  # noqa: E402
+from symgrad.codegen.cuda import Device, DeviceArray  # noqa: E402
 
 
 def w1(x, y):

@@ -17,7 +17,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false   # JAX must not take the memory the 
 echo "== device"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$PY" -c "
-from codegen.cuda import Device
+from symgrad.codegen.cuda import Device
 d = Device.get()
 print(d.name, d.arch, d.sms, 'SMs; compiling for', d.ptx_arch)
 " || { echo "no usable GPU (see the error above): nothing to check"; exit 2; }

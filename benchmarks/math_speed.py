@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import symgrad as sg
-from codegen import mathlib
+from symgrad.codegen import mathlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads as W  # noqa: E402
@@ -123,7 +123,7 @@ def main(n=10 ** 7):
 
 
 def cpu_threads():
-    from codegen import llvm
+    from symgrad.codegen import llvm
     return llvm.num_threads()
 
 

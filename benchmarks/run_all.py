@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import symgrad as sg  # noqa: E402
 import workloads as W  # noqa: E402
-from codegen import llvm as cpu  # noqa: E402
+from symgrad.codegen import llvm as cpu  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 REPEATS = 7

@@ -36,7 +36,7 @@ import json, sys, time
 sys.path.insert(0, {here!r}); sys.path.insert(0, {root!r})
 import numpy as np
 import symgrad as sg
-import codegen.llvm
+import symgrad.codegen.llvm
 from trip_count import recurrence
 n, target = int(sys.argv[1]), sys.argv[2]
 start = time.perf_counter()

@@ -52,7 +52,7 @@ class LibdeviceMath(MathTarget):
     def symbol(self, cname: str, dtype: str) -> str:
         if cname not in MATH_NAMES.values():
             raise NotImplementedError(f"no libdevice function for {cname!r}: not in "
-                                      "codegen.mathlib.MATH_NAMES")
+                                      "symgrad.codegen.mathlib.MATH_NAMES")
         return libdevice_names(cname)[dtype == "float32"]
 
 
@@ -119,7 +119,7 @@ def check_intrinsics(text: str, strict: bool = True) -> None:
                 raise NotImplementedError(
                     f"the CUDA back end would call the LLVM intrinsic {name}, which the NVPTX "
                     "back end cannot lower (it aborts instead of raising); route it through "
-                    "codegen.libdevice")
+                    "symgrad.codegen.libdevice")
         elif strict and not name.startswith("__nv_"):
             raise NotImplementedError(f"the CUDA back end cannot call the external function {name}")
 

@@ -57,7 +57,7 @@ def _float_or_int(fop, iop):
 def _math(op):
     """The rule of an op that is one math-library call (``codegen.mathlib.MATH_NAMES``)."""
     if op not in MATH_NAMES and op not in INTRINSICS:   # caught at import, not in native code
-        raise ImportError(f"codegen.lower: op {op!r} is lowered as a math call but has no "
+        raise ImportError(f"symgrad.codegen.lower: op {op!r} is lowered as a math call but has no "
                           "entry in codegen.mathlib.MATH_NAMES")
     return lambda cx, n, args: cx.math.call(cx.b, op, n.dtype, args)
 

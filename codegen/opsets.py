@@ -22,4 +22,4 @@ CONSTANTS = frozenset(("const", "full"))  # the same value at every index: never
 # index maps on the GPU. OpDef.kind calls them "shape" together with the region updates.
 VIEWS = frozenset(("reshape", "transpose", "broadcast_to", "getitem"))
 if not VIEWS <= ops_of_kind("shape") or not CONSTANTS <= LEAVES:
-    raise ImportError("codegen.opsets: a view or constant op is missing from the op table")
+    raise ImportError("symgrad.codegen.opsets: a view or constant op is missing from the op table")

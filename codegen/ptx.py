@@ -53,7 +53,7 @@ def plan(graph: Graph) -> Plan:
             raise NotImplementedError(f"op {n.op!r} is not supported on target='cuda': {UNSUPPORTED[n.op]}")
         if lowering(n.op) is None:
             raise NotImplementedError(f"op {n.op!r} has no lowering on target='cuda' (no entry in "
-                                      "codegen.lower.LOWER or the tables of codegen.ptx)")
+                                      "symgrad.codegen.lower.LOWER or the tables of codegen.ptx)")
     return _plan(graph)
 
 

@@ -441,7 +441,7 @@ VIEW_INDEX = {
     "getitem": KernelBuilder._getitem_index,
 }
 if set(VIEW_INDEX) != VIEWS:
-    raise ImportError("codegen.ptx: VIEW_INDEX and codegen.opsets.VIEWS disagree")
+    raise ImportError("symgrad.codegen.ptx: VIEW_INDEX and codegen.opsets.VIEWS disagree")
 # op -> its value at a position, computed in the kernel that reads it (no memory of its own)
 COMPUTE_RULES = {
     "const": KernelBuilder._constant,

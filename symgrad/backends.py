@@ -60,9 +60,9 @@ PYTHON = PythonBackend()
 
 # target name -> (module, attribute), imported on first use
 REGISTRY = {
-    "cpu": ("codegen.llvm", "BACKEND"),
+    "cpu": ("symgrad.codegen.llvm", "BACKEND"),
     "python": ("symgrad.backends", "PYTHON"),
-    "cuda": ("codegen.cuda", "BACKEND"),
+    "cuda": ("symgrad.codegen.cuda", "BACKEND"),
 }
 TARGETS = tuple(REGISTRY)
 # text view -> the target whose back end shows it

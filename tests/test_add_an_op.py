@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import lower, mathlib
+from symgrad.codegen import lower, mathlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import throwaway_op as tw  # noqa: E402
@@ -37,7 +37,7 @@ def test_a_new_op_runs_and_differentiates(target, dtype):
 
 
 def test_a_new_op_runs_in_the_cuda_emulation():
-    from codegen import ptx_emulate
+    from symgrad.codegen import ptx_emulate
     x = tw.point()
     with tw.registered():
         graph = sg.value_and_grad(tw.f)._compiled([x]).graph

@@ -13,7 +13,7 @@ import sys
 
 
 import symgrad
-from codegen import jit
+from symgrad.codegen import jit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
 
@@ -21,7 +21,7 @@ PROGRAM = r'''
 import json, sys
 import numpy as np
 import symgrad as sg
-from codegen import llvm
+from symgrad.codegen import llvm
 
 def f(x, y):
     return np.sum(x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(x * y))

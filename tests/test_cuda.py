@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _gpu_arch():
-    from codegen.cuda import device_arch
+    from symgrad.codegen.cuda import device_arch
     return device_arch()
 
 
@@ -56,7 +56,7 @@ def test_no_gpu_is_a_clear_runtime_error():
 
 
 def test_device_array_standins_trace_by_shape():
-    from codegen.cuda import host_standins
+    from symgrad.codegen.cuda import host_standins
 
     class Fake:
         __cuda_array_interface__ = {"shape": (4, 3), "typestr": "<f4", "data": (0, False), "version": 3}
@@ -106,7 +106,7 @@ def test_softmax_and_rosenbrock(dtype):
 def test_every_op_case(dtype):
     import test_ptx
     from test_ptx_emulate import _flat, _values
-    from codegen.cuda import run_cuda
+    from symgrad.codegen.cuda import run_cuda
     from symgrad.runtime import finish
     from symgrad.emit_python import compile_python
     tol = 3e-5 if dtype == "float32" else 1e-11
@@ -122,7 +122,7 @@ def test_every_op_case(dtype):
 @pytest.mark.gpu
 @requires_gpu
 def test_device_arrays_zero_copy_and_out():
-    from codegen.cuda import DeviceArray
+    from symgrad.codegen.cuda import DeviceArray
     x = np.linspace(-2, 2, 10000)
     y = np.linspace(0.5, 3, 10000)
     g = sg.grad(w1, wrt=(0, 1), target="cuda")

@@ -23,7 +23,7 @@ class _Result(enum.IntEnum):
 
 
 def _fake_driver(calls):
-    from codegen import ptx, ptx_emulate
+    from symgrad.codegen import ptx, ptx_emulate
     d = types.SimpleNamespace()
     d.CUresult = _Result
     d.CUdevice_attribute = types.SimpleNamespace(
@@ -63,7 +63,7 @@ def _fake_driver(calls):
         for b, slot in zip(kernel.params, slots):
             buf = plan.buffers[b]
             if buf.kind == "scalar":
-                from codegen.dtypes import ctype
+                from symgrad.codegen.dtypes import ctype
                 args.append(ctype(buf.dtype).from_address(slot).value)
             else:
                 args.append(ctypes.c_void_p.from_address(slot).value)
@@ -105,7 +105,7 @@ def _fake_driver(calls):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    from codegen import cuda, ptx
+    from symgrad.codegen import cuda, ptx
     calls = []
     monkeypatch.setattr(cuda, "_driver", lambda: _fake_driver(calls))
     # No NVPTX code generation in this process (it can abort; test_ptx runs it in a child):
@@ -124,7 +124,7 @@ def w1(x, y):
 
 
 def test_numpy_inputs_give_numpy_results(fake_gpu):
-    from codegen import cuda
+    from symgrad.codegen import cuda
     assert cuda.device_arch() == "sm_90"
     x, y = np.linspace(-2, 2, 1001), np.linspace(0.5, 3, 1001)
     for dt, tol in (("float64", 1e-12), ("float32", 2e-5)):
@@ -165,7 +165,7 @@ def test_scalars_reductions_scatter_and_out(fake_gpu):
 
 
 def test_device_arrays_zero_copy_and_device_out(fake_gpu):
-    from codegen.cuda import DeviceArray
+    from symgrad.codegen.cuda import DeviceArray
     x, y = np.linspace(-2, 2, 777), np.linspace(0.5, 3, 777)
     want = sg.grad(w1, wrt=(0, 1), target="python")(x, y)
     g = sg.grad(w1, wrt=(0, 1), target="cuda")

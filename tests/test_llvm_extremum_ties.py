@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import ptx_emulate
-from codegen.schedule import Schedule
+from symgrad.codegen import ptx_emulate
+from symgrad.codegen.schedule import Schedule
 
 
 def max_tanh(x):

@@ -19,8 +19,8 @@ import time
 import numpy as np
 import symgrad as sg
 from symgrad import api
-from codegen import jit
-from codegen import llvm as cpu
+from symgrad.codegen import jit
+from symgrad.codegen import llvm as cpu
 
 
 def f(x):

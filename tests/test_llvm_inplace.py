@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen.schedule import Schedule
+from symgrad.codegen.schedule import Schedule
 
 
 def reshape_of_sum(x):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import ptx, ptx_emulate
-from codegen.schedule import CLONE_BUDGET, STAGE_OPS, Schedule
+from symgrad.codegen import ptx, ptx_emulate
+from symgrad.codegen.schedule import CLONE_BUDGET, STAGE_OPS, Schedule
 
 STEPS = 1500          # two ops a step: a 3000-op chain, then a reduction that needs its end
 

@@ -5,7 +5,7 @@ import pytest
 
 import symgrad as sg
 from symgrad.ir import OPS
-from codegen import lower
+from symgrad.codegen import lower
 
 # (name, function, low, high); the front end reads each lambda's source: one per line.
 UNARY = [
@@ -219,7 +219,7 @@ def test_value_and_grad_and_second_derivative():
 
 
 def test_every_op_has_a_cpu_lowering():
-    from codegen import schedule
+    from symgrad.codegen import schedule
     for name in OPS:
         assert (name in lower.LOWER) + (name in schedule.SCHEDULE_RULES) + \
             (name in schedule.UNSUPPORTED) == 1, name
@@ -251,8 +251,8 @@ def test_every_math_name_is_registered_with_llvm():
     list to forget: every name of codegen.mathlib.MATH_NAMES (float64 and float32) resolves
     once declared."""
     import llvmlite.binding as llvm
-    from codegen import jit
-    from codegen.mathlib import MATH_NAMES
+    from symgrad.codegen import jit
+    from symgrad.codegen.mathlib import MATH_NAMES
     math_target = jit.target()["math"]
     symbols = [math_target.symbol(cname, dtype) for cname in MATH_NAMES.values()
                for dtype in ("float64", "float32")]

@@ -9,7 +9,7 @@ from symgrad.autodiff import grad_graph
 from symgrad.emit_python import compile_python
 from symgrad.ir import Graph, make
 from symgrad.simplify import simplify
-from codegen.llvm import Native
+from symgrad.codegen.llvm import Native
 
 UNARY = {
     "sin": ops.sin, "cos": ops.cos, "tanh": ops.tanh, "neg": ops.neg, "arctan": ops.arctan,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import llvm as cpu
-from codegen.mathlib import OWN_F64
+from symgrad.codegen import llvm as cpu
+from symgrad.codegen.mathlib import OWN_F64
 
 
 def softplus_sum(x):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import lower, ptx, ptx_emulate, schedule
+from symgrad.codegen import lower, ptx, ptx_emulate, schedule
 from symgrad import emit_python
 from symgrad.ir import OPS
 

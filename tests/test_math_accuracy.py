@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import f64math, jit, mathlib
+from symgrad.codegen import f64math, jit, mathlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

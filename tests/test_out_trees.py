@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import ptx_emulate
+from symgrad.codegen import ptx_emulate
 
 
 def dot(x, y):

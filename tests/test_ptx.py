@@ -168,7 +168,7 @@ def _examples():
 def emit(directory, arch=None):
     """Write ``<case>.<arch>.ptx`` for every case and example, and ``errors.json``: op cases
     for sm_80 and examples for every arch of ARCHS, or everything for ``arch``."""
-    from codegen import ptx
+    from symgrad.codegen import ptx
     errors = {}
     jobs = [(n, _Entry(g), (arch or "sm_80",)) for dt in ("float32", "float64") for n, g in _graphs(dt)]
     jobs += [(n, e, (arch,) if arch else ARCHS) for n, e in _examples()]
@@ -246,7 +246,7 @@ def test_kernels_use_libdevice_not_intrinsics(emitted):
 
 
 def test_every_op_is_lowered_or_listed():
-    from codegen import ptx
+    from symgrad.codegen import ptx
     from symgrad.ir import OPS
     unhandled = [op for op in OPS if ptx.lowering(op) is None and op not in ptx.UNSUPPORTED]
     assert not unhandled
@@ -259,7 +259,7 @@ def test_every_op_is_lowered_or_listed():
 
 
 def test_intrinsic_guard_refuses_instead_of_aborting():
-    from codegen import libdevice
+    from symgrad.codegen import libdevice
     with pytest.raises(NotImplementedError, match="llvm.exp.f64"):
         libdevice.check_intrinsics("declare double @llvm.exp.f64(double)\n")
     with pytest.raises(NotImplementedError, match="llvm.pow.f32"):
@@ -268,7 +268,7 @@ def test_intrinsic_guard_refuses_instead_of_aborting():
 
 
 def test_libdevice_table_and_lookup():
-    from codegen import libdevice
+    from symgrad.codegen import libdevice
     assert libdevice.LIBDEVICE["exp"] == ("__nv_exp", "__nv_expf")
     assert libdevice.LIBDEVICE["arctan2"] == ("__nv_atan2", "__nv_atan2f")
     assert libdevice.LibdeviceMath().symbol("log1p", "float32") == "__nv_log1pf"
@@ -277,7 +277,7 @@ def test_libdevice_table_and_lookup():
 
 def test_missing_libdevice_is_a_clear_error(tmp_path):
     code = ("import os, sys; sys.path.insert(0, %r)\n"
-            "from codegen import libdevice\n"
+            "from symgrad.codegen import libdevice\n"
             "libdevice._candidates = lambda: []\n"
             "try:\n    libdevice.find_libdevice()\n"
             "except libdevice.LibdeviceNotFound as e:\n    print('OK', e)\n") % ROOT
@@ -290,14 +290,14 @@ def test_libdevice_found_through_cuda_home(tmp_path):
     lib.mkdir(parents=True)
     (lib / "libdevice.10.bc").write_bytes(b"BC")
     code = ("import sys; sys.path.insert(0, %r)\n"
-            "from codegen import libdevice\nprint(libdevice.find_libdevice())\n") % ROOT
+            "from symgrad.codegen import libdevice\nprint(libdevice.find_libdevice())\n") % ROOT
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "CUDA_HOME": str(tmp_path)})
     assert r.stdout.strip() == str(lib / "libdevice.10.bc"), r.stderr
 
 
 def test_libdevice_found_in_nvidia_wheels(tmp_path):
-    from codegen import libdevice
+    from symgrad.codegen import libdevice
     for wheel in ("cu13", "cuda_nvcc"):   # nvidia-nvvm (CUDA 13), nvidia-cuda-nvcc-cu12
         lib = tmp_path / wheel / "nvidia" / wheel / "nvvm" / "libdevice"
         lib.mkdir(parents=True)
@@ -325,14 +325,14 @@ def test_function_ptx_api():
         "try:\n    f.grad.ptx(x, x, arch='volta')\n"
         "except ValueError as e:\n    print('bad arch', 'sm_80' in str(e))\n")
     assert "explicit True" in out and "bad arch True" in out
-    from codegen.cuda import device_arch
+    from symgrad.codegen.cuda import device_arch
     assert f"default {device_arch() or 'sm_80'}" in out   # the present GPU, else sm_80
 
 
 def test_kernel_structure(emitted):
     """Elementwise outputs of one shape share one grid-stride kernel; long reductions use
     warp shuffles and a block barrier."""
-    from codegen import ptx
+    from symgrad.codegen import ptx
     import symgrad as sg
     sys.path.insert(0, ROOT)
     from examples.quickstart_defs import f

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_ptx  # noqa: E402  (the case table)
 
-from codegen import ptx_emulate  # noqa: E402
+from symgrad.codegen import ptx_emulate  # noqa: E402
 from symgrad.runtime import finish  # noqa: E402
 from symgrad.emit_python import compile_python  # noqa: E402
 
@@ -65,7 +65,7 @@ def test_long_reductions_split_over_blocks():
     """Sums long enough to be split into partial sums and finished by a second kernel."""
     from symgrad import ops
     from symgrad.ir import Graph, make
-    from codegen import ptx
+    from symgrad.codegen import ptx
     x = make("arg", (), (0, "x", "float64", (300001,)))
     y = make("arg", (), (1, "y", "float64", (3, 20000)))
     g = Graph("long", ("x", "y"), (x, y), (ops.reduce("sum", ops.exp(x)), ops.reduce("max", y, 1),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import ptx_emulate
+from symgrad.codegen import ptx_emulate
 
 TARGETS = ["cpu", "python", "cuda-emulated"]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")   # both sides are computed

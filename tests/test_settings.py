@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import jit
-from codegen import llvm as cpu
+from symgrad.codegen import jit
+from symgrad.codegen import llvm as cpu
 from symgrad import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +61,7 @@ def test_bad_thread_count_fails_at_the_call_with_a_clear_error(monkeypatch):
 
 CHILD = """
 import numpy as np, symgrad as sg
-from codegen import llvm       # importing must not fail on a bad value
+from symgrad.codegen import llvm       # importing must not fail on a bad value
 
 def f(x):
     return np.sum(x * 2.0)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from codegen import jit
-from codegen.llvm import CpuProgram
+from symgrad.codegen import jit
+from symgrad.codegen.llvm import CpuProgram
 
 
 def softplus_grad_source(x):

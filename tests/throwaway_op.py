@@ -27,7 +27,7 @@ NAME = "cube_root"
 def entries() -> list:
     """(table, key, make value) in the order they must be made: the lowering rule checks, when
     it is made, that its math name exists."""
-    from codegen import lower, mathlib
+    from symgrad.codegen import lower, mathlib
     from symgrad import numpy_api, spelling as sp
     from symgrad.ir import OPS, OpDef, make
     from symgrad.op_base import _elementwise, to_float
@@ -78,7 +78,7 @@ def point(dtype="float64"):
 if __name__ == "__main__":   # --ptx FILE: the value-and-gradient kernels' PTX (for ptxas)
     sys.path.insert(0, ROOT)
     import symgrad as sg
-    from codegen import ptx
+    from symgrad.codegen import ptx
     with registered():
         entry = sg.value_and_grad(f)._compiled([point()])
         with open(sys.argv[2], "w") as out:
