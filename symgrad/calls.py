@@ -22,7 +22,7 @@ from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, 
 from .errors import UnsupportedSyntaxError
 from .ir import Node, substitute
 from .numpy_api import CALLABLES, check_call, numpy_name
-from .runtime import flat_values, replace_leaves, unflatten_tree, zero_standin
+from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
 
@@ -208,7 +208,7 @@ class Calls:
         for holder, name, value in captures:   # what its trace read, ours read too
             self.captured(getattr(holder, "cell", holder), name, value)
         if graph.in_tree is not None:   # pytree arguments: the graph's inputs are their leaves
-            values = flat_values(values, graph.in_tree)
+            values = flat_values(values, flat_plan(graph.in_tree))
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
         return unflatten_tree(graph.out_tree, substitute(graph.outputs, mapping))
 

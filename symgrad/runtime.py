@@ -254,6 +254,55 @@ def tree_paths(tree, root: str) -> list[str]:
     return paths
 
 
+def walk_tree(value):
+    """``(shape, leaves)`` of a pytree in one iterative pass: ``shape`` lists its containers
+    in pre-order (``(kind, dict keys or namedtuple class, item count)``, None for a leaf),
+    ``leaves`` its leaves in tree order. The hot path of a call with pytree arguments."""
+    shape, leaves, stack = [], [], [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is tuple:
+            shape.append((tuple, None, len(v)))
+            stack.extend(reversed(v))
+        elif kind is list:
+            shape.append((list, None, len(v)))
+            stack.extend(reversed(v))
+        elif kind is dict and all(type(k) is str for k in v):   # the common case, inline
+            keys = tuple(sorted(v))
+            shape.append((dict, keys, len(keys)))
+            stack.extend([v[k] for k in reversed(keys)])
+        elif isinstance(v, (tuple, list, dict)):
+            items, make = children(v)
+            if isinstance(v, dict):
+                shape.append((dict, tuple(sorted(v)), len(items)))   # (children() sorted them)
+            elif is_namedtuple(v):
+                shape.append((kind, kind, len(items)))
+            else:
+                shape.append((list if isinstance(v, list) else tuple, None, len(items)))
+            stack.extend(reversed(items))
+        else:
+            shape.append(None)
+            leaves.append(v)
+    return tuple(shape), leaves
+
+
+def unwalk_tree(shape, leaves):
+    """The pytree that :func:`walk_tree` took apart into ``shape`` and ``leaves``."""
+    it = iter(leaves)
+    frames = [[(None, None, 1), []]]    # (the container's shape entry, its items so far)
+    for entry in shape:
+        if entry is None:
+            frames[-1][1].append(next(it))
+        else:
+            frames.append([entry, []])
+        while len(frames) > 1 and len(frames[-1][1]) == frames[-1][0][2]:
+            (kind, aux, _), items = frames.pop()
+            frames[-1][1].append(tuple(items) if kind is tuple else items if kind is list else
+                                 dict(zip(aux, items)) if kind is dict else aux(*items))
+    return frames[0][1][0]
+
+
 def replace_leaves(value, fn):
     """``value`` (a pytree, or a leaf) with each leaf ``v`` replaced by ``fn(v)``: the same
     containers, dicts' keys in sorted order."""
@@ -264,9 +313,7 @@ def replace_leaves(value, fn):
 
 def value_leaves(value) -> list:
     """The leaves of a pytree value in tree order (dicts by sorted key)."""
-    leaves: list = []
-    build_tree(value, leaves.append)
-    return leaves
+    return walk_tree(value)[1]
 
 
 class StaticLeaf(str):
@@ -275,16 +322,23 @@ class StaticLeaf(str):
     __slots__ = ()
 
 
-def flat_values(values, in_tree) -> list:
+def flat_plan(in_tree) -> tuple:
+    """What :func:`flat_values` takes from each argument of a graph with this ``in_tree``:
+    None (the argument itself) or the positions of a pytree's data leaves among its leaves."""
+    return tuple(tuple(k for k, slot in enumerate(tree_leaves(t)) if type(slot) is int)
+                 if is_node(t) else None for t in in_tree)
+
+
+def flat_values(values, plan) -> list:
     """The graph inputs' values of a call: a pytree argument's data leaves (in tree order) in
-    place of the argument; ``in_tree`` (a graph's) says which arguments are pytrees."""
+    place of the argument, as ``plan`` (:func:`flat_plan`) says."""
     flat = []
-    for v, t in zip(values, in_tree):
-        if is_node(t):
-            flat.extend(leaf for leaf, slot in zip(value_leaves(v), tree_leaves(t))
-                        if type(slot) is int)
-        else:
+    for v, take in zip(values, plan):
+        if take is None:
             flat.append(v)
+        else:
+            leaves = walk_tree(v)[1]
+            flat.extend([leaves[k] for k in take])
     return flat
 
 
@@ -299,7 +353,7 @@ class ArgKey(NamedTuple):
     """One argument's part of a signature: ``kind`` is ``"array"`` (``dtype``, ``shape``),
     ``"scalar"`` (a NumPy scalar: ``dtype``), ``"float"`` (a Python float), or ``"bool"``,
     ``"int"``, ``"static"`` (``value``: the trace is specialised on it), or ``"tree"`` (a pytree:
-    ``value`` is its tree, ints indexing the tuple of its leaves' keys)."""
+    ``value`` is its shape (:func:`walk_tree`) and the tuple of its leaves' keys)."""
     kind: str
     dtype: Any = None
     shape: tuple | None = None
@@ -337,12 +391,8 @@ def arg_key(value) -> ArgKey:
 def tree_key(value) -> ArgKey:
     """A pytree argument's key: its structure (container types, dict keys, namedtuple classes)
     and each leaf's key (so an int leaf's value is part of the signature)."""
-    leaves: list = []
-
-    def leaf(v):
-        leaves.append(arg_key(v))
-        return len(leaves) - 1
-    return ArgKey("tree", value=(build_tree(value, leaf), tuple(leaves)))
+    shape, leaves = walk_tree(value)
+    return _new_key(ArgKey, ("tree", None, None, (shape, tuple([arg_key(v) for v in leaves]))))
 
 
 # -- stand-ins -------------------------------------------------------------------------------------
@@ -362,8 +412,8 @@ def standin(key: ArgKey):
     if key.kind == "float":
         return 0.0
     if key.kind == "tree":
-        tree, leaves = key.value
-        return unflatten_tree(tree, [standin(k) for k in leaves])
+        shape, leaves = key.value
+        return unwalk_tree(shape, [standin(k) for k in leaves])
     return key.value
 
 

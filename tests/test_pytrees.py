@@ -16,7 +16,7 @@ import pytest
 
 import symgrad as sg
 from codegen import ptx_emulate
-from symgrad.runtime import flat_values, value_leaves
+from symgrad.runtime import flat_plan, flat_values, value_leaves
 
 TARGETS = ("python", "cpu", "cuda-emulated")
 Layer = namedtuple("Layer", "w b")
@@ -44,7 +44,7 @@ def call(target, fn, kind, args, wrt=0):
     f = {"call": f, "grad": f.grad, "value_and_grad": f.value_and_grad}[kind]
     if target == "cuda-emulated":
         graph = f._graph(list(args))
-        return ptx_emulate.run(graph, flat_values(list(args), graph.in_tree))
+        return ptx_emulate.run(graph, flat_values(list(args), flat_plan(graph.in_tree)))
     return f(*args)
 
 
