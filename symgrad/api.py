@@ -37,7 +37,7 @@ from .emit_python import emit
 from .frontend import trace
 from . import settings
 from .ir import Graph
-from .runtime import arg_key, standin
+from .runtime import arg_key, flat_plan, flat_values, standin
 from .scope import MISSING
 from .simplify import simplify
 
@@ -57,6 +57,8 @@ class Compiled:
     def __init__(self, graph: Graph, captures: list):
         self.graph = graph
         self.captures = captures
+        # None: each argument is one graph input; else what each gives (runtime.flat_plan)
+        self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
         self.prepared: dict = {}
         self._source = None
 
@@ -256,6 +258,8 @@ class Function:
         prepared = entry.prepared.get(self._backend_name)
         if prepared is None:
             prepared = entry.prepare(backend)
+        if entry.flat_plan is not None:   # pytree arguments: back ends see their leaves
+            values = flat_values(values, entry.flat_plan)
         return backend.run(prepared, values, out)
 
     def _load_backend(self):

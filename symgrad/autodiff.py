@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
 from .ops import add, cast, full, reduce, unbroadcast, zeros_like
+from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
 
 
 def active_nodes(order: list[Node], wrt: set[Node]) -> set[Node]:
@@ -57,33 +58,68 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
 def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Graph:
     """The graph of the gradient of ``graph`` with respect to parameter indices ``wrt``;
     ``single`` returns one gradient rather than a tuple; ``with_value`` prepends the value."""
-    nodes = []
-    for i in wrt:
-        x = graph.inputs[i]
-        if x is None or not is_float(x.dtype):
-            kind = "static (int/bool)" if x is None else f"{x.dtype} data"
-            raise TypeError(f"cannot differentiate with respect to argument "
-                            f"'{graph.params[i]}': it is {kind}, not a float")
-        nodes.append(x)
+    slots = [k for i in wrt for k in _wrt_slots(graph, i)]
+    nodes = [graph.inputs[k] for k in slots]
     prefix = "value_and_grad_" if with_value else "grad_"
     result = graph.derive(prefix + graph.name, graph.outputs, graph.out_tree)
     result.stopped = {}   # what this pass's stop_gradients remove (not an inner derivative's)
     grads, origin = backward(result, nodes)
-    for i, g in zip(wrt, grads):
+    for k, g in zip(slots, grads):
         if g.op not in ("arg", "const", "full"):
-            result.names[g] = f"b_{graph.params[i]}"
+            result.names[g] = f"b_{graph.params[k]}"
     result.grad_origin.update((n, s) for n, s in origin.items() if n not in result.grad_origin)
     k = len(graph.outputs) if with_value else 0
-    grad_tree = k if single else tuple(range(k, k + len(grads)))
+    position = {slot: k + j for j, slot in enumerate(slots)}
+    trees = [map_tree(_param_tree(graph, i), position.__getitem__) for i in wrt]
+    grad_tree = trees[0] if single else tuple(trees)
     result.outputs = (tuple(graph.outputs) if with_value else ()) + tuple(grads)
     result.out_tree = (graph.out_tree, grad_tree) if with_value else grad_tree
     return result
+
+
+def _param_tree(graph: Graph, i: int):
+    """Parameter ``i``'s input index, or its pytree of input indices and static leaves."""
+    return i if graph.in_tree is None else graph.in_tree[i]
+
+
+def _wrt_slots(graph: Graph, i: int) -> list[int]:
+    """The inputs the gradient with respect to parameter ``i`` is taken for, in tree order;
+    a clear TypeError where one is static or not a float (the gradient of a pytree has
+    the pytree's structure, so none may be left out)."""
+    tree = _param_tree(graph, i)
+    slots = tree_leaves(tree)
+    for k in slots:
+        x = None if isinstance(k, StaticLeaf) else graph.inputs[k]
+        if x is not None and is_float(x.dtype):
+            continue
+        kind = "static (int/bool/str/None)" if x is None else f"{x.dtype} data"
+        if is_node(tree):
+            name = tree_name(graph, i)
+            leaf = k if isinstance(k, StaticLeaf) else _leaf_path(graph, i, k)
+            raise TypeError(f"cannot differentiate with respect to argument '{name}': its leaf "
+                            f"{leaf} is {kind}, not a float")
+        raise TypeError(f"cannot differentiate with respect to argument "
+                        f"'{graph.params[k]}': it is {kind}, not a float")
+    return slots
+
+
+def tree_name(graph: Graph, i: int) -> str:
+    """The Python name of parameter ``i`` (``graph.params`` names the flat leaves)."""
+    return graph.top_params[i] if graph.top_params is not None else graph.params[i]
+
+
+def _leaf_path(graph: Graph, i: int, slot: int) -> str:
+    tree = graph.in_tree[i]
+    return dict(zip(tree_leaves(tree), tree_paths(tree, tree_name(graph, i))))[slot]
 
 
 def hvp_graph(grad: Graph, wrt: int, name: str) -> Graph:
     """The Hessian-vector product ``H(x) @ v`` from ``grad``, the graph of the gradient with
     respect to parameter ``wrt`` (x): the gradient of ``<grad(x), v>`` with respect to x, its
     parameters reordered to ``(x, v, *rest)``."""
+    if grad.in_tree is not None:
+        raise TypeError(f"{name}: a Hessian-vector product of a function with pytree arguments "
+                        "is not supported (pass the arrays as separate arguments)")
     (b_x,) = grad.outputs
     v = make("arg", (), (len(grad.params), "v", b_x.dtype, b_x.shape))
     inner = grad.derive(grad.name, (reduce("sum", b_x * v),), 0)

@@ -22,7 +22,7 @@ from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, 
 from .errors import UnsupportedSyntaxError
 from .ir import Node, substitute
 from .numpy_api import CALLABLES, check_call, numpy_name
-from .runtime import unflatten_tree, zero_standin
+from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
 
@@ -182,8 +182,8 @@ class Calls:
             return self.call_python(fn.__func__, [fn.__self__] + list(args), kwargs, node)
         if isinstance(fn, _BoundNodeMethod):
             return fn(*args, **kwargs)
-        if fn in _STRUCTURAL_BUILTINS:   # they move values around without looking at them
-            return fn(*args, **kwargs)
+        if fn in _STRUCTURAL_BUILTINS or _is_namedtuple_class(fn):   # they move values around
+            return fn(*args, **kwargs)                                  # without looking at them
         if fn is builtins.range and any(is_data(a) for a in args):
             self.fail(node, "range() over a traced value (loop bounds must be static)")
         if _container_method(fn):
@@ -203,10 +203,12 @@ class Calls:
         build its graph for these argument types and splice it in, its arguments replaced by
         ours (so an input gradient can feed, say, an adversarial perturbation)."""
         values = fn.bind(list(args), kwargs)
-        examples = [zero_standin(v.dtype, v.shape) if isinstance(v, Node) else v for v in values]
+        examples = [replace_leaves(v, _example) for v in values]
         graph, captures = fn.graph_for(examples)
         for holder, name, value in captures:   # what its trace read, ours read too
             self.captured(getattr(holder, "cell", holder), name, value)
+        if graph.in_tree is not None:   # pytree arguments: the graph's inputs are their leaves
+            values = flat_values(values, flat_plan(graph.in_tree))
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
         return unflatten_tree(graph.out_tree, substitute(graph.outputs, mapping))
 
@@ -275,3 +277,13 @@ class Calls:
         defaults = [self.eval(d, frame) for d in tree.args.defaults]
         kw_defaults = [MISSING if d is None else self.eval(d, frame) for d in tree.args.kw_defaults]
         return InterpFunction(tree, frame, defaults, kw_defaults)
+
+
+def _example(value):
+    """A zero-memory stand-in for a traced value (its shape and dtype), other values as they are."""
+    return zero_standin(value.dtype, value.shape) if isinstance(value, Node) else value
+
+
+def _is_namedtuple_class(fn) -> bool:
+    """A namedtuple class: building one only packs values (a pytree node, DESIGN.md §2)."""
+    return isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields")

@@ -16,7 +16,7 @@ import numpy as np
 from . import spelling as sp
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
-from .runtime import ListTree
+from .runtime import DictTree, ListTree
 
 # Python's own float arithmetic differs from NumPy's where these ops meet two Python numbers
 # (1.0 / 0.0 raises, (-8.0) ** 0.5 is complex, 1e200 ** 2.0 raises OverflowError; NumPy gives
@@ -223,6 +223,8 @@ class _Emitter:
         items = [self.render_tree(t) for t in tree]
         if type(tree) is ListTree:
             return "[" + ", ".join(items) + "]"
+        if type(tree) is DictTree and all(type(k) in (str, int) for k in tree.keys):
+            return "{" + ", ".join(f"{k!r}: {item}" for k, item in zip(tree.keys, items)) + "}"
         if top and len(items) > 1:
             return ", ".join(items)
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"

@@ -23,10 +23,11 @@ import numpy as np
 from . import ops
 from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
-from .ir import INT_DTYPES, Graph, Loc, Node, label_new, make
+from .ir import INT_DTYPES, Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
+from .arguments import bind_argument
 from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
 from .source import function_source
@@ -62,11 +63,10 @@ class Tracer(Expressions, Calls, ControlFlow):
         params = [a.arg for a in tree.args.args]
         if tree.args.vararg or tree.args.kwarg or tree.args.kwonlyargs or tree.args.posonlyargs:
             self.fail(tree, "*args, **kwargs or keyword-only parameters in the differentiated function")
-        inputs = []
-        for i, (param, value) in enumerate(zip(params, args)):
-            node = _arg_node(i, param, value)
-            inputs.append(node)
-            frame.env[param] = value if node is None else node
+        inputs, names, in_tree = [], [], []
+        for param, value in zip(params, args):
+            frame.env[param], param_tree = bind_argument(param, value, inputs, names, params)
+            in_tree.append(param_tree)
             self.bind_buffers(frame, param, frame.env[param],
                               foreign_buffers(f"argument '{param}'", frame.env[param]))
         self.frames = [frame]
@@ -76,9 +76,11 @@ class Tracer(Expressions, Calls, ControlFlow):
             self.fail(self.node or tree, "expression nesting or recursion too deep to trace")
         outputs = []
         tree_shape = _flatten(result, outputs, self.frame.source.loc(tree))
-        graph = Graph(name or fn.__name__, tuple(params), tuple(inputs),
+        has_trees = any(isinstance(t, tuple) for t in in_tree)
+        graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
-                      {}, source.filename)
+                      {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
+                      top_params=tuple(params) if has_trees else None)
         return graph
 
     def run_body(self, frame: Frame, tree):
@@ -410,23 +412,6 @@ def _lift_constant(array):
 # sees the change
 _CONTAINER_IN_PLACE = {(list, ast.Add): operator.iadd, (list, ast.Mult): operator.imul,
                        (dict, ast.BitOr): operator.ior}
-
-
-def _arg_node(i: int, name: str, value):
-    if isinstance(value, bool) or isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
-        return None   # static: the trace is specialised on it
-    if isinstance(value, float):
-        return make("arg", (), (i, name, "float64", ()))
-    if isinstance(value, (np.ndarray, np.generic)):
-        dtype = value.dtype.name
-        if dtype not in ("float32", "float64", "bool") and value.dtype.kind not in "iu":
-            raise TypeError(f"argument '{name}': unsupported dtype {value.dtype} "
-                            "(use float32, float64, integer or bool arrays)")
-        return make("arg", (), (i, name, dtype, tuple(value.shape)))
-    if value is None or isinstance(value, (str, tuple)):
-        return None
-    raise TypeError(f"argument '{name}': expected a float, int, bool or NumPy array, "
-                    f"got {type(value).__name__}")
 
 
 def _flatten(value, outputs: list, loc: Loc):

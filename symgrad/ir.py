@@ -284,6 +284,11 @@ class Graph:
     ``grad_origin`` maps derivative nodes to the forward node whose rule produced them;
     ``stopped`` maps each ``stop_gradient`` node reverse mode passed to the cotangent that
     reached it (``None`` if none did): the derivative terms it removed (``f.grad.stopped()``).
+    ``in_tree`` is None when every parameter is one input; otherwise, for each Python
+    parameter, its input index, or (a pytree argument) its tree (``symgrad.runtime``) whose
+    leaves are input indices and ``StaticLeaf`` paths: ``params``/``inputs`` are then the
+    flat leaves (``params_W`` for ``params['W']``), all a back end sees, and ``top_params``
+    the Python parameter names.
     """
     name: str
     params: tuple
@@ -295,6 +300,8 @@ class Graph:
     grad_origin: dict = field(default_factory=dict)
     filename: str = "<symgrad>"
     stopped: dict = field(default_factory=dict)
+    in_tree: Any = None
+    top_params: Any = None
 
     def nodes(self) -> list[Node]:
         return toposort(self.outputs)
@@ -302,7 +309,8 @@ class Graph:
     def derive(self, name: str, outputs, out_tree) -> "Graph":
         """A new graph over the same arguments, sharing copies of the side tables."""
         return Graph(name, self.params, self.inputs, tuple(outputs), out_tree, dict(self.names),
-                     dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped))
+                     dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped),
+                     self.in_tree, self.top_params)
 
     def listing(self) -> str:
         """A readable, deterministic listing: one line per node, ``%k = op(...)``."""

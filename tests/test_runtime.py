@@ -15,7 +15,9 @@ def test_output_trees_round_trip_without_recursion():
     rebuilt = runtime.unflatten_tree(tree, leaves)   # (== on it would recurse: compare flat)
     assert rebuilt is not value and runtime.flatten_tree(rebuilt, tree) == leaves
     assert runtime.unflatten_tree(((0, 1), 2), "abc") == (("a", "b"), "c")
-    assert runtime.build_tree([1.0, (2.0,)], lambda v: int(v)) == (1, (2,))   # lists are tuples
+    list_tree = runtime.build_tree([1.0, (2.0,)], lambda v: int(v))
+    assert list_tree == runtime.ListTree((1, (2,))) and tuple(list_tree) == (1, (2,))
+    assert list_tree != (1, (2,))   # a list is not a tuple: different signatures
     assert runtime.top_level(0) == [0] and runtime.top_level((0, (1, 2))) == [0, (1, 2)]
 
 
@@ -31,7 +33,7 @@ def test_argument_keys_are_named_and_tell_bools_from_ints():
         assert runtime.arg_key(standin) == runtime.arg_key(value)
     assert runtime.standin(key).strides == (0, 0)                  # takes no memory
     with pytest.raises(TypeError, match="expected a float, int, bool or NumPy array"):
-        runtime.arg_key([1.0])
+        runtime.arg_key({1.0})   # a set: a list is a pytree (tests/test_pytrees.py)
 
 
 def test_write_out_checks_every_array():

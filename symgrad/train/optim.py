@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import api
 from .clip import clip_by_value, global_norm_scale
+from ..runtime import value_leaves
 
 # -- the compiled kernels: plain NumPy code traced by symgrad ------------------------------------
 # Every kernel is ``kernel(var, *slots, g, mode, g_mul, g_div, lo, hi, wd, wd_lr, *hyper)`` and
@@ -209,7 +210,15 @@ class Optimizer:
     def compute_gradients(self, loss, var_list, *data):
         """``[(gradient, variable)]`` of ``loss(*var_list, *data)`` (gradients of the sum of its
         outputs), from one compiled ``value_and_grad`` call; the value is kept in
-        ``self.last_loss``."""
+        ``self.last_loss``. ``var_list`` may be a dict (or another pytree) of arrays: ``loss``
+        then takes it as its first parameter, ``loss(var_list, *data)``, and the pairs are
+        its leaves' (dicts in sorted key order)."""
+        if isinstance(var_list, dict):
+            if not var_list:
+                raise ValueError("var_list is empty")
+            value, (grads,) = _value_and_grad(loss, 1, self.target)(var_list, *data)
+            self.last_loss = value
+            return list(zip(value_leaves(grads), value_leaves(var_list), strict=True))
         var_list = list(var_list)
         if not var_list:
             raise ValueError("var_list is empty")
