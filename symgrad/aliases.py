@@ -10,8 +10,19 @@ live in, and a write to memory that is shared or not ours is refused with the li
 
 The sets are *may* information: a view of a fresh array is in that array's buffer, a value
 chosen by a data-dependent ``if`` is in the buffers of both sides, a list holds the buffers of
-everything put in it. A scalar (a 0-d value, a Python number) holds no buffer: NumPy scalars
-are immutable, and ``s += 1`` on one rebinds.
+everything put in it.
+
+A 0-d value is one of two kinds, and the kind belongs to the *binding*, not to the IR node
+(hash-consing gives ``np.where(c, a, b)`` and ``np.minimum(a, b)``-like scalars one node kind
+only by accident). A NumPy scalar (what ufuncs, arithmetic, reductions and ``x[0]`` of a 1-d
+array return) and a Python number hold no buffer: they are immutable, and ``s += 1`` rebinds.
+A 0-d *ndarray* (what ``np.where``, ``np.select``, ``np.array``, ``np.zeros(())``,
+``a.copy()`` of a 0-d array, ``x[0, ...]`` return) is mutable: it holds a buffer like any
+array, and ``v2 = v1; v2 += 1`` changes ``v1`` too. Where the kind is not known (a
+data-dependent ``if`` choosing between both kinds, ``np.reshape`` of a traced scalar, which is a
+0-d array for a Python number and a scalar for a NumPy scalar) the buffer says why
+(:attr:`Buffer.maybe_scalar`), and an in-place write is allowed only where both readings give
+the same numbers.
 """
 from __future__ import annotations
 
@@ -28,21 +39,25 @@ class Buffer:
     ``owner`` is None for memory the function allocated; else a phrase naming whose memory
     it is ("argument 'x'", "global 'TABLE'"), used in the error that refuses a write to it.
     Buffers compare by identity.
+    ``maybe_scalar`` is None for memory of an array; for a 0-d value that may instead be an
+    immutable scalar, a phrase saying why, used in the error that refuses an in-place write
+    whose result would depend on which it is.
     """
-    __slots__ = ("owner",)
+    __slots__ = ("owner", "maybe_scalar")
 
-    def __init__(self, owner: str | None = None):
+    def __init__(self, owner: str | None = None, maybe_scalar: str | None = None):
         self.owner = owner
+        self.maybe_scalar = maybe_scalar
 
 
 def holds_array(value) -> bool:
-    """Whether ``value`` is, or contains, an array of at least one dimension (iterative)."""
+    """Whether ``value`` is, or contains, an array of at least one dimension or a constant 0-d
+    ndarray (iterative). A traced 0-d value's kind is its binding's (see the module doc)."""
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, (Node, np.ndarray)):
-            if v.ndim:
-                return True
+        if isinstance(v, np.ndarray) or (isinstance(v, Node) and v.ndim):
+            return True
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
         elif isinstance(v, dict):
@@ -50,9 +65,31 @@ def holds_array(value) -> bool:
     return False
 
 
+def holds_data(value) -> bool:
+    """Whether ``value`` is, or contains, a traced value or a NumPy array (iterative)."""
+    return any(isinstance(v, (Node, np.ndarray)) for v in _leaves(value))
+
+
 def is_array(value) -> bool:
-    """An array NumPy would update in place (``a += 1``), not a scalar it would rebind."""
-    return isinstance(value, (Node, np.ndarray)) and value.ndim > 0
+    """An array NumPy would update in place (``a += 1``), not a scalar it would rebind (a
+    traced 0-d value is an array when its binding holds buffers: see the module doc)."""
+    return isinstance(value, np.ndarray) or (isinstance(value, Node) and value.ndim > 0)
+
+
+def row_buffers(iterable, buffers: frozenset) -> frozenset:
+    """Where the items of ``iterable`` (living in ``buffers``) live when iterated or unpacked:
+    rows of an array are views of it, but the items of a 1-d array are NumPy scalars."""
+    return NO_BUFFERS if isinstance(iterable, Node) and iterable.ndim == 1 else buffers
+
+
+def zero_d_buffers(maybe_scalar: str | None = None) -> frozenset:
+    """The buffers of a 0-d ndarray just made (``np.where`` of scalars, ``a.copy()``)."""
+    return frozenset((Buffer(None, maybe_scalar),))
+
+
+def maybe_scalar_reasons(buffers: frozenset) -> list:
+    """Why a 0-d value living in ``buffers`` may be a scalar instead (sorted; empty if not)."""
+    return sorted({b.maybe_scalar for b in buffers if b.maybe_scalar})
 
 
 def fresh_buffers(value) -> frozenset:
@@ -91,6 +128,26 @@ def _leaves(value):
             yield v
 
 
+def kind_conflict(current, result, buffers: frozenset) -> str | None:
+    """What NumPy's ``current <op>= value`` (giving ``result``) would do to a 0-d value
+    living in ``buffers`` that may be a 0-d array or a scalar, where the two readings give
+    different dtypes; None where they agree (or its kind is known)."""
+    reasons = maybe_scalar_reasons(buffers)
+    if not reasons or not isinstance(current, Node) or current.ndim:
+        return None
+    result_dtype = _dtype_of(result)
+    if result_dtype == np.dtype(current.dtype):
+        return None
+    return (f"a 0-d array (NumPy keeps its dtype {current.dtype}) or a scalar (NumPy rebinds it "
+            f"as {result_dtype}): {reasons[0]}")
+
+
+def _dtype_of(value) -> np.dtype:
+    if isinstance(value, (Node, np.ndarray, np.generic)):
+        return np.dtype(value.dtype)
+    return np.asarray(value).dtype
+
+
 def in_place_result(current, result):
     """``result`` of ``current <op>= value`` given NumPy's in-place rules: the array keeps its
     shape and dtype (a result that would grow the array, or need an unsafe cast, is an error
@@ -100,8 +157,7 @@ def in_place_result(current, result):
     if tuple(np.shape(result)) != shape:
         raise ValueError(f"non-broadcastable output operand with shape {shape} doesn't match "
                          f"the broadcast shape {tuple(np.shape(result))}")
-    result_dtype = np.dtype(result.dtype) if isinstance(result, (Node, np.ndarray, np.generic)) \
-        else np.asarray(result).dtype
+    result_dtype = _dtype_of(result)
     if result_dtype == dtype:
         return result
     if not np.can_cast(result_dtype, dtype, "same_kind"):

@@ -16,15 +16,31 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, shared_with_arguments
+from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
+                      maybe_scalar_reasons, shared_with_arguments, zero_d_buffers)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
-                          MAX_CALL_DEPTH, _BoundNodeMethod)
+                          _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
 from .errors import UnsupportedSyntaxError
 from .ir import Node, substitute
-from .numpy_api import CALLABLES, check_call, numpy_name
+from .numpy_api import CALLABLES, DUALS, check_call, numpy_name
 from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
+
+# NumPy's kind of a 0-d result (checked against NumPy: type(np.where(True, 1.0, 2.0)) is
+# ndarray, type(np.sin(1.0)) is np.float64). Functions that always return a 0-d ndarray:
+_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "zeros", "ones", "zeros_like",
+                           "ones_like", "full_like", "expand_dims", "roll", "tile", "pad"}
+_ZERO_D_VIEW_FUNCTIONS = {"asarray", "expand_dims"}     # ... of their 0-d array operand
+# ... a view of a 0-d ndarray operand, but a scalar for a NumPy scalar operand and a 0-d
+# ndarray for a Python number (np.reshape(1.0, ()) vs np.reshape(np.float64(1), ())):
+_ZERO_D_KIND_FOLLOWS_OPERAND = {"reshape", "transpose", "squeeze", "moveaxis", "real", "imag"}
+# methods: a 0-d ndarray receiver gives a 0-d ndarray (a view or a copy), a scalar a scalar
+_ZERO_D_METHODS = {_NODE_METHODS["reshape"]: "view", _NODE_METHODS["transpose"]: "view",
+                   _NODE_METHODS["squeeze"]: "view", _NODE_METHODS["conj"]: "view",
+                   _NODE_METHODS["conjugate"]: "view", _NODE_METHODS["copy"]: "copy",
+                   _NODE_METHODS["astype"]: "copy"}
+_ZERO_D_FUNCTION_NAMES = {DUALS[n]: n for n in _ZERO_D_ARRAY_FUNCTIONS | _ZERO_D_KIND_FOLLOWS_OPERAND}
 
 _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
@@ -126,10 +142,10 @@ class Calls:
                 added |= self.origin_of(ast.Tuple(elts=[k.value for k in node.keywords]), frame)
                 self.note_contents(owner, added, frame)
             return (receiver,)
-        if not holds_array(value):
-            return NO_BUFFERS
-        if self.call_buffers is not None:
+        if self.call_buffers is not None and holds_data(value):
             return self.call_buffers
+        if not holds_array(value):
+            return self.zero_d_call_origin(fn, node, value, frame) if holds_data(value) else NO_BUFFERS
         if isinstance(fn, _BoundNodeMethod):
             return (receiver,) if fn.fn in _VIEW_METHODS else NO_BUFFERS
         try:
@@ -144,6 +160,36 @@ class Calls:
         operands = ([owner] if receiver is not None and isinstance(owner, np.ndarray) else []) + list(args)
         exprs = ([receiver] if receiver is not None and isinstance(owner, np.ndarray) else []) + list(node.args)
         return tuple(exprs[i] for i in shared_with_arguments(value, operands) if i < len(exprs))
+
+    def zero_d_call_origin(self, fn, node, value, frame: Frame):
+        """Where a call's traced 0-d result lives: NumPy's kind for it (symgrad.aliases). A
+        0-d ndarray from the functions that always make one, a view or copy of a 0-d ndarray
+        from the methods and functions whose kind follows their operand; else a scalar."""
+        receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+        if fn in _STRUCTURAL_BUILTINS:       # tuple(...), list(...): where their items live
+            return tuple(node.args) + tuple(k.value for k in node.keywords)
+        if isinstance(fn, _BoundNodeMethod):
+            kind = _ZERO_D_METHODS.get(fn.fn)
+            operand = self.origin_of(receiver, frame) if kind else NO_BUFFERS
+            if not operand:                  # a scalar's methods return scalars
+                return NO_BUFFERS
+            return (receiver,) if kind == "view" else zero_d_buffers(
+                "; ".join(maybe_scalar_reasons(operand)) or None)
+        try:
+            handler = CALLABLES.get(fn)
+        except TypeError:
+            handler = None
+        name = _ZERO_D_FUNCTION_NAMES.get(handler) if handler is not None else None
+        if name in _ZERO_D_ARRAY_FUNCTIONS:
+            view = tuple(node.args[:1]) if name in _ZERO_D_VIEW_FUNCTIONS else ()
+            return view + (zero_d_buffers(),)
+        if name in _ZERO_D_KIND_FOLLOWS_OPERAND:
+            operand = self.origin_of(node.args[0], frame) if node.args else NO_BUFFERS
+            if operand:
+                return (node.args[0],)
+            return zero_d_buffers(f"np.{name} of a scalar is a 0-d array for a Python number "
+                                  "and a NumPy scalar for a NumPy scalar")
+        return NO_BUFFERS
 
     def call(self, fn, args, kwargs, node):
         from .api import Function   # the decorated form inlines its Python function

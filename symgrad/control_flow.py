@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from . import ops
-from .aliases import NO_BUFFERS
+from .aliases import NO_BUFFERS, row_buffers, zero_d_buffers
 from .ir import Node, is_float
 from .scope import MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data
 
@@ -51,7 +51,7 @@ class ControlFlow:
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
             self.fail(stmt, "return inside a data-dependent if within a loop")
-        branches, returned = [], NO_BUFFERS
+        branches, returned = [], []
         for body in (stmt.body, stmt.orelse):
             child = fork(frame)
             self.frames.append(child)
@@ -61,8 +61,10 @@ class ControlFlow:
                     try:
                         self.exec_block(body + rest, child, ())
                         value = None
+                        returned.append(NO_BUFFERS)
                     except Return as r:
-                        value, returned = r.value, returned | r.buffers
+                        value = r.value
+                        returned.append(r.buffers)
                     branches.append(value)
                 else:
                     self.exec_block(body, child, ())
@@ -71,7 +73,8 @@ class ControlFlow:
                 self.frames.pop()
             self.frame = frame
         if has_return:
-            raise Return(self.merge(cond, branches[0], branches[1], stmt, "return value"), returned)
+            value = self.merge(cond, branches[0], branches[1], stmt, "return value")
+            raise Return(value, _merged_buffers(returned[0], returned[1], value, frame.source.loc(stmt)))
         then, other = branches
         loc = frame.source.loc(stmt)
         for name in sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env)):
@@ -82,7 +85,8 @@ class ControlFlow:
             frame.env[name] = self.merge(cond, a, b, stmt, f"variable '{name}'")
             # the value is one side's or the other's: it may live where either lives
             self.bind_buffers(frame, name, frame.env[name],
-                              then.buffers.get(name, NO_BUFFERS) | other.buffers.get(name, NO_BUFFERS))
+                              _merged_buffers(then.buffers.get(name, NO_BUFFERS),
+                                              other.buffers.get(name, NO_BUFFERS), frame.env[name], loc))
             if frame.env[name] is not a:
                 self.record(frame, stmt, frame.env[name], name)
 
@@ -163,7 +167,7 @@ class ControlFlow:
             items = iter(iterable)
         except TypeError:
             self.fail(stmt.iter, f"iteration over {type(iterable).__name__}")
-        origin = self.origin_of(stmt.iter, frame)   # rows of an array are views of it
+        origin = row_buffers(iterable, self.origin_of(stmt.iter, frame))   # rows: views of it
         frame.loop_depth += 1
         try:
             for item in items:
@@ -194,3 +198,14 @@ def _strong_dtype(v) -> str:
     if isinstance(v, (np.ndarray, np.generic)):
         return v.dtype.name
     return ""
+
+
+def _merged_buffers(then: frozenset, other: frozenset, value, loc) -> frozenset:
+    """Where a variable chosen by a data-dependent ``if`` may live: where either side's
+    lives. A 0-d value that is an ndarray on one side and a scalar on the other may be
+    either (symgrad.aliases): its buffers say so."""
+    if bool(then) != bool(other) and isinstance(value, Node) and value.ndim == 0:
+        return then | other | zero_d_buffers(
+            f"the data-dependent if at line {loc.lineno} gives a 0-d array on one branch and a "
+            "scalar on the other")
+    return then | other

@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 from . import numpy_extra, ops
-from .aliases import NO_BUFFERS, Buffer, holds_array
+from .aliases import NO_BUFFERS, Buffer, holds_array, row_buffers, zero_d_buffers
 from .ir import Node
 from .numpy_api import DUALS
 from .scope import Frame, is_data
@@ -103,7 +103,9 @@ class Expressions:
         for op_node in reversed(spine):
             right = self.eval(op_node.right, frame)
             value = self.binop(op_node.op, value, right, op_node)
-            self.origins[op_node] = _binop_origin(op_node, value)
+            self.origins[op_node] = _binop_origin(
+                op_node, value, self.origin_of(ast.Tuple(elts=[op_node.left, op_node.right]), frame)
+                if isinstance(value, (list, tuple)) else NO_BUFFERS)
         return value
 
     def binop(self, op, a, b, node):
@@ -196,8 +198,14 @@ class Expressions:
         if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 \
                 and isinstance(stmt.targets[0], ast.Name):
             what += f" assigned to '{stmt.targets[0].id}'"
-        return self.merge(cond, self.eval(node.body, frame), self.eval(node.orelse, frame),
-                          node, what)
+        value = self.merge(cond, self.eval(node.body, frame), self.eval(node.orelse, frame),
+                           node, what)
+        if isinstance(value, Node) and value.ndim == 0 and \
+                bool(self.origin_of(node.body, frame)) != bool(self.origin_of(node.orelse, frame)):
+            self.origins[node] = (node.body, node.orelse, zero_d_buffers(   # symgrad.aliases
+                f"the conditional expression at line {frame.source.loc(node).lineno} gives a 0-d "
+                "array on one side and a scalar on the other"))
+        return value
 
     def expr_Attribute(self, node, frame):
         value = self.eval(node.value, frame)
@@ -225,7 +233,14 @@ class Expressions:
         else:
             copied = isinstance(container, Node) and (gather_axis(key) is not None
                                                      or numpy_extra.is_advanced(key))
-        self.origins[node] = NO_BUFFERS if copied else (node.value,)   # basic indexing: a view
+        if copied:
+            self.origins[node] = NO_BUFFERS
+        elif not (isinstance(container, Node) and isinstance(value, Node) and value.ndim == 0):
+            self.origins[node] = (node.value,)  # basic indexing: a view; a list's item
+        elif _has_ellipsis(key):                # x[0, ...], a[...]: a 0-d ndarray view
+            self.origins[node] = (node.value, zero_d_buffers())
+        else:                                   # x[i] of a 1-d array, a[()]: a NumPy scalar
+            self.origins[node] = NO_BUFFERS
         return value
 
     def subscript(self, container, key, node):
@@ -295,7 +310,7 @@ class Expressions:
         if gen.is_async:
             self.fail(gen, "async comprehension")
         iterable = self.eval(gen.iter, frame)
-        origin = self.origin_of(gen.iter, frame)
+        origin = row_buffers(iterable, self.origin_of(gen.iter, frame))
         for item in list(iterable):
             inner = Frame(self, frame.source, frame.globals, frame, {}, frame.name)
             dummy = ast.Assign(targets=[gen.target], value=None, lineno=gen.target.lineno,
@@ -370,14 +385,19 @@ class Expressions:
 _FRESH_EXPRESSIONS = (ast.Constant, ast.UnaryOp, ast.Compare, ast.JoinedStr, ast.Lambda,
                       ast.Slice, ast.BinOp)
 
-def _binop_origin(node, value):
+def _binop_origin(node, value, items: frozenset):
     """``a + b`` on arrays makes a new array; on lists it holds both sides' items, and
-    ``[a] * n`` holds one array n times (a write to one item shows in all)."""
+    ``[a] * n`` holds one array n times (a write to one item shows in all; ``items``: where
+    the items of the operands live, which says whether 0-d ones are arrays)."""
     if not isinstance(value, (list, tuple)):
         return NO_BUFFERS
-    if isinstance(node.op, ast.Mult) and holds_array(value):
+    if isinstance(node.op, ast.Mult) and (holds_array(value) or items):
         return (node.left, node.right, frozenset((Buffer("an item repeated by a list * n"),)))
     return (node.left, node.right)
+
+
+def _has_ellipsis(key) -> bool:
+    return key is Ellipsis or (isinstance(key, tuple) and any(k is Ellipsis for k in key))
 
 
 def _is_index_array(k) -> bool:

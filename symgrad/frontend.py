@@ -21,7 +21,8 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, in_place_result, is_array
+from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
+                      in_place_result, is_array, kind_conflict, maybe_scalar_reasons, row_buffers)
 from .errors import UnsupportedSyntaxError
 from .ir import INT_DTYPES, Graph, Loc, Node, label_new
 from .calls import Calls
@@ -192,12 +193,14 @@ class Tracer(Expressions, Calls, ControlFlow):
             if in_place is not None:         # l += [...], l *= n, d |= {...}: the same object
                 in_place(current, operand)
                 added = self.origin_of(stmt.value, frame) or fresh_buffers(operand)
-                if isinstance(stmt.op, ast.Mult) and holds_array(current):
+                if isinstance(stmt.op, ast.Mult) and (holds_array(current) or frame.buffers_of(target.id)):
                     added = frozenset((Buffer("an item repeated by a list * n"),))
                 self.note_contents(current, added, frame)
-            elif is_array(current):
+            elif is_array(current) or self.zero_d_array(target.id, current, frame):
                 self.check_writable(target.id, frame, stmt, "augmented assignment to")
-                value = in_place_result(current, self.binop(stmt.op, current, operand, stmt))
+                value = self.binop(stmt.op, current, operand, stmt)
+                self.check_kind_known(target.id, current, value, frame, stmt)
+                value = in_place_result(current, value)
                 frame.env[target.id] = value
                 self.record(frame, stmt, value, target.id)
             else:
@@ -207,7 +210,10 @@ class Tracer(Expressions, Calls, ControlFlow):
             key = self.eval(target.slice, frame)
             current = self.subscript(container, key, target)
             value = self.binop(stmt.op, current, self.eval(stmt.value, frame), stmt)
-            if is_array(current):
+            element_array = is_array(current) or (   # a 0-d item of a list holding 0-d arrays
+                isinstance(current, Node) and isinstance(container, (list, dict))
+                and isinstance(target.value, ast.Name) and bool(frame.buffers_of(target.value.id)))
+            if element_array:
                 if isinstance(container, (list, dict)) and isinstance(target.value, ast.Name):
                     # the element array itself is updated in place: whoever shares it sees it
                     self.check_writable(target.value.id, frame, stmt,
@@ -234,8 +240,12 @@ class Tracer(Expressions, Calls, ControlFlow):
             self.fail(target, f"assignment to {describe(target)}")
 
     def bind_buffers(self, frame: Frame, name: str, value, buffers: frozenset):
+        """``name`` now holds ``value``, living in ``buffers``. A traced 0-d value keeps the
+        buffers it came with (a 0-d ndarray, or a list of them); with none it is a scalar."""
         if holds_array(value):
             frame.buffers[name] = buffers or fresh_buffers(value)
+        elif buffers and holds_data(value):
+            frame.buffers[name] = buffers
         else:
             frame.buffers.pop(name, None)
 
@@ -250,8 +260,8 @@ class Tracer(Expressions, Calls, ControlFlow):
             raise ValueError(f"cannot unpack {len(items)} values into {len(target.elts)} targets")
         if isinstance(origin, tuple) and len(origin) == len(items) and not starred:
             origins = origin                 # a, b = b, a: item by item
-        else:
-            origins = [_flat_buffers(origin)] * len(items)
+        else:   # (the items of a 1-d array are NumPy scalars)
+            origins = [row_buffers(value, _flat_buffers(origin))] * len(items)
         for t, v, o in zip(target.elts, items, origins):
             self.assign(t, v, frame, stmt, origin=o)
 
@@ -276,6 +286,14 @@ class Tracer(Expressions, Calls, ControlFlow):
             return
         if not isinstance(container, (Node, np.ndarray)):
             self.fail(target, f"item assignment into {type(container).__name__}")
+        if not is_array(container) and not self.zero_d_array(name, container, frame):
+            raise TypeError(f"{frame.source.loc(target)}: '{name}' is a NumPy scalar (0-d values "
+                            "from arithmetic, ufuncs, reductions and x[i] are immutable): it does "
+                            "not support item assignment")
+        for reason in maybe_scalar_reasons(frame.buffers.get(name, NO_BUFFERS)):
+            self.fail(target, f"item assignment into '{name}', which may be an immutable NumPy "
+                      f"scalar rather than a 0-d array ({reason})",
+                      f"make it an array first: {name} = np.array({name})")
         self.check_writable(name, frame, target, "item assignment into")
         check_static_key(self, key, target)
         if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
@@ -287,10 +305,26 @@ class Tracer(Expressions, Calls, ControlFlow):
         self.record(frame, stmt, updated, name)
 
     # -- aliasing: where an in-place write may be seen (symgrad.aliases) ---------------------
+    def zero_d_array(self, name: str, value, frame: Frame) -> bool:
+        """Whether ``name`` holds a traced 0-d ndarray (mutable), not a NumPy scalar: its
+        binding holds buffers (symgrad.aliases)."""
+        return isinstance(value, Node) and value.ndim == 0 and bool(frame.buffers_of(name))
+
+    def check_kind_known(self, name: str, current, result, frame: Frame, node):
+        """Refuse ``name <op>= v`` on a 0-d value that may be an array (updated in place,
+        keeping its dtype) or a scalar (rebound to the result's dtype) where the two differ."""
+        conflict = kind_conflict(current, result, frame.buffers_of(name))
+        if conflict:
+            self.fail(node, f"augmented assignment to '{name}', which may be {conflict}",
+                      f"make it an array first: {name} = np.array({name}), or rebind: {name} = {name} op value")
+
     def check_writable(self, name: str, frame: Frame, node, what: str):
         """Refuse an in-place write to ``name`` unless its array is private to this function
         and no other live name may share its memory."""
         hint = f"copy it first: {name} = {name}.copy()"
+        current = frame.env.get(name)
+        if isinstance(current, Node) and current.ndim == 0:   # a 0-d array: rebinding works too
+            hint += f", or rebind instead of updating in place: {name} = {name} op value"
         if name not in frame.env:
             owners = sorted(b.owner for b in frame.buffers_of(name) if b.owner)
             where = owners[0] if owners else f"'{name}' of an enclosing function"

@@ -353,11 +353,14 @@ class _Builder:
     def st_augmented(self):
         shape = self.any_shape()
         name = self.fresh()
-        if shape and self.rng.random() < 0.6:
+        start, first = len(self.lines), None
+        shape_first = shape and self.rng.random() < 0.6
+        if shape_first:
             self.emit(f"{name} = {self.owning(self.expression(shape))} * 2.0")
             current = shape
         else:   # starts as a scalar and becomes whatever the right-hand side is
-            self.emit(f"{name} = {self.owning(self.expression(()))}")
+            first = self.owning(self.expression(()))
+            self.emit(f"{name} = {first}")
             current = ()
         for _ in range(self.rng.randint(1, 2)):
             # the right-hand side broadcasts into the target (NumPy's rule for in-place ops)
@@ -366,7 +369,16 @@ class _Builder:
             current = current or rhs_shape
             op = self.choice(["+=", "-=", "*=", "/="])
             self.emit(f"{name} {op} " + (f"(1.0 + {rhs} * {rhs})" if op == "/=" else rhs))
+        if not shape_first:
+            self.flag_zero_d_alias(first, start)
         self.bind(name, current, owned=bool(current))
+
+    def flag_zero_d_alias(self, first, start):
+        """``b = first`` then ``b += v``: where ``first`` is a bare 0-d local it may be a
+        mutable 0-d ndarray (np.where's), so NumPy writes through to it too, which the front
+        end refuses (``owning`` copies only arrays of at least one dimension)."""
+        if first in self.shape and not self.shape[first]:
+            self.flag(self.may_refuse, "augmented assignment to an alias of a 0-d value", start)
 
     def st_alias(self):
         """Aliases and views of a local array with writes through them: NumPy's aliasing
@@ -513,12 +525,14 @@ class _Builder:
         shape = self.any_shape()
         acc = self.fresh("acc")
         trips = self.rng.randint(1, 4)
-        self.emit(f"{acc} = {self.owning(self.expression(shape))}")
+        start, first = len(self.lines), self.owning(self.expression(shape))
+        self.emit(f"{acc} = {first}")
         self.emit(f"for k in range({trips}):")
         if self.rng.random() < 0.5:
             self.emit(f"{acc} = {self.unary(acc)} * 0.5 + {self.operand(shape)} * k", 2)
         else:
             self.emit(f"{acc} {self.choice(['+=', '-='])} {self.transcendental(self.operand(self.choice([shape, ()])))}", 2)
+            self.flag_zero_d_alias(first, start)
         self.bind(acc, shape)
 
     # -- outputs ------------------------------------------------------------------------

@@ -432,3 +432,255 @@ def test_list_in_place_operators_follow_python(target):
     assert f(x) == pytest.approx(list_in_place_operators(x))
     with pytest.raises(sg.UnsupportedSyntaxError, match="repeated"):
         sg.differentiate(repeated_item_written, target=target)(x)
+
+
+# -- 0-d values: NumPy's 0-d ndarrays are mutable, its scalars are not --------------------------
+# np.where, np.select, np.array, .copy() of a 0-d array return a 0-d ndarray even for scalar
+# operands (`v2 = v1; v2 += 1` changes v1 too); ufuncs, arithmetic, reductions and x[0] return
+# immutable NumPy scalars (`t = s; t += 1` rebinds t only).
+def zero_d_where_alias_augmented(s):
+    v1 = np.where(s > s, s * s, s - s)
+    v2 = v1
+    v2 -= ((s + s) * s)          # NumPy: v1 changes too
+    return (v2 - v1), s
+
+
+def zero_d_where_updated_then_aliased(s, t):
+    v1 = np.where((t - t) > s, (t - t) * s, (t - t) - s)
+    v1 -= s / (1.0 + s * s)      # in place on a fresh 0-d array: a functional update
+    v2 = v1
+    v2 += v1                     # NumPy: doubles v1 too
+    return [v1, s]
+
+
+def zero_d_copy_alias_item_assigned(s):
+    v1 = np.array(s).copy()
+    v2 = v1.reshape(())          # a view of v1
+    v2[...] = s * 3.0
+    return v1 + v2
+
+
+ZERO_D_REFUSED = [(zero_d_where_alias_augmented, "'v1'"), (zero_d_where_updated_then_aliased, "'v1'"),
+                  (zero_d_copy_alias_item_assigned, "'v1'")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn, other", ZERO_D_REFUSED, ids=[c[0].__name__ for c in ZERO_D_REFUSED])
+def test_write_to_shared_zero_d_array_is_refused(fn, other, target):
+    args = (0.7,) * len(inspect.signature(fn).parameters)
+    with pytest.raises(sg.UnsupportedSyntaxError) as info:
+        sg.differentiate(fn, target=target)(*args)
+    err = info.value
+    assert other in str(err) and ".copy()" in str(err) and "rebind" in str(err)
+    assert err.filename == __file__
+
+
+def scalars_rebind(x):
+    s2 = np.sum(x)
+    t = s2
+    t += 1.0                     # a NumPy scalar: t rebinds, s2 keeps its value
+    u = x[0]
+    w = u
+    w *= 3.0
+    m = np.minimum(s2, u)
+    n = m
+    n -= 2.0
+    return s2 + 10.0 * t + 100.0 * u + 1000.0 * w + m * n
+
+
+def fresh_zero_d_arrays_in_place(x):
+    v = np.where(x[0] > 0.0, x[1] * x[2], x[2])
+    v += x[0] * x[1]             # fresh, unshared: NumPy updates it in place
+    v *= v
+    c = np.sum(x).copy()         # a NumPy scalar's copy is a scalar: rebinds
+    d = c
+    d += 1.0
+    i = np.zeros(())             # a float 0-d array keeps its dtype in place
+    i += x[1]
+    return v + c * d + i
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", [scalars_rebind, fresh_zero_d_arrays_in_place])
+def test_zero_d_values_follow_numpy(fn, target):
+    x = np.array([0.3, -1.2, 2.0])
+    f = sg.differentiate(fn, target=target)
+    assert f(x) == pytest.approx(fn(x), rel=1e-12)
+    eps, g = 1e-6, f.grad(x)
+    for i in range(3):
+        d = np.zeros(3)
+        d[i] = eps
+        assert g[i] == pytest.approx((fn(x + d) - fn(x - d)) / (2 * eps), rel=1e-5, abs=1e-6)
+
+
+def zero_d_kind_chosen_by_data(x):
+    if x[0] > 0.0:
+        v = np.where(x[1] > 0.0, x[1], x[2])      # a 0-d array
+    else:
+        v = x[1] * 2.0                             # a NumPy scalar
+    w = v
+    w += 1.0                     # NumPy changes v on one branch only: refused
+    return v + w
+
+
+def zero_d_kind_chosen_by_data_unshared(x):
+    if x[0] > 0.0:
+        v = np.where(x[1] > 0.0, x[1], x[2])
+    else:
+        v = x[1] * 2.0
+    v += 1.0                     # unshared, same dtype: both readings agree
+    return v * x[2]
+
+
+def zero_d_kind_chosen_by_data_dtype(x):
+    if x[0] > 0.0:
+        v = np.zeros((), dtype=np.float32)
+    else:
+        v = np.float32(x[1])
+    v += x[2]                    # float32 in place, float64 rebound: refused
+    return v
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_zero_d_kind_chosen_by_data_is_conservative(target):
+    x = np.array([0.3, -1.2, 2.0])
+    with pytest.raises(sg.UnsupportedSyntaxError, match="'v'"):
+        sg.differentiate(zero_d_kind_chosen_by_data, target=target)(x)
+    f = sg.differentiate(zero_d_kind_chosen_by_data_unshared, target=target)
+    for y in (x, -x):
+        assert f(y) == pytest.approx(zero_d_kind_chosen_by_data_unshared(y), rel=1e-12)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="0-d array .* or a scalar"):
+        sg.differentiate(zero_d_kind_chosen_by_data_dtype, target=target)(x)
+
+
+def item_assignment_into_a_scalar(x):
+    s = np.sum(x)
+    s[...] = 1.0
+    return s
+
+
+def test_item_assignment_into_a_numpy_scalar_is_a_type_error():
+    with pytest.raises(TypeError):
+        item_assignment_into_a_scalar(np.ones(3))
+    with pytest.raises(TypeError, match="scalar"):
+        sg.differentiate(item_assignment_into_a_scalar, target="python")(np.ones(3))
+
+
+def zero_d_kind_chosen_by_conditional_expression(x):
+    v = np.where(x[1] > 0.0, x[1], x[2]) if x[0] > 0.0 else x[1] * 2.0
+    w = v
+    w += 1.0
+    return v + w
+
+
+def _zero_d_array_or_scalar(x):
+    if x[0] > 0.0:
+        return np.where(x[1] > 0.0, x[1], x[2])
+    return x[1] * 2.0
+
+
+def zero_d_kind_chosen_by_return(x):
+    v = _zero_d_array_or_scalar(x)
+    w = v
+    w += 1.0
+    return v + w
+
+
+def zero_d_array_repeated_in_list(x):
+    c = [np.where(x[0] > 0.0, x[1], x[2])] * 2
+    c[0] += 1.0                  # NumPy changes c[1] too
+    return c[0] + c[1]
+
+
+def zero_d_array_in_list_and_name(x):
+    v = np.where(x[0] > 0.0, x[1], x[2])
+    items = [v, x[0]]
+    items[0] += 1.0              # the 0-d array v itself
+    return v + items[0]
+
+
+def zero_d_view_of_local_array(x):
+    a = x * 2.0
+    e = a[0, ...]                # a 0-d ndarray view of a (x[0] would be a scalar)
+    e += 1.0
+    return np.sum(a)
+
+
+ZERO_D_MAY_SHARE = [zero_d_kind_chosen_by_conditional_expression, zero_d_kind_chosen_by_return,
+                    zero_d_array_repeated_in_list, zero_d_array_in_list_and_name,
+                    zero_d_view_of_local_array]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", ZERO_D_MAY_SHARE, ids=[f.__name__ for f in ZERO_D_MAY_SHARE])
+def test_zero_d_arrays_that_may_share_are_refused(fn, target):
+    x = np.array([0.3, -1.2, 2.0])
+    with pytest.raises(sg.UnsupportedSyntaxError, match="share memory|may be"):
+        sg.differentiate(fn, target=target)(x)
+
+
+def zero_d_items_written_unshared(x):
+    v = np.where(x[0] > 0.0, x[1], x[2])
+    v[...] += x[0]               # a private 0-d array: in place, as NumPy
+    v[()] = v * 3.0
+    u = np.array(x[2] * 1.0)
+    u[...] = u + v
+    e = x[0] * 1.0               # a scalar: rebinds
+    e += 1.0
+    return v * u + e
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_private_zero_d_arrays_written_by_item_follow_numpy(target):
+    x = np.array([0.3, -1.2, 2.0])
+    f = sg.differentiate(zero_d_items_written_unshared, target=target)
+    for y in (x, -x):
+        assert f(y) == pytest.approx(zero_d_items_written_unshared(y), rel=1e-12)
+
+
+def scalar_items_rebind(x):
+    total = 0.0
+    for e in x:                  # the items of a 1-d array are NumPy scalars
+        f = e
+        f += 1.0
+        total = total + e * f
+    a, b, c = x
+    d = a
+    d *= 2.0
+    squares = [t for t in x]
+    g = squares[0]
+    h = g
+    h += 5.0
+    return total + a * d + b * c + g * h
+
+
+def zero_d_array_taken_from_list(x):
+    v = np.where(x[0] > 0.0, x[1], x[2])
+    items = [v]
+    w = items[0]                 # the 0-d array v itself
+    w += 1.0
+    return v + w
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_items_of_lists_and_1d_arrays_keep_their_kind(target):
+    x = np.array([0.3, -1.2, 2.0])
+    f = sg.differentiate(scalar_items_rebind, target=target)
+    assert f(x) == pytest.approx(scalar_items_rebind(x), rel=1e-12)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="'v'"):
+        sg.differentiate(zero_d_array_taken_from_list, target=target)(x)
+
+
+def zero_d_int_array_augmented_by_float(x):
+    k = np.where(x[0] > 0.0, 1, 2)   # an int64 0-d array: NumPy's in-place cast rule applies
+    k += x[1]
+    return k * x[2]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_zero_d_array_keeps_its_dtype_in_place(target):
+    x = np.array([0.3, -1.2, 2.0])
+    with pytest.raises(TypeError):
+        zero_d_int_array_augmented_by_float(x)
+    with pytest.raises(TypeError, match="same_kind"):
+        sg.differentiate(zero_d_int_array_augmented_by_float, target=target)(x)
