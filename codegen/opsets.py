@@ -8,11 +8,7 @@ tables for the GPU); these sets only say what an op *is*.
 from __future__ import annotations
 
 from symgrad import ops as _ops  # noqa: F401 - every op registered before the sets are read
-from symgrad.ir import OPS
-
-
-def ops_of_kind(kind: str) -> frozenset:
-    return frozenset(name for name, opdef in OPS.items() if opdef.kind == kind)
+from symgrad.ir import ops_of_kind
 
 
 LEAVES = ops_of_kind("leaf")              # arg, const, full, array, arange: read, not computed

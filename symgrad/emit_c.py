@@ -26,7 +26,8 @@ import re
 import numpy as np
 
 from .emit_python import Namer, _schedule, function_name
-from .ir import OPS, Graph, NewAxis, Node, Slice, toposort, use_counts
+from . import ops as _ops  # noqa: F401 - every op registered before LEAVES is read
+from .ir import OPS, Graph, NewAxis, Node, Slice, ops_of_kind, toposort, use_counts
 
 C_TYPES = {"float64": "double", "float32": "float", "bool": "bool", "int8": "int8_t",
            "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
@@ -232,7 +233,7 @@ VIEWS = ("reshape", "transpose", "broadcast_to", "getitem", "take")
 # Ops that are loop nests of their own (always given storage).
 LOOP_NESTS = ("sum", "prod", "max", "min", "matmul", "concatenate", "stack", "setitem",
               "index_add", "scatter_add")
-LEAVES = ("arg", "const", "full", "array", "arange")
+LEAVES = ops_of_kind("leaf")
 # Names the generated body uses for itself (loop indices, accumulators); user names avoid them.
 _LOCALS = {"status", "done", "acc", "k"} | {f"{p}{d}" for p in "ir" for d in range(32)}
 _REDUCE_IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}

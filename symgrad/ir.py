@@ -64,6 +64,12 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
+def ops_of_kind(kind: str) -> frozenset:
+    """The names of the registered ops of one ``OpDef.kind`` (read after ``symgrad.ops`` has
+    registered them all)."""
+    return frozenset(name for name, opdef in OPS.items() if opdef.kind == kind)
+
+
 def register(opdef: OpDef) -> OpDef:
     assert opdef.name not in OPS, opdef.name
     OPS[opdef.name] = opdef

@@ -23,7 +23,8 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-from .ir import OPS, Graph, Node, toposort
+from . import ops as _ops  # noqa: F401 - every op registered before LEAVES is read
+from .ir import OPS, Graph, Node, ops_of_kind, toposort
 from .runtime import unflatten_tree
 
 MAX_ELEMENTS = 256   # beyond this an element-by-element form is no longer readable mathematics
@@ -206,7 +207,7 @@ SYMPY_RULES = {
     "take": _take_rule,
     "scatter_add": _scatter_rule,
 }
-LEAVES = ("arg", "const", "full", "array", "arange")
+LEAVES = ops_of_kind("leaf")
 
 
 def _matmul(a, b):
