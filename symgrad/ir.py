@@ -47,6 +47,8 @@ class OpDef:
     numpy:  (*input_values, attrs) -> value; the reference semantics.
     vjp:    (g, node) -> tuple of cotangents, one per input, ``None`` for a structural zero;
             ``None`` for the whole entry means the op is not differentiable (all zeros).
+    jvp:    (tangents, node) -> the output's tangent, ``None`` for a structural zero; ``tangents``
+            has one entry per input, ``None`` where that input's tangent is zero (forward mode).
     python: (input_sources, node) -> (source, precedence); the Python/NumPy spelling.
     kind:   'leaf', 'elementwise', 'reduction', 'shape', 'linalg' (used by back ends).
     names:  what the spelling refers to besides ``np``: name -> object, bound in the generated
@@ -58,6 +60,7 @@ class OpDef:
     numpy: Callable
     python: Callable
     vjp: Callable | None = None
+    jvp: Callable | None = None
     names: Mapping[str, object] = field(default_factory=dict)
 
 
