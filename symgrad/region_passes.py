@@ -1,0 +1,93 @@
+"""Simplification of region nodes (``symgrad.regions``): their bodies are simplified like any
+graph, results nobody reads are dropped (a carry only when no needed result depends on it),
+and every rebuilt loop body is closed again, which hoists work that became loop-invariant.
+"""
+from __future__ import annotations
+
+from .ir import Node, make, substitute, toposort
+from .regions import close, placeholder, results_of
+
+
+def simplify_region(n: Node, simplify_nodes) -> Node:
+    """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
+    pass; select sinking applies inside derivative bodies only)."""
+    bodies = [a for a in n.attrs if hasattr(a, "results")]
+    new = []
+    for body in bodies:
+        forward = frozenset() if body.derivative else frozenset(toposort(body.results))
+        results = tuple(prune_loops(simplify_nodes(body.results, forward)))
+        new.append(body if results == body.results else
+                   type(body)(body.params, results, body.names, body.derivative))
+    if all(a is b for a, b in zip(new, bodies)):
+        return n
+    it = iter(new)
+    attrs = tuple(next(it) if hasattr(a, "results") else a for a in n.attrs)
+    return make(n.op, n.inputs, attrs)
+
+
+def prune_loops(outputs) -> list[Node]:
+    """``outputs`` with each loop keeping only the results something reads (and the carries
+    those depend on) and the inputs its body still reads. Repeated until nothing changes: a
+    pruned backward loop may stop reading a forward loop's stored values."""
+    outputs = list(outputs)
+    while True:
+        pruned = _prune_once(outputs)
+        if all(a is b for a, b in zip(pruned, outputs)):
+            return outputs
+        outputs = pruned
+
+
+def _prune_once(outputs) -> list[Node]:
+    order = toposort(outputs)
+    used: dict[Node, set] = {}
+    for m in order:
+        if m.op == "proj":
+            used.setdefault(m.inputs[0], set()).add(m.attrs[0])
+    mapping: dict[Node, Node] = {}
+    for m in order:
+        if m.op == "loop" and m in used:
+            rebuilt = _pruned(m, used[m])
+            if rebuilt is not None:
+                new_loop, index_map = rebuilt
+                for old_k, new_k in index_map.items():
+                    mapping[make("proj", (m,), (old_k,))] = make("proj", (new_loop,), (new_k,))
+    if not mapping:
+        return list(outputs)
+    # Loops fed by pruned loops are rebuilt by substitute (their inputs change).
+    return substitute(list(outputs), mapping)
+
+
+def _pruned(loop: Node, used: set):
+    body, n, nc, nx, reverse = loop.attrs
+    params, results = body.params, body.results
+    needed = {k for k in used if k < nc}
+    while True:   # carries the needed results depend on
+        reached = set(toposort([results[k] for k in needed] +
+                               [results[k] for k in used if k >= nc]))
+        more = {k for k in range(nc) if params[1 + k] in reached} - needed
+        if not more:
+            break
+        needed |= more
+    keep_c = sorted(needed)
+    keep_y = sorted(k for k in used if k >= nc)
+    new_results = [results[k] for k in keep_c] + [results[k] for k in keep_y]
+    reached = set(toposort(new_results))
+    keep_x = [k for k in range(nx) if params[1 + nc + k] in reached]
+    # The consts become captures again (re-hoisted): through placeholders, as the outer
+    # values may be an enclosing body's params, the same nodes as some of this body's.
+    const_params = params[1 + nc + nx:]
+    stand_ins = {p: placeholder(p.dtype, p.shape) for p in const_params}
+    outer = dict(zip(stand_ins.values(), loop.inputs[nc + nx:]))
+    new_results = substitute(new_results, stand_ins)
+    explicit = [params[0]] + [params[1 + k] for k in keep_c] + [params[1 + nc + k] for k in keep_x]
+    names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep_c
+                                                           if 1 + k < len(body.names))
+    new_body, captures, _ = close(explicit, new_results, hoist=True, names=names or (),
+                                  derivative=body.derivative)
+    captures = substitute(captures, outer)
+    inputs = [loop.inputs[k] for k in keep_c] + [loop.inputs[nc + k] for k in keep_x] + captures
+    new_loop = make("loop", inputs, (new_body, n, len(keep_c), len(keep_x), reverse))
+    if new_loop is loop:
+        return None
+    index_map = {old: new for new, old in enumerate(keep_c + keep_y)}
+    return new_loop, index_map
