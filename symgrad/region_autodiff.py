@@ -31,11 +31,13 @@ def apply_replacements(nodes, replaced: dict) -> list[Node]:
     if not replaced:
         return list(nodes)
     final: dict = {}
+    primal_of = {aug: primal for primal, aug in replaced.items()}
     for n in toposort(list(replaced.values()) + list(nodes)):
-        if n in replaced and n not in final:
-            aug = replaced[n]
+        primal = n if n in replaced else primal_of.get(n)
+        if primal is not None and primal not in final:
+            aug = replaced[primal]
             node = make(aug.op, substitute(aug.inputs, final), aug.attrs)
-            final[n] = final[aug] = node
+            final[primal] = final[aug] = node
     return substitute(list(nodes), final)
 
 
@@ -69,19 +71,7 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     g_carry, g_rows, g_consts = grads[1:1 + nc], grads[1 + nc:1 + nc + nx], grads[1 + nc + nx:]
     # 2. residuals: forward values the derivative reads
     bwd_outputs = [g for g in grads if g is not None]
-    forward_set = set(toposort(fwd))
-    given = {index, *rows, *consts}
-    residuals: dict[Node, None] = {}
-    for m in toposort(bwd_outputs):
-        if m in forward_set:
-            continue
-        for i in m.inputs:
-            if i in forward_set and i not in given and i.op not in _KEEP:
-                residuals.setdefault(i)
-    for g in bwd_outputs:
-        if g in forward_set and g not in given and g.op not in _KEEP:
-            residuals.setdefault(g)
-    residuals = list(residuals)
+    residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts})
     aug_body = type(body)(params, tuple(fwd) + tuple(residuals), body.names, body.derivative)
     aug = make("loop", node.inputs, (aug_body, n, nc, nx, reverse))
     aug_outs = results_of(aug)
@@ -121,6 +111,29 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     g_xs = [y if g is not None else None for y, g in zip(ys_out, g_rows)]
     g_k = [next(it) if a is not None else None for a in acc]
     return grads_in + g_xs + g_k, aug
+
+
+# Forward values the backward body recomputes from their operand rather than storing: a
+# reshaped, broadcast or negated copy costs nothing to rebuild and as much to store.
+_RECOMPUTED = ("reshape", "broadcast_to", "transpose", "neg", "cast", "getitem")
+
+
+def _residuals(bwd_outputs, forward_set: set, given: set) -> list[Node]:
+    """The forward-body values the backward body reads that it must be given per iteration
+    (the params given anyway, numbers and cheap copies of other values excepted)."""
+    wanted: dict[Node, None] = {}
+    pending = [i for m in toposort(bwd_outputs) if m not in forward_set
+               for i in m.inputs if i in forward_set]
+    pending += [g for g in bwd_outputs if g in forward_set]
+    while pending:
+        m = pending.pop(0)
+        if m in given or m.op in _KEEP or m in wanted:
+            continue
+        if m.op in _RECOMPUTED and len(m.inputs) == 1:
+            pending.append(m.inputs[0])
+            continue
+        wanted.setdefault(m)
+    return list(wanted)
 
 
 def _accumulated(results, phs) -> dict:

@@ -46,7 +46,9 @@ def _prune_once(outputs) -> list[Node]:
     mapping: dict[Node, Node] = {}
     for m in order:
         if m.op == "loop" and m in used:
-            rebuilt = _pruned(m, used[m])
+            # from its inputs as already rewritten (a loop may read a pruned loop's results)
+            current = make("loop", substitute(m.inputs, mapping), m.attrs) if mapping else m
+            rebuilt = _pruned(current, used[m])
             if rebuilt is not None:
                 new_loop, index_map = rebuilt
                 for old_k, new_k in index_map.items():
