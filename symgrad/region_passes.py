@@ -4,13 +4,80 @@ and every rebuilt loop body is closed again, which hoists work that became loop-
 """
 from __future__ import annotations
 
+from .index_ops import getitem
 from .ir import Node, make, substitute, toposort
 from .regions import close, placeholder, results_of
 
 
+_COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
+            "gt": lambda lo, hi, c: (lo > c, hi <= c), "ge": lambda lo, hi, c: (lo >= c, hi < c)}
+
+
+def _index_facts(body, trips: int) -> dict:
+    """Comparisons of the loop index with a number decided by ``0 <= i < trips`` (the
+    wrap-around and bounds checks of ``xs[i]``): node -> its constant value."""
+    index = body.params[0]
+    facts = {}
+    for m in toposort(body.results):
+        if m.op in _COMPARE and m.inputs[0] is index and m.inputs[1].op == "const" and trips:
+            always, never = _COMPARE[m.op](0, trips - 1, m.inputs[1].attrs[0])
+            if always or never:
+                facts[m] = make("const", (), (bool(always), "bool"))
+    return facts
+
+
+def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
+    """``take(c, i + k)`` of a loop-invariant array c (k >= 0 a number) -> (c, k): row i of
+    ``c[k:k + trips]``, which the loop can slice as a per-iteration input instead (its
+    derivative is then a stacked row, not a scatter into a zero array every iteration)."""
+    index = body.params[0]
+    const_params = dict(zip(body.params[1 + nc + nx:], consts))
+    reads = {}
+    for m in toposort(body.results):
+        if m.op != "take" or m.attrs[0] != 0 or m.inputs[0] not in const_params:
+            continue
+        at, offset = m.inputs[1], 0
+        if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
+            at, offset = index, at.inputs[1].attrs[0]
+        source = const_params[m.inputs[0]]
+        if at is index and isinstance(offset, int) and 0 <= offset and \
+                source.shape[0] >= trips + offset:
+            reads[m] = (source, offset)
+    return reads
+
+
+def _with_rows(loop: Node, reads: dict) -> Node:
+    """``loop`` with each read of ``reads`` a per-iteration input."""
+    body, trips, nc, nx, reverse = loop.attrs
+    params = body.params
+    stand_ins = {p: placeholder(p.dtype, p.shape) for p in params}
+    outer = dict(zip([stand_ins[p] for p in params[1 + nc + nx:]], loop.inputs[nc + nx:]))
+    new_rows, new_xs, mapping = [], [], dict(stand_ins)
+    for m, (source, offset) in reads.items():
+        row = placeholder(m.dtype, m.shape)
+        mapping[m] = row
+        new_rows.append(row)
+        new_xs.append(source if (offset, source.shape[0]) == (0, trips) else
+                      getitem(source, slice(offset, offset + trips)))
+    results = substitute(body.results, mapping)
+    explicit = [stand_ins[p] for p in params[:1 + nc + nx]] + new_rows
+    new_body, captures, _ = close(explicit, results, hoist=True, names=body.names,
+                                  derivative=body.derivative)
+    inputs = list(loop.inputs[:nc + nx]) + new_xs + substitute(captures, outer)
+    return make("loop", inputs, (new_body, trips, nc, nx + len(new_rows), reverse))
+
+
 def simplify_region(n: Node, simplify_nodes) -> Node:
     """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
-    pass; select sinking applies inside derivative bodies only)."""
+    pass; select sinking applies inside derivative bodies only); in a loop body, what the
+    index's range decides is folded and rows read by the index become sliced inputs."""
+    if n.op == "loop":
+        body, trips, nc, nx = n.attrs[:4]
+        facts = _index_facts(body, trips)
+        if facts:
+            body = type(body)(body.params, tuple(substitute(body.results, facts)), body.names,
+                              body.derivative)
+            n = make("loop", n.inputs, (body,) + n.attrs[1:])
     bodies = [a for a in n.attrs if hasattr(a, "results")]
     new = []
     for body in bodies:
@@ -18,11 +85,15 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
         results = tuple(prune_loops(simplify_nodes(body.results, forward)))
         new.append(body if results == body.results else
                    type(body)(body.params, results, body.names, body.derivative))
-    if all(a is b for a, b in zip(new, bodies)):
-        return n
-    it = iter(new)
-    attrs = tuple(next(it) if hasattr(a, "results") else a for a in n.attrs)
-    return make(n.op, n.inputs, attrs)
+    if not all(a is b for a, b in zip(new, bodies)):
+        it = iter(new)
+        n = make(n.op, n.inputs, tuple(next(it) if hasattr(a, "results") else a for a in n.attrs))
+    if n.op == "loop":
+        body, trips, nc, nx = n.attrs[:4]
+        reads = _row_reads(body, trips, nc, nx, n.inputs[nc + nx:])
+        if reads:
+            n = _with_rows(n, reads)
+    return n
 
 
 def prune_loops(outputs) -> list[Node]:

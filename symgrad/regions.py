@@ -245,13 +245,16 @@ def results_of(region: Node) -> list[Node]:
 
 
 def scan(n: int, index: Node, carries, inits, rows, xs, new_carries, ys, *, reverse=False,
-         names=(), derivative=False) -> tuple[list[Node], list[Node]]:
+         names=(), derivative=False, memo=None) -> tuple[list[Node], list[Node]]:
     """A loop from a body built over placeholders: ``index`` (int64), ``carries`` (started at
     ``inits``) and ``rows`` (row i of ``xs``) give ``new_carries`` and per-iteration ``ys``.
-    Returns the final carries and the stacked ys."""
+    Returns the final carries and the stacked ys (``memo``: filled with the built nodes'
+    counterparts in the body)."""
     params = [index, *carries, *rows]
-    body, consts, _ = close(params, [*new_carries, *ys], hoist=True, names=names,
-                            derivative=derivative)
+    body, consts, built = close(params, [*new_carries, *ys], hoist=True, names=names,
+                                derivative=derivative)
+    if memo is not None:
+        memo.update(built)
     node = make("loop", (*inits, *xs, *consts), (body, n, len(carries), len(rows), reverse))
     outs = results_of(node)
     return outs[:len(carries)], outs[len(carries):]
