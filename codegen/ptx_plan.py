@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from symgrad.ir import Graph, Node, is_float, toposort
+from symgrad.regions import straight_line
 
 from .buffers import Buffer
 from .lower import LOWER
@@ -123,6 +124,7 @@ def _reads(root: Node, source: dict, skip_root=True) -> list:
 def plan(graph: Graph) -> Plan:
     """Decide buffers and kernels for ``graph`` (deterministic: toposort order throughout).
     Callers go through ``codegen.ptx.plan``, which first checks that every op has a lowering."""
+    graph = straight_line(graph)   # loops and branches unrolled: no native regions yet
     order = toposort(graph.outputs)
     buffers: list[Buffer] = []
     source: dict[Node, int] = {}

@@ -274,3 +274,55 @@ def cond(pred: Node, then_results, else_results, *, outer=frozenset(), derivativ
     assert not extra and not extra2, "internal: a branch reads a value not among its operands"
     node = make("cond", (pred, *operands), (then, other))
     return results_of(node)
+
+
+# ----------------------------------------------------------------------------------------------
+# Expansion: for back ends without native regions
+
+
+def has_regions(outputs) -> bool:
+    return any(n.op in REGION_OPS for n in toposort(outputs))
+
+
+def expand_regions(outputs) -> list[Node]:
+    """``outputs`` with every region expanded into straight-line nodes: a loop unrolled, a
+    branch a select between its two sides (computed after autodiff, the select only chooses
+    values: the side not taken reaches no derivative). The back ends that lower regions
+    natively do not need it; compile time then grows with the trip count."""
+    from .ops import cast, full, getitem, stack, where   # the op table sits above this module
+    outputs = list(outputs)
+    while True:
+        order = toposort(outputs)
+        region = next((n for n in order if n.op in REGION_OPS), None)
+        if region is None:
+            return outputs
+        if region.op == "cond":
+            then, other = region.attrs
+            pred, operands = region.inputs[0], region.inputs[1:]
+            a = substitute(then.results, dict(zip(then.params, operands)))
+            b = substitute(other.results, dict(zip(other.params, operands)))
+            values = [cast(where(pred, x, y), x.dtype) for x, y in zip(a, b)]
+        else:
+            body, trips, nc, nx, reverse = region.attrs
+            carries = list(region.inputs[:nc])
+            xs, consts = region.inputs[nc:nc + nx], region.inputs[nc + nx:]
+            rows: list[list] = [[None] * trips for _ in body.results[nc:]]
+            for i in (reversed(range(trips)) if reverse else range(trips)):
+                env = [make("const", (), (i, "int64")), *carries, *(getitem(x, i) for x in xs),
+                       *consts]
+                out = substitute(body.results, dict(zip(body.params, env)))
+                carries = out[:nc]
+                for k, y in enumerate(out[nc:]):
+                    rows[k][i] = y
+            stacks = [stack(r, 0) if trips else full((0,) + y.shape, 0, y.dtype)
+                      for r, y in zip(rows, body.results[nc:])]
+            values = carries + stacks
+        mapping = {make("proj", (region,), (k,)): v for k, v in enumerate(values)}
+        outputs = substitute(outputs, mapping)
+
+
+def straight_line(graph):
+    """``graph`` itself, or (when it has regions) a copy with them expanded."""
+    if not has_regions(graph.outputs):
+        return graph
+    return graph.derive(graph.name, expand_regions(graph.outputs), graph.out_tree)
