@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from symgrad.ir import Graph, Node, is_float, toposort
-from symgrad.regions import straight_line
+from symgrad.regions import EXPANDED
 
 from .buffers import Buffer
 from .lower import LOWER
@@ -46,7 +46,7 @@ SPLIT_CHUNK = 4 * BLOCK * 8  # elements one block reduces before a reduction is 
 IN_MEMORY = ("arg", "array")
 # Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED: dict[str, str] = dict(EXPANDED)
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,6 @@ def _reads(root: Node, source: dict, skip_root=True) -> list:
 def plan(graph: Graph) -> Plan:
     """Decide buffers and kernels for ``graph`` (deterministic: toposort order throughout).
     Callers go through ``codegen.ptx.plan``, which first checks that every op has a lowering."""
-    graph = straight_line(graph)   # loops and branches unrolled: no native regions yet
     order = toposort(graph.outputs)
     buffers: list[Buffer] = []
     source: dict[Node, int] = {}

@@ -22,7 +22,7 @@ import numpy as np
 from . import ops, regions
 from .aliases import NO_BUFFERS
 from .errors import UnsupportedSyntaxError
-from .ir import Node
+from .ir import Node, toposort
 from .scope import MISSING, Break, Continue, Return, Undefined, fork
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -32,6 +32,11 @@ UNROLL_MAX = 4
 
 class _Fallback(Exception):
     """The body needs something a loop region cannot give it: unroll instead."""
+
+
+class _PeelFirst(Exception):
+    """A carry starts as a Python number, whose weak type NumPy resolves in the first
+    iteration: run that one as written, then loop over the rest."""
 
 
 class _Reshaped(Exception):
@@ -129,6 +134,13 @@ def _carry_type(value):
     return None
 
 
+def _mixes_float32(frame, placeholders) -> bool:
+    """Whether any value the body leaves bound is float32 (a weak carry would meet it)."""
+    from .scope import walk_nodes
+    roots = [n for v in frame.env.values() for n in walk_nodes(v)]
+    return any(n.dtype == "float32" for n in toposort(roots))
+
+
 class Loops:
     """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
 
@@ -166,10 +178,16 @@ class Loops:
         peeled = False
         for _attempt in range(4):
             try:
-                self._region(stmt, frame, plan, assigned, appended, targets, overrides)
+                self._region(stmt, frame, plan, assigned, appended, targets, overrides, peeled)
                 return True
             except _Fallback:
                 return False
+            except _PeelFirst:
+                if peeled or plan.trips <= UNROLL_MAX + 1:
+                    return False
+                peeled = True
+                plan = self._peel(stmt, frame, plan)
+                continue
             except _Reshaped as r:
                 if r.name in overrides or peeled and r.before[1] != r.after[1]:
                     if r.before[1] != r.after[1]:
@@ -208,12 +226,12 @@ class Loops:
     def _item(plan, part, i):
         return part[1][i] if part[0] == "range" else ops.getitem(part[1], i)
 
-    def _region(self, stmt, frame, plan, assigned, appended, targets, overrides):
+    def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled):
         n = plan.trips
         child = fork(frame)
         child.loop_depth += 1
         index = regions.placeholder("int64")
-        carried, inits, phs = [], [], []
+        carried, inits, phs, weak = [], [], [], []
         for name in assigned:
             if name in targets or name not in frame.env:
                 continue
@@ -223,6 +241,8 @@ class Loops:
             kind = overrides.get(name) or _carry_type(value)
             if kind is None:
                 raise _Fallback()
+            if kind[2]:
+                weak.append(name)
             ph = regions.placeholder(kind[0], kind[1])
             carried.append((name, kind))
             inits.append(ops.cast(ops.lift(value), kind[0]) if kind[0] != getattr(value, "dtype", None) else ops.lift(value))
@@ -255,6 +275,16 @@ class Loops:
         finally:
             self.frames.pop()
             self.frame = frame
+        if weak:
+            # A Python number carried through the loop stays weak in NumPy (a float32 array
+            # times it stays float32); a float64 carry would promote: only where no float32
+            # is involved, after the first iteration has run as written.
+            if not peeled:
+                raise _PeelFirst()
+            touched = [ph for (name, kind), ph in zip(carried, phs) if name in weak]
+            if any(kind[0] != "float64" for (name, kind) in carried if name in weak) or \
+                    _mixes_float32(child, touched):
+                raise _Fallback()
         new = []
         for (name, kind), ph in zip(carried, phs):
             value = child.env.get(name, MISSING)

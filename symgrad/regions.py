@@ -33,6 +33,9 @@ from .ir import OPS, Node, OpDef, make, register, substitute, toposort
 
 TUPLE = "tuple"
 REGION_OPS = ("loop", "cond")
+# What a back end without native regions never sees (``straight_line`` expands them first).
+EXPANDED = {op: "expanded into straight-line code first (symgrad.regions.straight_line)"
+            for op in ("loop", "cond", "proj", "param")}
 # Leaves a body keeps inside rather than receiving as an input (a number costs nothing).
 _KEPT_LEAVES = ("const",)
 
