@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from symgrad.ir import Graph, Node, is_float, toposort
+from symgrad.regions import EXPANDED
 
 from .buffers import Buffer
 from .lower import LOWER
@@ -45,7 +46,7 @@ SPLIT_CHUNK = 4 * BLOCK * 8  # elements one block reduces before a reduction is 
 IN_MEMORY = ("arg", "array")
 # Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED: dict[str, str] = dict(EXPANDED)
 
 
 @dataclass(frozen=True)
