@@ -48,6 +48,8 @@ class ControlFlow:
             self.exec_block(stmt.body if cond else stmt.orelse, frame, cont)
             return
         if _contains(stmt.body + stmt.orelse, (ast.Break, ast.Continue)):
+            if frame.exits is not None and frame.exits == frame.loop_depth:
+                return self.exec_exit_if(stmt, frame, cont, cond)   # in a loop region
             self.fail(stmt, "break/continue inside an if on a data-dependent condition")
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
