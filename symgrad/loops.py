@@ -161,8 +161,34 @@ def _mixes_float32(frame, placeholders) -> bool:
     return any(n.dtype == "float32" for n in toposort(roots))
 
 
+def _int_range(n: Node, ranges: dict):
+    """(lowest, highest) value of an integer expression of loop indices, or None."""
+    if n in ranges:
+        return ranges[n]
+    if n.op == "const" and isinstance(n.attrs[0], int) and not isinstance(n.attrs[0], bool):
+        return n.attrs[0], n.attrs[0]
+    if n.op in ("add", "sub", "mul") and n.dtype.startswith("int"):
+        a, b = (_int_range(i, ranges) for i in n.inputs)
+        if a is None or b is None:
+            return None
+        if n.op == "add":
+            return a[0] + b[0], a[1] + b[1]
+        if n.op == "sub":
+            return a[0] - b[1], a[1] - b[0]
+        products = [x * y for x in a for y in b]
+        return min(products), max(products)
+    return None
+
+
 class Loops:
     """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
+
+    def in_bounds(self, key: Node, array: Node) -> bool:
+        """Whether ``key`` is an integer made from a loop region's index whose every value
+        indexes ``array``'s first axis (so ``array[key] = v`` needs no run-time check)."""
+        bounds = _int_range(key, getattr(self, "index_ranges", {}))
+        return bounds is not None and array.ndim >= 1 and \
+            -array.shape[0] <= bounds[0] and bounds[1] < array.shape[0]
 
     def exec_exit_if(self, stmt, frame, cont, cond):
         """A data-dependent ``if`` whose branches break or continue the loop region being
@@ -300,6 +326,9 @@ class Loops:
         child = fork(frame)
         child.loop_depth += 1
         index = regions.placeholder("int64")
+        if not hasattr(self, "index_ranges"):
+            self.index_ranges = {}
+        self.index_ranges[index] = (0, max(n - 1, 0))
         carried, inits, phs, weak = [], [], [], []
         done = None
         if exits:

@@ -71,7 +71,8 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     g_carry, g_rows, g_consts = grads[1:1 + nc], grads[1 + nc:1 + nc + nx], grads[1 + nc + nx:]
     # 2. residuals: forward values the derivative reads
     bwd_outputs = [g for g in grads if g is not None]
-    residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts})
+    residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts},
+                           set(carries) | set(rows))
     aug_body = type(body)(params, tuple(fwd) + tuple(residuals), body.names, body.derivative)
     aug = make("loop", node.inputs, (aug_body, n, nc, nx, reverse))
     aug_outs = results_of(aug)
@@ -121,16 +122,21 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
 _RECOMPUTED = ("reshape", "broadcast_to", "transpose", "neg", "cast", "getitem")
 
 
-def _residuals(bwd_outputs, forward_set: set, given: set) -> list[Node]:
+def _residuals(bwd_outputs, forward_set: set, given: set, state: set) -> list[Node]:
     """The forward-body values the backward body reads that it must be given per iteration
-    (the params given anyway, numbers and cheap copies of other values excepted)."""
+    (the params given anyway, numbers, cheap copies of other values and values computed from
+    the index and loop-invariant inputs alone (``state``: the carries and rows) excepted)."""
+    stateful: set = set()
+    for m in toposort(list(forward_set)):
+        if m in state or any(i in stateful for i in m.inputs):
+            stateful.add(m)
     wanted: dict[Node, None] = {}
     pending = [i for m in toposort(bwd_outputs) if m not in forward_set
                for i in m.inputs if i in forward_set]
     pending += [g for g in bwd_outputs if g in forward_set]
     while pending:
         m = pending.pop(0)
-        if m in given or m.op in _KEEP or m in wanted:
+        if m in given or m.op in _KEEP or m in wanted or m not in stateful:
             continue
         if m.op in _RECOMPUTED and len(m.inputs) == 1:
             pending.append(m.inputs[0])
