@@ -71,6 +71,8 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
     """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
     pass; select sinking applies inside derivative bodies only); in a loop body, what the
     index's range decides is folded and rows read by the index become sliced inputs."""
+    if n.op == "loop" and any(c.op == "const" for c in n.inputs[n.attrs[2] + n.attrs[3]:]):
+        n = (_pruned(n, set(range(len(n.attrs[0].results)))) or (n,))[0]
     if n.op == "loop":
         body, trips, nc, nx = n.attrs[:4]
         facts = _index_facts(body, trips)
@@ -102,7 +104,9 @@ def _cond_with(n: Node, keep) -> Node:
     """A branch node with only the results ``keep`` and the operands its sides still read."""
     then, other = n.attrs
     keep = list(keep)
+    numbers = {p: c for p, c in zip(then.params, n.inputs[1:]) if c.op == "const"}
     results = ([then.results[k] for k in keep], [other.results[k] for k in keep])
+    results = tuple(substitute(r, numbers) for r in results)   # numbers are folded inside
     reached = set(toposort(results[0] + results[1]))
     used = [k for k, p in enumerate(then.params) if p in reached]
     if len(used) == len(then.params) and len(keep) == len(then.results):
@@ -192,6 +196,8 @@ def _pruned(loop: Node, used: set):
     # The consts become captures again (re-hoisted): through placeholders, as the outer
     # values may be an enclosing body's params, the same nodes as some of this body's.
     const_params = params[1 + nc + nx:]
+    numbers = {p: c for p, c in zip(const_params, loop.inputs[nc + nx:]) if c.op == "const"}
+    new_results = substitute(new_results, numbers)   # numbers are folded into the body
     stand_ins = {p: placeholder(p.dtype, p.shape) for p in const_params}
     outer = dict(zip(stand_ins.values(), loop.inputs[nc + nx:]))
     new_results = substitute(new_results, stand_ins)
