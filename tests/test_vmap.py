@@ -315,3 +315,25 @@ def test_source_ir_llvm_and_pickle():
     assert "define" in f.llvm_ir(W, X)
     twin = pickle.loads(pickle.dumps(f))
     np.testing.assert_allclose(twin(W, X), X @ W.T)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("axes", [[1], [-1], (1,), 1])
+def test_per_example_gradients_clipped_in_one_function(target, axes):
+    """clip_by_norm(G, c, axes=[1]) clips each example's gradient (TensorFlow's semantics),
+    eagerly and traced, fused with the per-example gradients in one compiled function."""
+    def loss(w, x, y):
+        return np.logaddexp(0.0, -y * (x @ w))
+    per_example = sg.vmap(sg.grad(loss), in_axes=(None, 0, 0))
+
+    def clipped(w, X, Y, c):
+        return sg.clip_by_norm(per_example(w, X, Y), c, axes=axes)
+    w, X = rand(4) - 1, 3 * rand(9, 4)
+    Y = np.sign(RNG.normal(size=9))
+    G = np.stack([sg.grad(loss, target="python")(w, x, y) for x, y in zip(X, Y)])
+    c = float(np.median(np.linalg.norm(G, axis=1)))   # some rows clipped, some not
+    expected = np.stack([g * c / max(np.linalg.norm(g), c) for g in G])
+    np.testing.assert_allclose(sg.clip_by_norm(G, c, axes=axes), expected, rtol=1e-13)   # eager
+    fused = sg.differentiate(clipped, target=target)
+    np.testing.assert_allclose(fused(w, X, Y, c), expected, rtol=1e-12)
+    assert "clip" in fused.source and "def clipped" in fused.source
