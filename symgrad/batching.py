@@ -104,6 +104,10 @@ def _matrix_product(a, b, batched_a, batched_b, a_shape, b_shape, size):
     row sum where the shapes allow; None for the general batched matmul."""
     (m, k), (_, n) = a_shape, b_shape
     if k == 1:   # outer products: a broadcast multiply
+        if n == 1:   # a column times one number per example: x * c[:, None], no length-1 axes
+            column = ops.reshape(a, (size, m) if batched_a else (m,))
+            scale = ops.reshape(b, (size, 1) if batched_b else (1,))
+            return ops.reshape(ops.mul(column, scale), (size, m, 1))
         return ops.mul(a, b)
     if batched_a and not batched_b:   # every example's rows against one matrix: one GEMM
         return ops.reshape(ops.matmul(ops.reshape(a, (size * m, k)), b), (size, m, n))

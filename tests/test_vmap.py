@@ -337,3 +337,14 @@ def test_per_example_gradients_clipped_in_one_function(target, axes):
     fused = sg.differentiate(clipped, target=target)
     np.testing.assert_allclose(fused(w, X, Y, c), expected, rtol=1e-12)
     assert "clip" in fused.source and "def clipped" in fused.source
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["matvec batched vector", "vecmat batched vector", "dot both",
+                                  "matmat right", "gather both batched", "binary broadcast"])
+def test_vmap_of_grad_with_respect_to_a_batched_argument(name, target):
+    fn, make_args, in_axes = CASES[name]
+    args = make_args()
+    g = sg.grad(fn, wrt=1 if name != "gather both batched" else 0, target=target)
+    got = sg.vmap(g, in_axes=in_axes, target=target)(*args)
+    np.testing.assert_allclose(got, loop_reference(g, args, in_axes), rtol=1e-11, atol=1e-12)
