@@ -82,12 +82,10 @@ _prepare_lock = threading.Lock()
 
 class Function:
     """A differentiable function: call it, take ``.grad``, inspect ``.source`` and ``.ir``."""
+    keeps_signature = True   # whether its parent takes the same argument types (not vmap's)
 
-    def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None,
-                 _transform=None):
+    def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
         self.fn = fn if _parent is None else _parent.fn
-        # a transform of the parent's graphs (symgrad.vmap.Vmap): its build() makes this one's
-        self._transform = _transform
         self.target = target
         self._parent = _parent
         self._kind = _kind
@@ -175,8 +173,6 @@ class Function:
             return graph, [(capture_holder(h), name, v) for h, name, v in captures.values()]
         if self._kind == "hvp":
             return self._build_hvp(values)
-        if self._transform is not None:
-            return self._transform.build(self._parent, values, self.__name__)
         parent = self._parent._compiled(values)
         return grad_graph(parent.graph, self.wrt, self._single, self._kind == "value_and_grad"), \
             parent.captures
@@ -281,9 +277,7 @@ class Function:
         while f is not None:
             if f._last_key is not None:
                 return [standin(k) for k in f._last_key]
-            if f._transform is not None and not f._transform.keeps_signature:
-                break   # the parent's argument types are not this one's
-            f = f._parent
+            f = f._parent if f.keeps_signature else None   # vmap's parent: other shapes
         return None
 
     def _inspect_entry(self, *args, **kwargs) -> Compiled:
@@ -398,8 +392,6 @@ class Function:
         (graphs, compiled code, locks) are not pickled: the receiving process traces again."""
         if self._is_cached_derivation():
             return getattr, (self._parent, self._kind)
-        if self._transform is not None:
-            return _transformed, (self._parent, self._kind, self._transform, self.target)
         if self._parent is not None:
             return _derive, (self._parent, self._kind, self._wrt_spec(), self.target)
         module, qualname = _importable_name(self.fn)
@@ -415,8 +407,6 @@ class Function:
         else:
             parent = copy.deepcopy(self._parent, memo)
             twin = getattr(parent, self._kind) if self._is_cached_derivation() else \
-                _transformed(parent, self._kind, self._transform, self.target) \
-                if self._transform is not None else \
                 _derive(parent, self._kind, self._wrt_spec(), self.target)
         memo[id(self)] = twin
         return twin
@@ -489,12 +479,6 @@ def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
     derived = parent._derived(kind, wrt)
     derived.target = target
     return derived
-
-
-def _transformed(parent: Function, kind: str, transform, target: str) -> Function:
-    """A transform (``symgrad.vmap.Vmap``) of ``parent``, as ``sg.vmap`` builds it."""
-    return Function(wrt=parent._wrt_spec(), target=target, _parent=parent, _kind=kind,
-                    name=f"{kind}_{parent.__name__}", _transform=transform)
 
 
 def differentiate(fn=None, *, wrt=0, target="cpu"):

@@ -17,12 +17,14 @@ vmapped function compiles on every target, shows its source, and composes: ``vma
 """
 from __future__ import annotations
 
+import copy
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import ops
+from .api import Function, _base, _retarget
 from .batching import batch_nodes
 from .ir import Graph, Node, make
 from .runtime import is_node, top_level, tree_leaves, value_leaves, replace_leaves, zero_standin
@@ -49,9 +51,6 @@ class Vmap:
     def __post_init__(self):
         object.__setattr__(self, "in_axes", _axes_spec(self.in_axes, "in_axes"))
         object.__setattr__(self, "out_axes", _axes_spec(self.out_axes, "out_axes"))
-
-    # the call's argument types are batched: the parent's (one example's) differ
-    keeps_signature = False
 
     def build(self, parent, values, name: str):
         """The batched graph for these values, and the captures of the parent's trace."""
@@ -194,11 +193,32 @@ def _carried(table: dict, new: dict) -> dict:
     return out
 
 
-def vmap(fn, in_axes=0, out_axes=0, target=None):
-    """``fn`` mapped over a batch axis of its arguments (JAX's ``vmap``), as an ``sg.Function``."""
-    from .api import _base, _retarget, _transformed
+class VmapFunction(Function):
+    """An ``sg.Function`` whose graphs are its parent's, batched (``symgrad.vmap.Vmap``)."""
+    keeps_signature = False   # its parent sees one example's argument types
+
+    def __init__(self, parent: Function, transform: "Vmap", target: str):
+        super().__init__(wrt=parent._wrt_spec(), target=target, _parent=parent, _kind="vmap",
+                         name=f"vmap_{parent.__name__}")
+        self.transform = transform
+
+    def _build(self, values):
+        return self.transform.build(self._parent, values, self.__name__)
+
+    def __reduce__(self):
+        return VmapFunction, (self._parent, self.transform, self.target)
+
+    def __deepcopy__(self, memo):
+        twin = memo[id(self)] = VmapFunction(copy.deepcopy(self._parent, memo), self.transform,
+                                             self.target)
+        return twin
+
+
+def vmap(fn, in_axes=0, out_axes=0, target=None) -> Function:
+    """``fn`` mapped over a batch axis of its arguments (JAX's ``vmap``), as an ``sg.Function``:
+    ``fn`` is a Python function or an ``sg.Function`` (``sg.grad(f)``, another vmap, ...)."""
     parent = _base(fn, 0, target)
     if parent._kind == "hvp":
         raise TypeError("vmap of an hvp Function is not supported: vmap the function and take "
                         "its hvp, or vmap sg.grad of <grad f, v>")
-    return _retarget(_transformed(parent, "vmap", Vmap(in_axes, out_axes), parent.target), target)
+    return _retarget(VmapFunction(parent, Vmap(in_axes, out_axes), parent.target), target)

@@ -348,3 +348,21 @@ def test_vmap_of_grad_with_respect_to_a_batched_argument(name, target):
     g = sg.grad(fn, wrt=1 if name != "gather both batched" else 0, target=target)
     got = sg.vmap(g, in_axes=in_axes, target=target)(*args)
     np.testing.assert_allclose(got, loop_reference(g, args, in_axes), rtol=1e-11, atol=1e-12)
+
+
+def test_copies_and_inspection_use_the_batched_signature():
+    import copy
+    f = sg.vmap(matvec, in_axes=(None, 0))
+    W, X = rand(4, 3), rand(6, 3)
+    twin = copy.deepcopy(f)
+    np.testing.assert_allclose(twin(W, X), X @ W.T)
+    assert isinstance(twin, type(f)) and twin is not f
+    # the parent was called with one example's shapes: a derivative of the vmapped function
+    # never shows code for those (they are not its argument types)
+    base = sg.differentiate(matvec)
+    base(W, X[0])
+    g = sg.grad(sg.vmap(base, in_axes=(None, 0)))
+    with pytest.raises(TypeError, match="cannot guess argument types"):
+        g.source     # before any call of g: no argument types of its own yet
+    g(W, X)
+    assert "6" in g.source   # the batch size of the call
