@@ -5,7 +5,7 @@
 * ``symgrad grad``        the single batched gradient of the summed loss (d values): the
                           target is per-example within 2x of it;
 * ``numpy hand``          the per-example gradients written by hand in NumPy
-                          (``X * coef[:, None]``);
+                          (``X * coef[:, None]``), and the batched one (``X.T @ coef``);
 * ``jax jit(vmap(grad))`` ``jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))`` on the
                           same inputs, when JAX is importable (``pip install .[bench]``).
 
@@ -33,10 +33,17 @@ def total_loss(w, X, Y):
     return np.sum(np.logaddexp(0.0, -Y * (X @ w)))
 
 
+def numpy_coef(w, X, Y):
+    """d/dz log(1 + exp(-y z)) at z = x.w: -y sigmoid(-y z), per example."""
+    return -Y / (1.0 + np.exp(Y * (X @ w)))
+
+
 def numpy_per_example(w, X, Y):
-    margin = -Y * (X @ w)
-    coef = -Y / (1.0 + np.exp(-margin))      # d/dz log(1 + exp(-y z)) = -y sigmoid(-y z)
-    return X * coef[:, None]
+    return X * numpy_coef(w, X, Y)[:, None]
+
+
+def numpy_batched(w, X, Y):
+    return X.T @ numpy_coef(w, X, Y)
 
 
 def median_time(fn, repeat):
@@ -81,7 +88,8 @@ def main(argv=None):
     np.testing.assert_allclose(G.sum(axis=0), batched(w, X, Y), rtol=1e-9)
     runs = {"symgrad vmap(grad)": lambda: per_example(w, X, Y),
             "symgrad grad (batched)": lambda: batched(w, X, Y),
-            "numpy hand": lambda: numpy_per_example(w, X, Y)}
+            "numpy hand": lambda: numpy_per_example(w, X, Y),
+            "numpy hand (batched)": lambda: numpy_batched(w, X, Y)}
     jax_fn, jax_version = jax_per_example()
     if jax_fn is not None:
         np.testing.assert_allclose(np.asarray(jax_fn(w, X, Y)), G, rtol=1e-10, atol=1e-14)
