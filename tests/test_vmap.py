@@ -374,3 +374,43 @@ def test_copies_and_inspection_use_the_batched_signature():
         g.source     # before any call of g: no argument types of its own yet
     g(W, X)
     assert "6" in g.source   # the batch size of the call
+
+
+def _logistic(w, x, y):
+    return np.log1p(np.exp(-y * (x @ w)))
+
+
+per_example_losses = sg.vmap(_logistic, in_axes=(None, 0, 0))
+
+
+def mean_of_per_example_losses(w, X, Y):
+    return np.mean(per_example_losses(w, X, Y)) + 0.1 * np.sum(w * w)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_grad_of_a_function_calling_vmap(target):
+    """A vmapped Function called inside a differentiated function is spliced into its trace,
+    so its gradient is the gradient of what it computes."""
+    w, X = rand(3) - 1, rand(6, 3) - 1
+    Y = np.sign(RNG.normal(size=6))
+    g = sg.grad(mean_of_per_example_losses, target=target)(w, X, Y)
+    expected = np.mean([sg.grad(_logistic, target="python")(w, x, y) for x, y in zip(X, Y)],
+                       axis=0) + 0.2 * w
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
+    assert sg.check_grad(mean_of_per_example_losses, w, X, Y) < 1e-6
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vmap_of_value_and_grad_and_static_arguments(target):
+    def f(x, n, scale):
+        return np.sum(x ** n) * scale
+    X = rand(5, 3)
+    vg = sg.vmap(sg.value_and_grad(f), in_axes=(0, None, None), target=target)
+    values, grads = vg(X, 3, 2.0)
+    np.testing.assert_allclose(values, [f(x, 3, 2.0) for x in X], rtol=1e-13)
+    np.testing.assert_allclose(grads, 6.0 * X ** 2, rtol=1e-13)
+
+
+def test_vmap_of_hvp_is_refused_clearly():
+    with pytest.raises(TypeError, match="vmap of an hvp"):
+        sg.vmap(sg.hvp(lambda x: np.sum(x ** 3)))
