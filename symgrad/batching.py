@@ -37,7 +37,13 @@ def pad_rank(x: Node, rank: int) -> Node:
 
 def with_batch(x: Node, is_batched: bool, size: int) -> Node:
     """An operand as a batch: an unbatched one repeated ``size`` times (a broadcast view)."""
-    return x if is_batched else ops.broadcast_to(x, (size,) + x.shape)
+    return x if is_batched else broadcast(x, (size,) + x.shape)
+
+
+def broadcast(x: Node, shape: tuple) -> Node:
+    """``broadcast_to(x, shape)``, from the source of ``x`` when ``x`` is itself a broadcast
+    (one view, not a chain of them)."""
+    return ops.broadcast_to(x.inputs[0] if x.op == "broadcast_to" else x, shape)
 
 
 def batch_slice(size: int) -> Slice:
@@ -75,7 +81,7 @@ def _transpose(node, inputs, batched, size):
 
 def _broadcast_to(node, inputs, batched, size):
     (x,), (shape,) = inputs, node.attrs
-    return ops.broadcast_to(pad_rank(x, len(shape)), (size,) + shape)
+    return broadcast(pad_rank(x, len(shape)), (size,) + shape)
 
 
 def _joined(node, inputs, batched, size):
