@@ -23,8 +23,6 @@ from . import ops
 from .index_ops import _index_shape
 from .ir import OPS, Node, Slice, make, toposort
 
-Rule = "Callable[[Node, list, tuple, int], Node]"
-
 
 def pad_rank(x: Node, rank: int) -> Node:
     """A batched operand (batch axis first) with length-1 axes after the batch axis, so that
