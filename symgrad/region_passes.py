@@ -137,6 +137,13 @@ def _prune_once(outputs) -> list[Node]:
             used.setdefault(m.inputs[0], set()).add(m.attrs[0])
     mapping: dict[Node, Node] = {}
     for m in order:
+        if m.op == "cond" and m in used and m.inputs[0].op == "const":   # decided: inline it
+            body = m.attrs[0] if m.inputs[0].attrs[0] else m.attrs[1]
+            operands = substitute(m.inputs[1:], mapping) if mapping else m.inputs[1:]
+            values = substitute(body.results, dict(zip(body.params, operands)))
+            for k in used[m]:
+                mapping[make("proj", (m,), (k,))] = values[k]
+            continue
         if m.op == "cond" and m in used and len(used[m]) < len(m.attrs[0].results):
             keep = sorted(used[m])
             current = make("cond", substitute(m.inputs, mapping), m.attrs) if mapping else m
