@@ -86,8 +86,8 @@ class CpuProgram:
     """A graph scheduled and lowered: the IR text and its run-time parameters."""
 
     def __init__(self, graph: Graph):
-        self.graph = graph
         self.schedule = Schedule(graph)
+        self.graph = self.schedule.graph   # with regions expanded, as the schedule saw it
         self.km = KernelModule(self.schedule, jit.target()["math"], name=graph.name)
         self.text = jit.finish_text(self.km.module)
         self.symbols = ["sg_run"] + [f"sg_{kind}{k}" for k in range(len(self.schedule.stages))
@@ -117,7 +117,7 @@ class Native:
 
     def __init__(self, graph: Graph):
         prog = CpuProgram(graph)
-        self.graph = graph
+        self.graph = graph = prog.graph
         self.program = prog
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])

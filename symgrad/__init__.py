@@ -14,6 +14,7 @@ from .check import check_grad
 from .errors import UnsupportedSyntaxError
 from .export import export
 from .numpy_api import DUALS as _DUALS
+from .vmap import vmap
 from .train.clip import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 
 __version__ = "0.1.0"
@@ -31,6 +32,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
 
 
-__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
+__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "vmap", "check_grad",
            "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value", "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]

@@ -82,6 +82,7 @@ _prepare_lock = threading.Lock()
 
 class Function:
     """A differentiable function: call it, take ``.grad``, inspect ``.source`` and ``.ir``."""
+    keeps_signature = True   # whether its parent takes the same argument types (not vmap's)
 
     def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
         self.fn = fn if _parent is None else _parent.fn
@@ -276,7 +277,7 @@ class Function:
         while f is not None:
             if f._last_key is not None:
                 return [standin(k) for k in f._last_key]
-            f = f._parent
+            f = f._parent if f.keeps_signature else None   # vmap's parent: other shapes
         return None
 
     def _inspect_entry(self, *args, **kwargs) -> Compiled:

@@ -42,7 +42,10 @@ def emit_body(em, body, bindings: dict, python_numbers=()) -> tuple[list[str], l
     from .ir import toposort
     for n in toposort(body.results, known=set(body.params)):
         STATEMENTS.get(n.op, _Emitter.expression)(em, n)
-    results = [em.expr[r][0] for r in body.results]
+    # A result that is a Python number at run time becomes a NumPy scalar of its dtype: the
+    # code after the region reads it as one (a Python float would promote float32 work).
+    results = [f"{sp.dtype_name(r.dtype)}({em.expr[r][0]})" if r in em.python_numbers
+               else em.expr[r][0] for r in body.results]
     lines = em.lines
     _restore(em, saved)
     return lines, results

@@ -296,6 +296,11 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                       f"scalar rather than a 0-d array ({reason})",
                       f"make it an array first: {name} = np.array({name})")
         self.check_writable(name, frame, target, "item assignment into")
+        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
+            updated = ops.row_update(container, key, value)   # y[i] = v with i a loop index
+            frame.env[name] = updated
+            self.record(frame, stmt, updated, name)
+            return
         check_static_key(self, key, target)
         if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
             updated = container.copy()         # a constant array written with a constant:
