@@ -335,8 +335,9 @@ class KernelModule:
         ptrs, iparams = init.args
         ptrs.name, iparams.name = "ptrs", "params"
         bi = ir.IRBuilder(init.append_basic_block("entry"))
+        blocked = matmul_kernel.applies(st, self.s.buffers)   # writes its output without a fill
         for sk in st.sinks:
-            if sk.kind in ("reduce", "matmul", "scatter"):
+            if sk.kind in ("reduce", "matmul", "scatter") and not blocked:
                 self._fill(init, bi, ptrs, iparams, sk)
         bi.ret_void()
         return StageFunctions(wrap, init, extent0_slot, d)

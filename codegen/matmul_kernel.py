@@ -15,8 +15,10 @@ block single-row tiles, so narrow products (the GMM's d = 10 or 20 columns) run 
 registers too.
 
 It applies to float matmul stages (the output is always the stage's own contiguous buffer);
-integer matmuls keep the plain loop nest. Like the plain nest it accumulates into the output,
-which the stage's init filled with zeros; fused multiply-adds round once per product.
+integer matmuls keep the plain loop nest. Unlike the plain nest it needs no zero fill first: a
+tile starts from zero in the first k block and from the output in later ones, so a product
+with a short k (the GMM's k = d) touches its output once, a store. Fused multiply-adds round
+once per product.
 
 Exported to ``codegen.kernel``: :func:`applies` and :func:`emit_stage`. The 2-D kernel is one
 internal function per (dtype, vector width, layout of b) in each module, ``sg_mm.<dtype>.<w>``:
@@ -57,8 +59,13 @@ def applies(stage, buffers) -> bool:
         return False
     a, b = sink.operands
     dtypes = {buffers[v.buf].dtype for v in (a, b, sink.dest)}
+    # each output element belongs to one (batch, i, j): the kernel writes it, no sum across
+    # batch entries (which a zero stride would ask for)
+    d = len(stage.shape)
+    distinct = all(s != 0 or e == 1 for j, (s, e) in enumerate(zip(sink.dest.strides, stage.shape))
+                   if j != d - 2)
     return (len(dtypes) == 1 and dtypes <= set(FLOATS) and sink.node.dtype in FLOATS
-            and sink.dest.strides[-1] == 1)
+            and sink.dest.strides[-1] == 1 and distinct)
 
 
 def host_features() -> str:
@@ -171,7 +178,9 @@ class _TileKernel:
         lane = ir.Constant(ir.VectorType(I64, w), list(range(w)))
         self.mask = b.icmp_signed("<", lane, self._splat(rest, ir.VectorType(I64, w)), name="mask")
         spans.append((0, j_lo, self.n))                    # nv = 0: the masked tile
-        kb = open_loop(b, self.c64(0), self.k, ("kb.head", "kb.body", "kb.exit"), "k0")
+        # at least one k block, so that k = 0 still writes (zeros) into the output
+        k_stop = b.select(b.icmp_signed("==", self.k, self.c64(0)), self.c64(1), self.k, name="k.stop")
+        kb = open_loop(b, self.c64(0), k_stop, ("kb.head", "kb.body", "kb.exit"), "k0")
         k_end = self.min(b.add(kb.index, self.c64(KC)), self.k, "k.end")
         ib = open_loop(b, self.c64(0), self.m, ("ib.head", "ib.body", "ib.exit"), "ib")
         i_end = self.min(b.add(ib.index, self.c64(MC)), self.m, "i.end")
@@ -264,7 +273,7 @@ class _TileKernel:
         crow = [self.at(self.c, b.add(b.mul(b.add(i0, self.c64(r)), self.sc_i), j0), f"crow{r}")
                 for r in range(mr)]
         cptr = [[self.at(crow[r], self.c64(v * w)) for v in range(nv)] for r in range(mr)]
-        init = [self.vload(cptr[r][v], masked=masked) for r in range(mr) for v in range(nv)]
+        init = self._tile_start(k0, [cptr[r][v] for r in range(mr) for v in range(nv)], masked)
         kl = open_loop(b, k0, k_end, ("tk.head", "tk.body", "tk.exit"), "kk",
                        carried=[(f"acc{r}.{v}", init[r * nv + v])
                                 for r in range(mr) for v in range(nv)])
@@ -282,6 +291,26 @@ class _TileKernel:
         for r in range(mr):
             for v in range(nv):
                 self.vstore(kl.carried[r * nv + v], cptr[r][v], masked=masked)
+
+    def _tile_start(self, k0, ptrs, masked):
+        """The accumulators' first values: zero in the first k block, else what the earlier
+        blocks stored (loaded only then, so the first block never reads the output)."""
+        b = self.b
+        entry = b.block
+        fn = self.fn
+        load_bb, join = fn.append_basic_block("tile.reload"), fn.append_basic_block("tile.start")
+        b.cbranch(b.icmp_signed("==", k0, self.c64(0)), join, load_bb)
+        b.position_at_end(load_bb)
+        loaded = [self.vload(p, masked=masked) for p in ptrs]
+        b.branch(join)
+        b.position_at_end(join)
+        starts = []
+        for i, x in enumerate(loaded):
+            phi = b.phi(self.vty, name=f"start{i}")
+            phi.add_incoming(ir.Constant(self.vty, None), entry)
+            phi.add_incoming(x, load_bb)
+            starts.append(phi)
+        return starts
 
     def b_offset(self, j):
         """Element offset of column j in a row of b (a plain ``j`` when b is unit-stride)."""

@@ -116,3 +116,15 @@ def test_vector_width_follows_the_host_features():
     assert mk.lanes("+sse2,+avx2,-avx512f", "float64") == 4
     assert mk.lanes("+avx2,+avx512f", "float64") == 8
     assert mk.lanes("+avx2,+avx512f", "float32") == 16
+
+
+@pytest.mark.parametrize("k", [0, 1, 300])
+def test_writes_every_output_element_without_a_fill(k):
+    """The kernel overwrites its output (no zero fill first): garbage in an out= array, or a
+    product with k = 0, must still give exactly a @ b."""
+    a, b = rand((15, k), np.float64, 13), rand((k, 21), np.float64, 14)
+    f = sg.differentiate(matmul)
+    out = np.full((15, 21), np.nan)
+    assert f(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, **TOL[np.float64])
+    np.testing.assert_allclose(f(a, b), a @ b, **TOL[np.float64])
