@@ -31,14 +31,13 @@ import numpy as np
 
 from . import backends
 from .autodiff import grad_graph, hvp_graph
-from .backends import check_target
+from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
 from .emit_python import emit
 from .frontend import trace
 from . import settings
 from .ir import Graph
 from .runtime import arg_key, flat_plan, flat_values, standin
-from .scope import MISSING
 from .simplify import simplify
 
 DEFAULT_TRACE_CACHE_SIZE = settings.VARIABLES["SYMGRAD_TRACE_CACHE_SIZE"].default
@@ -102,6 +101,7 @@ class Function:
         self._lock = threading.Lock()
         _functions.add(self)
         self._last_key = None   # signature of the latest call, for .source/.ir
+        self._hot = None   # (plan, captures) of the latest signature: see __call__
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
         self.__wrapped__ = self.fn
@@ -114,6 +114,7 @@ class Function:
     def target(self, target: str):
         self._backend_name = check_target(target)
         self._backend = None   # imported on first call (symgrad never imports llvmlite itself)
+        self._hot = None
 
     # -- construction helpers ------------------------------------------------------------------
     def _normalize_wrt(self, wrt):
@@ -226,6 +227,11 @@ class Function:
     def __call__(self, *args, **kwargs):
         """Evaluate on the function's target. ``out=`` (an array, or a tuple matching the
         outputs) receives the results in place, unless the function has a parameter ``out``."""
+        hot = self._hot   # the plan checks what the key encodes: MISS unless it is its signature
+        if hot is not None and not kwargs and (not hot[1] or captures_current(hot[1])):
+            result = hot[0](args)
+            if result is not MISS:
+                return result
         out = None
         if kwargs:
             if "out" in kwargs and "out" not in self.params:
@@ -240,27 +246,15 @@ class Function:
             entry = self._compiled(backend.signature_values(list(values)))
         else:
             key = tuple([arg_key(v) for v in values])
-            self._last_key = key
-            entry = self._cache.get(key)
-            if entry is None:
-                entry = self._compiled(values, key)
-            else:
-                # captures_current, inlined: this check runs on every call
-                for holder, name, value in entry.captures:
-                    if holder.get(name, MISSING) is not value:
-                        entry = self._compiled(values, key)
-                        break
-                else:
-                    if len(self._cache) > 1:   # keep the LRU order (none with one entry)
-                        try:
-                            self._cache.move_to_end(key)
-                        except KeyError:       # dropped by another thread meanwhile
-                            pass
+            entry = self._compiled(values, key)
         prepared = entry.prepared.get(self._backend_name)
         if prepared is None:
             prepared = entry.prepare(backend)
         if entry.flat_plan is not None:   # pytree arguments: back ends see their leaves
             values = flat_values(values, entry.flat_plan)
+        elif backend.signature_values is None:   # the next call's hot path
+            plan = backend.call_plan(prepared, tuple([k.kind for k in key]))
+            self._hot = None if plan is None else (plan, entry.captures)
         return backend.run(prepared, values, out)
 
     def _load_backend(self):
