@@ -249,3 +249,26 @@ def test_loop_source_does_not_grow_with_the_trip_count():
         source = sg.grad(rnn_value, target="python").source_for(np.eye(3) * 0.5, xs, np.zeros(3))
         lengths.add(source.replace(str(n), "N"))   # the trip count is the only difference
     assert len(lengths) == 1
+
+
+def growing(x):
+    h = x
+    for t in range(10):
+        h = np.concatenate([h, x])
+    return np.sum(h)
+
+
+def scalar_then_vector(x):
+    h = 0.0
+    for t in range(10):
+        h = np.tanh(h + x)
+    return np.sum(h)
+
+
+def test_a_carry_changing_shape_is_refused_naming_it_and_a_first_iteration_change_is_peeled():
+    x = np.ones(3)
+    f = sg.differentiate(scalar_then_vector)
+    assert "loop(" in f.ir_for(x) and f(x) == pytest.approx(scalar_then_vector(x))
+    with pytest.raises(sg.UnsupportedSyntaxError, match=r"'h' changes shape from \(6,\) to \(9,\)") as e:
+        sg.differentiate(growing)(x)
+    assert e.value.lineno == growing.__code__.co_firstlineno + 2
