@@ -9,7 +9,7 @@
     f(1.0, 2.0), f.grad(1.0, 2.0)
     print(f.grad.source)
 """
-from .api import Function, differentiate, grad, hvp, value_and_grad
+from .api import Function, differentiate, grad, hvp, jvp, value_and_grad
 from .check import check_grad
 from .errors import UnsupportedSyntaxError
 from .export import export
@@ -31,6 +31,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
 
 
-__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
+__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "jvp", "check_grad",
            "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value", "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]
