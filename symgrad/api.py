@@ -35,6 +35,7 @@ from .emit_python import emit
 from .frontend import trace
 from . import settings
 from .forward import build_jvp, tangent_params, trial_arguments
+from .custom_gradient import lowerable
 from .ir import Graph
 from .pickling import _find, _importable_name, _rebuild, _unpickled
 from .runtime import arg_key, flat_plan, flat_values, standin
@@ -55,7 +56,8 @@ class Compiled:
     function (see ``captures_current``). Back ends see it as the signature they prepare."""
 
     def __init__(self, graph: Graph, captures: list):
-        self.graph = graph
+        self.derivable = graph               # what derivatives are taken of (custom rules kept)
+        self.graph = lowerable(graph)        # what back ends run and emitters print
         self.captures = captures
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
@@ -180,7 +182,7 @@ class Function:
         if self._kind == "jvp":
             return build_jvp(self, values)
         parent = self._parent._compiled(values)
-        return grad_graph(parent.graph, self.wrt, self._single, self._kind == "value_and_grad"), \
+        return grad_graph(parent.derivable, self.wrt, self._single, self._kind == "value_and_grad"), \
             parent.captures
 
     def _build_hvp(self, values) -> tuple[Graph, list]:
@@ -189,10 +191,10 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        (b_x,) = parent.graph.outputs
+        (b_x,) = parent.derivable.outputs
         if np.shape(values[1]) != b_x.shape:
             raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
-        return hvp_graph(parent.graph, i, f"hvp_{self.fn.__name__}"), parent.captures
+        return hvp_graph(parent.derivable, i, f"hvp_{self.fn.__name__}"), parent.captures
 
     # -- being called while another function is traced (symgrad.expressions) --------------------
     @property
@@ -206,7 +208,7 @@ class Function:
         """The simplified graph of these values' signature and the captures ``(holder, name,
         value)`` its trace read (cached like a call's)."""
         entry = self._compiled(values)
-        return entry.graph, entry.captures
+        return entry.derivable, entry.captures
 
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph

@@ -115,7 +115,7 @@ def build_jvp(function, values) -> tuple[Graph, list]:
             raise TypeError(f"{function.__name__}: the tangent of '{parent.params[i]}' must have "
                             f"the argument's structure (containers, dict keys), got {tangent!r:.80}")
     entry = parent._compiled(list(values[:n]))
-    graph = jvp_graph(entry.graph, function.wrt, list(values[n:]), function.__name__)
+    graph = jvp_graph(entry.derivable, function.wrt, list(values[n:]), function.__name__)
     return graph, entry.captures
 
 
