@@ -170,8 +170,7 @@ def _tangent_dtype(graph: Graph, i: int, leaf, primal: Node) -> str:
     """The dtype of a tangent leaf as the back end will receive it; a clear error for a
     non-float tangent or one whose shape is not the argument's."""
     where = f"jvp: the tangent of '{tree_name(graph, i)}'"
-    if isinstance(leaf, (bool, np.bool_)) or not isinstance(leaf, (float, int, np.ndarray, np.generic)) \
-            or isinstance(leaf, int):
+    if isinstance(leaf, (bool, int)) or not isinstance(leaf, (float, np.ndarray, np.generic)):
         raise TypeError(f"{where} must be a float or a float array, got {type(leaf).__name__}")
     dtype = np.asarray(leaf).dtype.name
     if dtype not in FLOAT_DTYPES:

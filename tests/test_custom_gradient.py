@@ -141,3 +141,37 @@ def test_a_scalar_rule_for_an_array_argument_means_every_element():
     def total(x):
         return np.sum(x), lambda g: g * 2.0
     np.testing.assert_allclose(sg.grad(total, target="python")(np.ones(3)), [2.0, 2.0, 2.0])
+
+
+def repeated(x):
+    for _ in range(3):
+        x = log1pexp(x) * 0.5
+    return np.sum(x)
+
+
+def branchy(x):
+    if np.sum(x) > 0:
+        y = log1pexp(x)
+    else:
+        y = x * x
+    return np.sum(y)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_rule_inside_loops_and_branches(target):
+    x = np.array([0.3, -1.2, 2.0])
+    assert sg.check_grad(repeated, x) < 1e-6
+    np.testing.assert_allclose(sg.grad(branchy, target=target)(x), sigmoid(x), rtol=1e-14)
+    np.testing.assert_allclose(sg.grad(branchy, target=target)(-x), -2 * x, rtol=1e-14)
+    g = sg.grad(repeated, target=target)(x)
+    h = 1e-6
+    numeric = [(repeated(x + h * e) - repeated(x - h * e)) / (2 * h) for e in np.eye(3)]
+    np.testing.assert_allclose(g, numeric, rtol=1e-7)
+
+
+def test_float32_keeps_its_dtype():
+    x = np.array([0.5, -1.0], dtype=np.float32)
+    for target in TARGETS:
+        g = sg.grad(log1pexp, target=target)(x)
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, sigmoid(x.astype(np.float64)), rtol=1e-6)
