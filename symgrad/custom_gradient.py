@@ -77,7 +77,7 @@ class Rule:
 
 
 def split_result(result, name: str):
-    from .scope import InterpFunction   # a function defined while tracing (scope is above us)
+    from .scope import InterpFunction   # a function defined while tracing (scope sits above)
     if not (isinstance(result, tuple) and len(result) == 2 and
             (callable(result[1]) or isinstance(result[1], InterpFunction))):
         raise TypeError(f"{name}: a @custom_gradient function must return (value, grad_fn), "
@@ -88,10 +88,16 @@ def split_result(result, name: str):
 def apply_rule(tracer, name: str, result, args, node) -> Node:
     """The traced result of a custom-gradient function: its value as a ``custom_gradient``
     node whose rule is ``grad_fn`` traced on an upstream placeholder."""
+    from .scope import walk_nodes
     value, grad_fn = split_result(result, name)
+    if isinstance(value, (tuple, list, dict)) or not is_float(lift(value).dtype):
+        raise TypeError(f"{name}: a @custom_gradient function's value must be one float array "
+                        f"(got {type(value).__name__})")
     value = lift(value)
-    if not isinstance(value, Node) or not is_float(value.dtype):
-        raise TypeError(f"{name}: a @custom_gradient function's value must be one float array")
+    for a in args:
+        if isinstance(a, (tuple, list, dict)) and any(True for _ in walk_nodes(a)):
+            raise TypeError(f"{name}: a @custom_gradient function takes its float inputs as "
+                            "separate array arguments, not inside a tuple, list or dict")
     float_args = [a for a in args if isinstance(a, Node) and is_float(a.dtype)]
     upstream = make("arg", (), (-next(_ids), "upstream", value.dtype, value.shape))
     grads = tracer.call(grad_fn, [upstream], {}, node)

@@ -128,6 +128,18 @@ def test_bad_rules_are_clear_errors():
     def wrong_shape(x):
         return np.sum(x), lambda g: np.ones(5) * g
 
+    @sg.custom_gradient
+    def two_values(x):
+        return (x, x), lambda g: g
+
+    @sg.custom_gradient
+    def packed(xs):
+        return xs[0] * xs[1], lambda g: (g, g)
+
+    with pytest.raises(TypeError, match="one float array"):
+        sg.grad(lambda x: np.sum(two_values(x)[0]))(np.ones(3))
+    with pytest.raises(TypeError, match="separate array arguments"):
+        sg.grad(lambda x: np.sum(packed((x, x))))(np.ones(3))
     with pytest.raises(TypeError, match=r"return \(value, grad_fn\)"):
         sg.grad(lambda x: np.sum(no_rule(x)))(np.ones(3))
     with pytest.raises(TypeError, match="2 gradient"):

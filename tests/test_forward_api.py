@@ -242,3 +242,16 @@ def test_jvp_pickles_and_names_its_tangents_uniquely():
     x, v = np.array([0.3, -0.2, 1.1]), np.ones(3)
     assert g(x, v) == f(x, v)
     assert sg.jvp(sg.jvp(rosen)).params == ("x", "t_x", "t_x_2")
+
+
+def test_jvp_kernels_run_in_the_cuda_emulation():
+    """The jvp's graph lowers for target="cuda" (emulated on the CPU) to the same numbers."""
+    from symgrad.codegen import ptx_emulate
+    rng = np.random.default_rng(3)
+    args = [rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=(3, 4)),
+            rng.normal(size=(4, 2))]
+    f = sg.jvp(model, wrt=(0, 1), target="python")
+    (value, h), (t_value, t_h) = f(*args)
+    got = ptx_emulate.run(f._graph(args), args)
+    np.testing.assert_allclose(got[1][0], t_value, rtol=1e-12)
+    np.testing.assert_allclose(got[1][1], t_h, rtol=1e-12)

@@ -162,6 +162,9 @@ def _examples():
         out.append((f"rosenbrock-{dt}", r._compiled([np.linspace(-1, 1, 1000).astype(dt)])))
         out.append((f"rosenbrock-hvp-{dt}", sg.hvp(rosen)._compiled(
             [np.linspace(-1, 1, 100).astype(dt), np.ones(100, dt)])))
+        out.append((f"rosenbrock-jvp-of-grad-{dt}", sg.jvp(sg.grad(rosen))._compiled(
+            [np.linspace(-1, 1, 100).astype(dt), np.ones(100, dt)])))
+        out.append((f"w1-jvp-{dt}", sg.jvp(w1, wrt=(0, 1))._compiled([x, y, y, x])))
     return out
 
 
