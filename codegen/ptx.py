@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from symgrad.ir import Graph, toposort
+from symgrad.regions import straight_line
 
 from . import libdevice
 from .lower import LOWER
@@ -47,7 +48,9 @@ def lowering(op: str) -> str | None:
 
 def plan(graph: Graph) -> Plan:
     """The plan of ``graph`` (``codegen.ptx_plan.plan``), after checking that every op has a
-    lowering: a missing one is a NotImplementedError here, never a crash in native code."""
+    lowering: a missing one is a NotImplementedError here, never a crash in native code.
+    Loops and branches are expanded first (no native regions on this target yet)."""
+    graph = straight_line(graph)
     for n in toposort(graph.outputs):
         if n.op in UNSUPPORTED:
             raise NotImplementedError(f"op {n.op!r} is not supported on target='cuda': {UNSUPPORTED[n.op]}")

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from symgrad.ir import Graph, Node, is_float, toposort
+from symgrad.regions import EXPANDED
 
 from .buffers import Buffer
 from .lower import LOWER
@@ -46,6 +47,7 @@ IN_MEMORY = ("arg", "array")
 # Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
+    **EXPANDED,
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
 
 

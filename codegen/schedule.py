@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from symgrad.ir import Graph, Node, is_float, toposort, use_counts
+from symgrad.regions import EXPANDED, straight_line
 
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
@@ -71,6 +72,7 @@ class Schedule:
     """Build with ``Schedule(graph)``; read ``stages``, ``buffers``, ``home``, ``loc``."""
 
     def __init__(self, graph: Graph):
+        graph = straight_line(graph)   # loops and branches unrolled: no native regions yet
         self.graph = graph
         self.stages: list[Stage] = []
         self.buffers: list[Buffer] = []
@@ -467,6 +469,7 @@ SCHEDULE_RULES = {
 # Ops the CPU back end refuses with NotImplementedError, and why (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
+    **EXPANDED,
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
 
 

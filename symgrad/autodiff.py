@@ -9,50 +9,89 @@ from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
 from .ops import add, cast, full, reduce, unbroadcast, zeros_like
+from .region_autodiff import apply_replacements, cond_vjp, loop_vjp
+from .regions import TUPLE
 from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
 
 
 def active_nodes(order: list[Node], wrt: set[Node]) -> set[Node]:
-    """Nodes whose value depends differentiably on a ``wrt`` node."""
+    """Nodes whose value depends differentiably on a ``wrt`` node (a region node's results
+    count as one value)."""
     active: set[Node] = set()
     for node in order:
-        if node in wrt or (OPS[node.op].vjp is not None and is_float(node.dtype)
+        if node in wrt or (OPS[node.op].vjp is not None and
+                           (is_float(node.dtype) or node.dtype == TUPLE)
                            and any(i in active for i in node.inputs)):
             active.add(node)
     return active
 
 
-def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node]]:
-    """Cotangents of ``sum(outputs)`` for each ``wrt`` node, and the node each derivative term
-    came from (for the generated code's ``# grad of line ...`` comments)."""
-    order = toposort(graph.outputs)
+_REGION_VJPS = {"loop": loop_vjp, "cond": cond_vjp}
+
+
+def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict | None = None):
+    """The core of reverse mode over the DAG of ``outputs``: ``seeds`` are (node, cotangent)
+    pairs; returns the cotangent of every node reached and the primal loops to be replaced by
+    their augmented forms (``symgrad.region_autodiff``). With ``graph``, the user's names
+    become ``b_<name>`` and the cut terms of ``stop_gradient`` are recorded."""
+    order = toposort(outputs)
     active = active_nodes(order, set(wrt))
     cotangent: dict[Node, Node] = {}
-    origin: dict[Node, Node] = {}
+    region_cts: dict[Node, dict] = {}
+    replaced: dict[Node, Node] = {}
+    origin = {} if origin is None else origin
+    known = graph.locs if graph is not None else {}
 
     def accumulate(node: Node, g: Node, source: Node):
         g = cast(unbroadcast(g, node.shape), node.dtype)
-        label_new(g, origin, source, known=graph.locs)
+        label_new(g, origin, source, known=known)
         cotangent[node] = g if node not in cotangent else add(cotangent[node], g)
         origin.setdefault(cotangent[node], source)
 
-    for out in graph.outputs:
-        if out in active:
-            accumulate(out, full(out.shape, 1, out.dtype), out)
+    for out, g in seeds:
+        if out in active and g is not None:
+            accumulate(out, g, out)
     for node in reversed(order):
-        g = cotangent.get(node)
-        if node.op == "stop_gradient":   # the terms the cut removes, for f.grad.stopped()
-            graph.stopped.setdefault(node, g)
-        if g is None or node.op == "arg":
-            continue
-        name = graph.names.get(node)
-        if name and g not in graph.names and g.op not in ("const", "full", "arg"):
-            graph.names[g] = f"b_{name}"
-        grads = OPS[node.op].vjp(g, node)
+        if node.op in _REGION_VJPS:
+            cts = region_cts.get(node)
+            if not cts:
+                continue
+            grads, aug = _REGION_VJPS[node.op](node, cts, reverse_pass)
+            if aug is not None:
+                replaced[node] = aug
+        else:
+            g = cotangent.get(node)
+            if graph is not None and node.op == "stop_gradient":   # for f.grad.stopped()
+                graph.stopped.setdefault(node, g)
+            if g is None or node.op in ("arg", "param"):
+                continue
+            if node.op == "proj":
+                region_cts.setdefault(node.inputs[0], {})[node.attrs[0]] = g
+                continue
+            name = graph.names.get(node) if graph is not None else None
+            if name and g not in graph.names and g.op not in ("const", "full", "arg"):
+                graph.names[g] = f"b_{name}"
+            grads = OPS[node.op].vjp(g, node)
         for inp, gi in zip(node.inputs, grads):
             if gi is not None and inp in active:
                 accumulate(inp, gi, node)
-    return [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt], origin
+    return cotangent, replaced
+
+
+def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node]]:
+    """Cotangents of ``sum(outputs)`` for each ``wrt`` node, and the node each derivative term
+    came from (for the generated code's ``# grad of line ...`` comments). Primal loops in
+    ``graph.outputs`` are replaced by their augmented forms (they store what the backward
+    loops read)."""
+    origin: dict[Node, Node] = {}
+    seeds = [(out, full(out.shape, 1, out.dtype)) for out in graph.outputs]
+    cotangent, replaced = reverse_pass(graph.outputs, seeds, wrt, graph, origin)
+    grads = [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt]
+    if replaced:
+        n_out = len(graph.outputs)
+        both = apply_replacements(list(graph.outputs) + grads, replaced)
+        graph.outputs, grads = tuple(both[:n_out]), both[n_out:]
+    return grads, origin
 
 
 def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Graph:
@@ -72,7 +111,7 @@ def grad_graph(graph: Graph, wrt: tuple, single: bool, with_value: bool) -> Grap
     position = {slot: k + j for j, slot in enumerate(slots)}
     trees = [map_tree(_param_tree(graph, i), position.__getitem__) for i in wrt]
     grad_tree = trees[0] if single else tuple(trees)
-    result.outputs = (tuple(graph.outputs) if with_value else ()) + tuple(grads)
+    result.outputs = (tuple(result.outputs) if with_value else ()) + tuple(grads)
     result.out_tree = (graph.out_tree, grad_tree) if with_value else grad_tree
     return result
 

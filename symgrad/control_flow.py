@@ -162,6 +162,9 @@ class ControlFlow:
     def stmt_For(self, stmt, frame, cont):
         if stmt.orelse:
             self.fail(stmt, "for ... else")
+        plan = self.plan_of(stmt, frame)
+        if plan is not None and self.loop_region(stmt, frame, plan):
+            return
         iterable = self.eval(stmt.iter, frame)   # a traced array iterates over its rows
         try:
             items = iter(iterable)

@@ -211,22 +211,35 @@ register(OpDef(OP, "shape", infer=lambda inputs, attrs: (inputs[0].dtype, inputs
 
 
 def lowerable(graph: Graph) -> Graph:
-    """``graph`` with each custom_gradient node replaced by its value (what back ends run);
-    ``graph`` itself when it has none."""
-    order = graph.nodes()
-    if not any(n.op == OP for n in order):
-        return graph
+    """``graph`` with each custom_gradient node replaced by its value, in loop and branch
+    bodies too (what back ends run); ``graph`` itself when it has none."""
     memo: dict[Node, Node] = {}
-    for n in order:
-        if n.op == OP:
-            memo[n] = memo[n.inputs[0]]
-            continue
-        inputs = tuple(memo[i] for i in n.inputs)
-        memo[n] = n if all(a is b for a, b in zip(inputs, n.inputs)) else make(n.op, inputs, n.attrs)
-    result = graph.derive(graph.name, [memo[o] for o in graph.outputs], graph.out_tree)
+    outputs = _strip(graph.outputs, memo)
+    if all(a is b for a, b in zip(outputs, graph.outputs)):
+        return graph
+    result = graph.derive(graph.name, outputs, graph.out_tree)
     for old, new in memo.items():
         if new is not old:
             for table in (result.names, result.locs, result.grad_origin):
                 if old in table:
                     table.setdefault(new, table[old])
     return result
+
+
+def _strip(outputs, memo: dict) -> list:
+    """``outputs`` rebuilt without custom_gradient nodes; a region's bodies (attrs that are
+    ``symgrad.regions.Body``) are rebuilt the same way (nesting depth is the source's)."""
+    from .regions import Body   # regions sits above the op table
+    for n in toposort(outputs):
+        if n in memo:
+            continue
+        if n.op == OP:
+            memo[n] = memo[n.inputs[0]]
+            continue
+        inputs = tuple(memo[i] for i in n.inputs)
+        attrs = tuple(Body(a.params, tuple(_strip(a.results, {})), a.names, a.derivative)
+                      if isinstance(a, Body) else a for a in n.attrs)
+        same = all(x is y for x, y in zip(inputs, n.inputs)) and all(
+            x is y or (isinstance(x, Body) and x == y) for x, y in zip(attrs, n.attrs))
+        memo[n] = n if same else make(n.op, inputs, attrs)
+    return [memo[o] for o in outputs]

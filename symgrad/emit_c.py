@@ -28,6 +28,7 @@ import numpy as np
 from .emit_python import Namer, _schedule, function_name
 from . import ops as _ops  # noqa: F401 - every op registered before LEAVES is read
 from .ir import OPS, Graph, NewAxis, Node, Slice, ops_of_kind, toposort, use_counts
+from .regions import EXPANDED, straight_line
 
 C_TYPES = {"float64": "double", "float32": "float", "bool": "bool", "int8": "int8_t",
            "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
@@ -242,12 +243,13 @@ _REDUCE_IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 
 def unsupported_ops() -> list[str]:
     """Ops of the op table this back end has no rule for (a completeness test keeps it empty)."""
-    known = set(C_ELEMENTWISE) | set(VIEWS) | set(LOOP_NESTS) | set(LEAVES)
+    known = set(C_ELEMENTWISE) | set(VIEWS) | set(LOOP_NESTS) | set(LEAVES) | set(EXPANDED)
     return [op for op in OPS if op not in known]
 
 
 class _CEmitter:
     def __init__(self, graph: Graph, name: str | None = None):
+        graph = straight_line(graph)   # C has loops, but regions are not lowered to them yet
         self.graph = graph
         self.name = name or function_name(graph)
         self.order = toposort(graph.outputs)

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from . import spelling as sp
+from . import emit_regions, spelling as sp
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
 from .runtime import DictTree, ListTree
@@ -85,6 +85,7 @@ class _Emitter:
         self.arg_shapes = {x.shape: (graph.params[i], x.dtype) for i, x in
                            enumerate(graph.inputs) if x is not None and x.ndim}
         self.python_numbers: set[Node] = set()   # values that may be Python numbers at run time
+        self.region_vars: dict[Node, list] = {}   # loop/cond -> the variables of its results
 
     # -- spelling helpers --------------------------------------------------------------------
     def shape_text(self, shape) -> str:
@@ -238,6 +239,9 @@ STATEMENTS = {
     "setitem": _Emitter.update_statement,
     "index_add": _Emitter.update_statement,
     "scatter_add": _Emitter.scatter_statement,
+    "loop": emit_regions.loop_statement,
+    "cond": emit_regions.cond_statement,
+    "proj": emit_regions.proj_expression,
 }
 # op -> a spelling the emitter gives instead of the op table's (``full`` reads the arguments'
 # shapes: ``np.zeros_like(x)``).

@@ -469,6 +469,10 @@ _NODE_METHODS = {
     "trace": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.trace(x, offset, axis1, axis2),
     "repeat": lambda x, repeats, axis=None: numpy_extra.repeat(x, repeats, axis),
     "conj": lambda x: x, "conjugate": lambda x: x,
+    "argmax": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmax"](x, axis, out, keepdims=keepdims),
+    "argmin": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmin"](x, axis, out, keepdims=keepdims),
+    "cumsum": lambda x, axis=None, dtype=None, out=None: DUALS["cumsum"](x, axis, dtype, out),
+    "cumprod": lambda x, axis=None, dtype=None, out=None: DUALS["cumprod"](x, axis, dtype, out),
 }
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from .autodiff import _param_tree, _wrt_slots, tree_name
 from .ir import FLOAT_DTYPES, OPS, Graph, Node, is_float, label_new, make
 from .ops import broadcast_to, cast, zeros_like
+from .regions import straight_line
 from .runtime import flat_plan, is_node, map_tree, walk_tree
 
 
@@ -67,6 +68,7 @@ def jvp_graph(graph: Graph, wrt: tuple, tangent_values: list, name: str) -> Grap
     (one per parameter, shaped like it; a pytree parameter's tangent is a pytree of the same
     structure). Its parameters are ``graph``'s followed by one tangent parameter per ``wrt``
     entry (``t_x``), so ``sg.grad`` can take derivatives with respect to either."""
+    graph = straight_line(graph)   # loop/cond regions: forward mode runs on their expansion
     result = graph.derive(name, graph.outputs, graph.out_tree)
     taken = set(graph.params) | set(graph.top_params or ())
     params, inputs, seeds, trees, top_names = list(graph.params), list(graph.inputs), {}, [], []

@@ -27,6 +27,7 @@ from .errors import UnsupportedSyntaxError
 from .ir import INT_DTYPES, Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
+from .loops import Loops
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .arguments import bind_argument
 from .runtime import build_tree
@@ -35,7 +36,7 @@ from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
 
-class Tracer(Expressions, Calls, ControlFlow):
+class Tracer(Expressions, Calls, Loops, ControlFlow):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.

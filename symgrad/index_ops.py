@@ -269,11 +269,25 @@ def concatenate(xs, axis=0) -> Node:
     return xs[0] if len(xs) == 1 else make("concatenate", tuple(xs), (axis,))
 
 
+def _rows_of(xs):
+    """The array whose rows 0, 1, ... ``xs`` are, or None."""
+    base = xs[0].inputs[0] if xs[0].op == "getitem" else None
+    if base is None or base.ndim == 0 or base.shape[0] != len(xs):
+        return None
+    for j, x in enumerate(xs):
+        if x.op != "getitem" or x.inputs[0] is not base or x.attrs[0] != (j,):
+            return None
+    return base
+
+
 def stack(xs, axis=0) -> Node:
     xs = _promote(list(xs))
     if not xs:
         raise ValueError("need at least one array to stack")
     axis = normalize_axes(axis, xs[0].ndim + 1)[0]
+    base = _rows_of(xs) if axis == 0 else None
+    if base is not None:   # the rows of one array, in order (a loop's stacked output)
+        return base
     return make("stack", tuple(xs), (axis,))
 
 

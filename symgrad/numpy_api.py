@@ -181,7 +181,8 @@ CALLABLES[builtins.abs] = DUALS["abs"]
 # Python's own round/divmod on static values (round(2.5) is the int 2), NumPy's when traced
 CALLABLES[builtins.round] = _dual(builtins.round, FUNCTIONS["round"][1], "round")
 CALLABLES[builtins.divmod] = _dual(builtins.divmod, FUNCTIONS["divmod"][1], "divmod")
-CALLABLES[np.linalg.norm] = DUALS["norm"]
+for _name in numpy_extra.numpy_linalg.LINALG_NAMES:   # np.linalg.det is sg.det, ...
+    CALLABLES[getattr(np.linalg, _name)] = DUALS[_name]
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
 
@@ -256,12 +257,11 @@ def supported() -> list[str]:
 
 # Known gaps, with the reason a user sees in the UnsupportedSyntaxError (README lists them).
 NOT_YET_SUPPORTED = {
-    "np.einsum, np.tensordot, np.inner, np.kron, np.cross": "contractions need loop-structured "
-    "lowering to be fast (a broadcast-multiply-sum would materialise a big intermediate)",
-    "np.linalg.det, inv, solve, cholesky, slogdet": "factorisations need new loop-structured primitives",
-    "np.linalg.norm(matrix, ord=2 / -2 / 'nuc')": "needs the singular values (an SVD)",
-    "np.sort, np.partition, np.argmax, np.argmin": "data-dependent permutations need new primitives",
-    "np.cumsum, np.cumprod": "a scan primitive (as compositions they would cost O(n^2))",
+    "np.linalg.norm(matrix, ord=2 / -2 / 'nuc')": "needs the singular values (an SVD), which "
+    "no back end has yet",
+    "np.linalg.svd, eig, eigh, qr, pinv, lstsq": "factorisations without a composition here yet",
+    "np.argsort": "ties: NumPy's default sort is not stable, so its order of equal keys is "
+    "not reproducible (np.sort, whose values do not depend on that order, is supported)",
     "x[x > 0] (a boolean mask computed from traced data)": "the result's length would depend on "
     "the data (use np.where)",
     "np.r_ / np.c_ directive strings ('0,2,1')": "use np.concatenate / np.stack with an axis",
@@ -276,8 +276,9 @@ def readme_section() -> str:
     names = supported()
     lines = [README_BEGIN, "",
              f"Recognised while tracing ({len(names)} names): `sg.<name>` for each, and `np.<name>` "
-             "or `math.<name>` wherever NumPy or Python's math has that name (`norm` is "
-             "`np.linalg.norm`; `math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
+             "or `math.<name>` wherever NumPy or Python's math has that name (`det`, `slogdet`, "
+             "`inv`, `solve`, `cholesky`, `matrix_power` and `norm` are `np.linalg`'s; "
+             "`math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
     lines.append(", ".join(f"`{n}`" for n in names))
     lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "
               "function and your line; any other NumPy function does too):", ""]

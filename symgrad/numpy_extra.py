@@ -68,3 +68,9 @@ FUNCTIONS = {
 ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "remainder",
            "around": "round", "round_": "round", "degrees": "rad2deg", "radians": "deg2rad",
            "conjugate": "conj", "row_stack": "vstack"}
+
+# Order statistics and scans, contractions, linear algebra: their modules' tables join this one.
+from . import numpy_contractions, numpy_linalg, numpy_sorting  # noqa: E402
+for _module in (numpy_contractions, numpy_linalg, numpy_sorting):
+    FUNCTIONS.update(_module.FUNCTIONS)
+    ALIASES.update(_module.ALIASES)

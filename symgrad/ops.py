@@ -21,7 +21,8 @@ also fills ``symgrad.ir.OPERATORS``, the builders behind ``Node``'s operators (`
 """
 from __future__ import annotations
 
-from . import custom_gradient, elementwise, index_ops, ir, op_base, ops_extra, shape_ops  # noqa: F401
+from . import (custom_gradient, elementwise, index_ops, ir, op_base, ops_extra,  # noqa: F401
+               regions, shape_ops)
 from .elementwise import NUMPY_FUNCTIONS  # noqa: F401 - re-exported
 from .elementwise import abs_, add, div, ge, gt, le, lt, mul, neg, pow_, sub
 from .index_ops import _index_shape, _index_text  # noqa: F401 - re-exported (back ends)

@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from .ir import OPS, Graph, Node, label_new, make, toposort
+from .region_passes import prune_loops, simplify_region
 from .ops import (broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div, where,
                   cast)
 
@@ -300,7 +301,12 @@ SINK_RULES = {"mul": _sink_product, "div": _sink_product, "add": _sink_sum_of_se
               "sum": _sink_sum, "reshape": _sink_reshape}
 
 
-RULES = {"sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
+def _region(n):
+    """Loop and branch bodies are simplified like the graph (symgrad.region_passes)."""
+    return simplify_region(n, lambda outputs, forward: simplify_nodes(outputs, None, forward))
+
+
+RULES = {"loop": _region, "cond": _region, "sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
          "where": _where, "reshape": _reshape, "broadcast_to": _fold_shape,
          "transpose": _fold_shape, "getitem": _fold_shape}
 
@@ -356,7 +362,7 @@ def forward_nodes(graph: Graph) -> set[Node]:
 def simplify(graph: Graph) -> Graph:
     """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
     memo: dict[Node, Node] = {}
-    outputs = simplify_nodes(graph.outputs, memo, forward_nodes(graph))
+    outputs = prune_loops(simplify_nodes(graph.outputs, memo, forward_nodes(graph)))
     result = graph.derive(graph.name, outputs, graph.out_tree)
     for table in (result.locs, result.grad_origin):
         for old, value in list(table.items()):

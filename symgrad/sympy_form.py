@@ -25,6 +25,7 @@ import sympy
 
 from . import ops as _ops  # noqa: F401 - every op registered before LEAVES is read
 from .ir import OPS, Graph, Node, ops_of_kind, toposort
+from .regions import straight_line
 from .runtime import unflatten_tree
 
 MAX_ELEMENTS = 256   # beyond this an element-by-element form is no longer readable mathematics
@@ -355,6 +356,7 @@ def to_sympy(graph: Graph):
     """The graph's outputs as sympy, structured like its return value (tuples stay tuples):
     element form for small arrays, else the symbolic-length form (an array output is then its
     element ``i`` of ``n``)."""
+    graph = straight_line(graph)   # mathematics has no loops: a loop is its unrolled formula
     if _too_large(graph):
         values = _SymbolicLength(graph).run()
         outputs = [sympy.sympify(values[o]) for o in graph.outputs]

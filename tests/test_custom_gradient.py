@@ -187,3 +187,20 @@ def test_float32_keeps_its_dtype():
         g = sg.grad(log1pexp, target=target)(x)
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, sigmoid(x.astype(np.float64)), rtol=1e-6)
+
+
+def long_loop(x):
+    for _ in range(40):     # long enough to stay one loop region (not unrolled)
+        x = log1pexp(x) * 0.5 + 0.1
+    return np.sum(x)
+
+
+def test_the_rule_inside_a_loop_region_on_every_target():
+    """A custom_gradient node inside a loop body: back ends get its value there too."""
+    x = np.array([0.3, -1.2, 2.0])
+    want = sg.grad(long_loop, target="python")(x)
+    np.testing.assert_allclose(sg.grad(long_loop, target="cpu")(x), want, rtol=1e-13)
+    assert sg.differentiate(long_loop, target="cpu")(x) == pytest.approx(long_loop(x), rel=1e-14)
+    _, t = sg.jvp(long_loop, target="cpu")(x, np.ones(3))
+    assert t == pytest.approx(float(np.sum(want)), rel=1e-12)
+    assert sg.check_grad(long_loop, x) < 1e-6

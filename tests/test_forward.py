@@ -265,7 +265,8 @@ def test_the_table_reaches_every_differentiable_op():
         f = sg.differentiate(case[1], wrt=_wrt(case), target="python")
         for graph in (f._compiled(args).derivable, _grad_of_sum(case[1], len(args))._graph(args)):
             seen |= {n.op for n in graph.nodes()}
-    differentiable = {name for name, op in OPS.items() if op.vjp is not None}
+    # region ops (loop, cond, proj) are expanded before forward mode: tests/test_forward_api.py
+    differentiable = {name for name, op in OPS.items() if op.vjp is not None and op.kind != "region"}
     assert differentiable - seen == set()
     assert missing_jvp_rules() == []
 

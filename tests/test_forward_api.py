@@ -255,3 +255,23 @@ def test_jvp_kernels_run_in_the_cuda_emulation():
     got = ptx_emulate.run(f._graph(args), args)
     np.testing.assert_allclose(got[1][0], t_value, rtol=1e-12)
     np.testing.assert_allclose(got[1][1], t_h, rtol=1e-12)
+
+
+def recurrence(x, w):
+    h = x * 0.0
+    for i in range(x.shape[0]):
+        h = np.tanh(w * h + x[i])
+        if np.sum(h) > 0.5:
+            h = h * 0.9
+    return h
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_through_loops_and_data_dependent_branches(target):
+    rng = np.random.default_rng(5)
+    x, w, tx, tw = rng.normal(size=(6, 3)), 0.7, rng.normal(size=(6, 3)), 0.3
+    value, tangent = sg.jvp(recurrence, wrt=(0, 1), target=target)(x, w, tx, tw)
+    h = 1e-6
+    numeric = (recurrence(x + h * tx, w + h * tw) - recurrence(x - h * tx, w - h * tw)) / (2 * h)
+    np.testing.assert_allclose(value, recurrence(x, w), rtol=1e-13)
+    np.testing.assert_allclose(tangent, numeric, rtol=1e-6, atol=1e-9)

@@ -6,19 +6,19 @@ from symgrad.ir import OPS
 
 # Ops with no derivative: the result is piecewise constant or not a float.
 NOT_DIFFERENTIABLE = {"sign", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
-                      "logical_not", "arg", "const", "full", "array", "arange",
+                      "logical_not", "arg", "param", "const", "full", "array", "arange",
                       "floor", "ceil", "rint", "trunc"}
 # Ops the Python emitter writes itself (a namespace name; in-place update statements).
-SPELLED_BY_EMITTER = {"array", "setitem", "index_add", "scatter_add"}
-LEAVES = {"arg", "const", "full", "array", "arange"}
+SPELLED_BY_EMITTER = {"array", "setitem", "index_add", "scatter_add", "loop", "cond", "proj"}
+LEAVES = {"arg", "const", "full", "array", "arange", "param"}
 
 
 def test_every_op_has_every_entry():
     for name, op in OPS.items():
         assert op.name == name
-        assert op.kind in ("leaf", "elementwise", "reduction", "shape", "linalg")
+        assert op.kind in ("leaf", "elementwise", "reduction", "shape", "linalg", "region")
         assert callable(op.infer), name
-        assert callable(op.numpy) or name == "arg", name
+        assert callable(op.numpy) or name in ("arg", "param"), name
         assert callable(op.python) or name in SPELLED_BY_EMITTER, name
         assert callable(op.vjp) or name in NOT_DIFFERENTIABLE, name
         assert (op.vjp is None) == (name in NOT_DIFFERENTIABLE) or name == "stop_gradient", name

@@ -1,0 +1,120 @@
+"""The Python back end's statements for regions: a ``loop`` is a real ``for`` loop (``for i in
+reversed(range(n))`` for a backward pass) filling preallocated stacks, a ``cond`` a real
+``if``/``else``. A body is emitted in its own scope (bodies are closed: they read nothing but
+their params), indented under its statement; its params are bound to the carried variables,
+the row ``xs[i]`` of each per-iteration input and the outer values it reads.
+"""
+from __future__ import annotations
+
+from . import spelling as sp
+from .ir import Node, use_counts
+
+
+def _scope(em):
+    return (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.outputs, em.lines,
+            em.last_comment)
+
+
+def _restore(em, saved):
+    (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.outputs, em.lines,
+     em.last_comment) = saved
+
+
+def named(em, n: Node) -> str:
+    """A variable (or number) for an outer value a body reads: an expression is named once
+    outside rather than recomputed in every iteration."""
+    text, prec = em.expr[n]
+    if prec == sp.ATOM and (text.isidentifier() or n.op in ("const",)):
+        return text
+    return em.statement(n, text) if n not in em.var else em.var[n]
+
+
+def emit_body(em, body, bindings: dict, python_numbers=()) -> tuple[list[str], list[str]]:
+    """The lines computing ``body``'s results with its params bound (``bindings``: param ->
+    source text), and the results' source texts."""
+    saved = _scope(em)
+    em.expr, em.var, em.nesting = {}, {}, {}
+    em.python_numbers = set(python_numbers)
+    em.counts, em.outputs, em.lines = use_counts(body.results), set(body.results), []
+    for p in body.params:
+        em.expr[p] = (bindings[p], sp.ATOM)
+    from .emit_python import STATEMENTS, _Emitter
+    from .ir import toposort
+    for n in toposort(body.results, known=set(body.params)):
+        STATEMENTS.get(n.op, _Emitter.expression)(em, n)
+    results = [em.expr[r][0] for r in body.results]
+    lines = em.lines
+    _restore(em, saved)
+    return lines, results
+
+
+def _assign(targets: list[str], values: list[str]) -> list[str]:
+    """``a, b = x, y``: carries are rebound together (the new values read the old ones)."""
+    pairs = [(t, v) for t, v in zip(targets, values) if t != v]
+    if not pairs:
+        return []
+    if len(pairs) == 1:
+        return [f"{pairs[0][0]} = {pairs[0][1]}"]
+    return [", ".join(t for t, _ in pairs) + " = " + ", ".join(v for _, v in pairs)]
+
+
+def loop_statement(em, n: Node):
+    body, trips, nc, nx, reverse = n.attrs
+    names = list(body.names) + [None] * (len(body.params) - len(body.names))
+    params = body.params
+    inits = [named(em, i) for i in n.inputs[:nc]]
+    xs = [named(em, i) for i in n.inputs[nc:nc + nx]]
+    consts = [named(em, i) for i in n.inputs[nc + nx:]]
+    comment = em.comment_for(n)
+    if comment is not None and comment != em.last_comment:
+        em.lines.append(comment)
+        em.last_comment = comment
+    index = em.namer.name(names[0] or "i")
+    carries = [em.namer.name(names[1 + k] or "c") for k in range(nc)]
+    em.lines.extend(f"{c} = {v}" for c, v in zip(carries, inits))
+    stacks = []
+    for r in body.results[nc:]:
+        var = em.namer.name(None)
+        shape = sp.shape_text((trips,) + r.shape)
+        tail = "" if r.dtype == "float64" else f", dtype={sp.dtype_name(r.dtype)}"
+        em.lines.append(f"{var} = np.empty({shape}{tail})")
+        stacks.append(var)
+    bindings = {params[0]: index}
+    bindings.update(zip(params[1:1 + nc], carries))
+    bindings.update((p, f"{x}[{index}]") for p, x in zip(params[1 + nc:1 + nc + nx], xs))
+    bindings.update(zip(params[1 + nc + nx:], consts))
+    numbers = [p for p, i in zip(params[1:1 + nc], n.inputs[:nc]) if i in em.python_numbers]
+    lines, results = emit_body(em, body, bindings, [params[0], *numbers])
+    lines += [f"{s}[{index}] = {r}" for s, r in zip(stacks, results[nc:])]
+    lines += _assign(carries, results[:nc])
+    loop = f"reversed(range({trips}))" if reverse else f"range({trips})"
+    em.lines.append(f"for {index} in {loop}:")
+    em.lines.extend("    " + line for line in (lines or ["pass"]))
+    em.last_comment = None
+    em.region_vars[n] = carries + stacks
+
+
+def cond_statement(em, n: Node):
+    then, other = n.attrs
+    pred = em.expr[n.inputs[0]][0]
+    operands = [named(em, i) for i in n.inputs[1:]]
+    comment = em.comment_for(n)
+    if comment is not None and comment != em.last_comment:
+        em.lines.append(comment)
+    outs = [em.namer.name(None) for _ in then.results]
+    numbers = [p for p, i in zip(then.params, n.inputs[1:]) if i in em.python_numbers]
+    em.lines.append(f"if {pred}:")
+    for k, body in enumerate((then, other)):
+        if k:
+            em.lines.append("else:")
+        lines, results = emit_body(em, body, dict(zip(body.params, operands)), numbers)
+        lines += _assign(outs, results)
+        em.lines.extend("    " + line for line in (lines or ["pass"]))
+    em.last_comment = None
+    em.region_vars[n] = outs
+
+
+def proj_expression(em, n: Node):
+    var = em.region_vars[n.inputs[0]][n.attrs[0]]
+    em.expr[n] = (var, sp.ATOM)
+    em.var[n] = var

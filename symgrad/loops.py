@@ -1,0 +1,337 @@
+"""``for`` loops as loop regions (a mixin of :class:`symgrad.frontend.Tracer`).
+
+A ``for`` over ``range(...)``, the rows of an array, ``enumerate`` or ``zip`` of those is
+traced *once*, with placeholders for the loop index, each row and every variable the body
+rebinds (its carries), and becomes one ``loop`` node (``symgrad.regions``): the IR, the compile
+time and the generated source do not grow with the trip count. Lists the body appends to
+become stacked outputs (after the loop the list holds their rows). A carry keeps its dtype and
+shape: a carry whose first iteration changes it (``h = 0.0`` then ``h = np.tanh(W @ h)``) has
+that iteration peeled off; one that changes again is refused, naming it and its two shapes.
+
+What a loop region cannot express falls back to unrolling, which is also kept as the
+optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
+the loop index, a static value the body needs (``range(i)``), containers rebound in the body.
+"""
+from __future__ import annotations
+
+import ast
+import numbers
+
+import numpy as np
+
+from . import ops, regions
+from .aliases import NO_BUFFERS
+from .errors import UnsupportedSyntaxError
+from .ir import Node, toposort
+from .scope import MISSING, Break, Continue, Return, Undefined, fork
+
+# Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
+# readable); longer ones become loop regions.
+UNROLL_MAX = 4
+
+
+class _Fallback(Exception):
+    """The body needs something a loop region cannot give it: unroll instead."""
+
+
+class _PeelFirst(Exception):
+    """A carry starts as a Python number, whose weak type NumPy resolves in the first
+    iteration: run that one as written, then loop over the rest."""
+
+
+class _Reshaped(Exception):
+    """A carry changed type in the first iteration: peel it and try again."""
+
+    def __init__(self, name, before, after):
+        self.name, self.before, self.after = name, before, after
+
+
+class StackedList(list):
+    """A list the loop body appends to: it records the items (the stacked outputs); reading it
+    inside the body needs its contents per iteration, which only unrolling gives."""
+
+    def append(self, item):
+        list.append(self, item)
+
+    def _refuse(self, *args, **kwargs):
+        raise _Fallback()
+
+    __getitem__ = __len__ = __iter__ = __contains__ = extend = insert = pop = _refuse
+    remove = index = count = sort = reverse = __setitem__ = __delitem__ = _refuse
+
+
+def _walk_body(stmts):
+    """The AST nodes of a loop body, not entering nested functions, lambdas and classes."""
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _body_facts(stmts):
+    """(names the body rebinds, in first-seen order; names it calls ``.append`` on; whether it
+    has break/continue/return)."""
+    assigned: dict[str, None] = {}
+    appended: dict[str, None] = {}
+    jumps = False
+    for node in sorted(_walk_body(stmts), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            assigned.setdefault(node.id)
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            base = node.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                assigned.setdefault(base.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name):
+            if node.func.attr == "append":
+                appended.setdefault(node.func.value.id)
+        elif isinstance(node, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.Global, ast.Nonlocal)):
+            jumps = True
+    return list(assigned), list(appended), jumps
+
+
+def _target_names(target) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+class _Plan:
+    """How a loop iterates: its trip count and, per loop target, how item i is made."""
+
+    def __init__(self, trips: int, parts: list, tupled: bool):
+        self.trips, self.parts, self.tupled = trips, parts, tupled
+
+
+def _part(value):
+    """('range', range) or ('rows', node) for a value a loop region can iterate, else None."""
+    if isinstance(value, range):
+        return ("range", value)
+    if isinstance(value, Node) and value.ndim >= 1:
+        return ("rows", value)
+    return None
+
+
+def _length(part) -> int:
+    return len(part[1]) if part[0] == "range" else part[1].shape[0]
+
+
+def _carry_type(value):
+    """(dtype, shape, weak) of a value a loop may carry, or None."""
+    if isinstance(value, Node):
+        return value.dtype, value.shape, False
+    if isinstance(value, bool):
+        return "bool", (), True
+    if isinstance(value, numbers.Integral):
+        return "int64", (), True
+    if isinstance(value, numbers.Real) and not isinstance(value, np.generic):
+        return "float64", (), True
+    if isinstance(value, (np.generic, np.ndarray)) and value.dtype.kind in "fiub":
+        return value.dtype.name, value.shape, False
+    return None
+
+
+def _mixes_float32(frame, placeholders) -> bool:
+    """Whether any value the body leaves bound is float32 (a weak carry would meet it)."""
+    from .scope import walk_nodes
+    roots = [n for v in frame.env.values() for n in walk_nodes(v)]
+    return any(n.dtype == "float32" for n in toposort(roots))
+
+
+class Loops:
+    """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
+
+    def plan_of(self, stmt, frame):
+        """The loop's :class:`_Plan`, or None when it is not one a region can express."""
+        import builtins
+        it = stmt.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords and \
+                it.func.id in ("enumerate", "zip") and \
+                frame.lookup(it.func.id, it) is getattr(builtins, it.func.id):
+            values = [self.eval(a, frame) for a in it.args]
+            if it.func.id == "enumerate":
+                if len(values) != 1:
+                    return None
+                inner = _part(values[0])
+                if inner is None:
+                    return None
+                parts = [("range", range(_length(inner))), inner]
+            else:
+                parts = [_part(v) for v in values]
+                if not parts or any(p is None for p in parts):
+                    return None
+            trips = min(_length(p) for p in parts)
+            return _Plan(trips, parts, True)
+        part = _part(self.eval(it, frame))
+        return None if part is None else _Plan(_length(part), [part], False)
+
+    def loop_region(self, stmt, frame, plan: _Plan) -> bool:
+        """Trace the loop as a region; False when it must be unrolled instead."""
+        assigned, appended, jumps = _body_facts(stmt.body)
+        if jumps or plan.trips <= UNROLL_MAX:
+            return False
+        targets = _target_names(stmt.target)
+        overrides: dict = {}
+        peeled = False
+        for _attempt in range(4):
+            try:
+                self._region(stmt, frame, plan, assigned, appended, targets, overrides, peeled)
+                return True
+            except _Fallback:
+                return False
+            except _PeelFirst:
+                if peeled or plan.trips <= UNROLL_MAX + 1:
+                    return False
+                peeled = True
+                plan = self._peel(stmt, frame, plan)
+                continue
+            except _Reshaped as r:
+                if r.name in overrides or peeled and r.before[1] != r.after[1]:
+                    if r.before[1] != r.after[1]:
+                        self.fail(stmt, f"loop-carried variable '{r.name}' changes shape from "
+                                  f"{r.before[1]} to {r.after[1]} between iterations",
+                                  "give it its final shape before the loop")
+                    return False
+                if r.before[2]:      # a Python number: its dtype is the loop's, not float64
+                    overrides[r.name] = r.after
+                    continue
+                if peeled or plan.trips <= UNROLL_MAX + 1:
+                    return False
+                peeled = True
+                plan = self._peel(stmt, frame, plan)
+            except UnsupportedSyntaxError:
+                return False
+            except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,
+                    ZeroDivisionError, RecursionError):
+                return False   # unrolling reproduces a genuine error at the user's line
+        return False
+
+    def _peel(self, stmt, frame, plan):
+        """Run the first iteration unrolled; the plan for the rest."""
+        items = [self._item(plan, p, 0) for p in plan.parts]
+        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt)
+        self.exec_block(stmt.body, frame, ())
+        rest = []
+        for p in plan.parts:
+            if p[0] == "range":
+                rest.append(("range", p[1][1:]))
+            else:
+                rest.append(("rows", ops.getitem(p[1], slice(1, None))))
+        return _Plan(plan.trips - 1, rest, plan.tupled)
+
+    @staticmethod
+    def _item(plan, part, i):
+        return part[1][i] if part[0] == "range" else ops.getitem(part[1], i)
+
+    def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled):
+        n = plan.trips
+        child = fork(frame)
+        child.loop_depth += 1
+        index = regions.placeholder("int64")
+        carried, inits, phs, weak = [], [], [], []
+        for name in assigned:
+            if name in targets or name not in frame.env:
+                continue
+            value = frame.env[name]
+            if isinstance(value, Undefined) or name in appended:
+                raise _Fallback()
+            kind = overrides.get(name) or _carry_type(value)
+            if kind is None:
+                raise _Fallback()
+            if kind[2]:
+                weak.append(name)
+            ph = regions.placeholder(kind[0], kind[1])
+            carried.append((name, kind))
+            inits.append(ops.cast(ops.lift(value), kind[0]) if kind[0] != getattr(value, "dtype", None) else ops.lift(value))
+            phs.append(ph)
+            child.env[name] = ph
+            child.buffers.pop(name, None)
+        lists = {}
+        for name in appended:
+            value = frame.env.get(name, MISSING)
+            if not isinstance(value, list) or type(value) is not list:
+                raise _Fallback()
+            lists[name] = child.env[name] = StackedList()
+        rows, xs, items = [], [], []
+        for part in plan.parts:
+            if part[0] == "range":
+                r = part[1]
+                items.append(index if (r.start, r.step) == (0, 1) else index * r.step + r.start)
+            else:
+                x = part[1] if part[1].shape[0] == n else ops.getitem(part[1], slice(0, n))
+                row = regions.placeholder(x.dtype, x.shape[1:])
+                rows.append(row)
+                xs.append(x)
+                items.append(row)
+        self.frames.append(child)
+        try:
+            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt)
+            self.exec_block(stmt.body, child, ())
+        except (Break, Continue, Return):
+            raise _Fallback() from None
+        finally:
+            self.frames.pop()
+            self.frame = frame
+        if weak:
+            # A Python number carried through the loop stays weak in NumPy (a float32 array
+            # times it stays float32); a float64 carry would promote: only where no float32
+            # is involved, after the first iteration has run as written.
+            if not peeled:
+                raise _PeelFirst()
+            touched = [ph for (name, kind), ph in zip(carried, phs) if name in weak]
+            if any(kind[0] != "float64" for (name, kind) in carried if name in weak) or \
+                    _mixes_float32(child, touched):
+                raise _Fallback()
+        new = []
+        for (name, kind), ph in zip(carried, phs):
+            value = child.env.get(name, MISSING)
+            after = _carry_type(value) if value is not MISSING else None
+            if after is None:
+                raise _Fallback()
+            if after[:2] != kind[:2]:
+                if after[0] != kind[0] and after[1] == kind[1] and kind[2] is False and \
+                        isinstance(value, Node):
+                    raise _Reshaped(name, kind, (after[0], after[1], False))
+                raise _Reshaped(name, kind, (after[0], after[1], kind[2]))
+            new.append(ops.lift(value) if isinstance(value, Node) else
+                       ops.full((), value, kind[0]))
+        # Variables first bound in the body: their last value, carried from zeros.
+        fresh = [name for name in assigned if name not in frame.env and name not in targets
+                 and isinstance(child.env.get(name), Node)]
+        for name in fresh:
+            v = child.env[name]
+            carried.append((name, (v.dtype, v.shape, False)))
+            inits.append(ops.full(v.shape, 0, v.dtype))
+            ph = regions.placeholder(v.dtype, v.shape)
+            phs.append(ph)
+            new.append(v)   # reads of it inside the body come after its assignment
+        ys = []
+        for name, recorder in lists.items():
+            for item in list.__iter__(recorder):
+                item = ops.lift(item)
+                ys.append(item)
+        index_name = targets[0] if targets and plan.parts[0][0] == "range" else "i"
+        memo: dict = {}
+        finals, stacks = regions.scan(n, index, phs, inits, rows, xs, new, ys,
+                                      names=(index_name, *(c[0] for c in carried)), memo=memo)
+        for old, new_node in memo.items():
+            if old in self.locs:
+                self.locs.setdefault(new_node, self.locs[old])
+        loc_node = stmt
+        for (name, _), final in zip(carried, finals):
+            frame.env[name] = final
+            frame.buffers.pop(name, None)
+            self.record(frame, loc_node, final, name)
+        k = 0
+        for name, recorder in lists.items():
+            count = len(list(list.__iter__(recorder)))
+            mine = stacks[k:k + count]
+            k += count
+            for t in range(n):
+                frame.env[name].extend(ops.getitem(s, t) for s in mine)
+        if n:   # the loop variables keep their last values, as in Python
+            last = [self._item(plan, p, n - 1) for p in plan.parts]
+            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt)

@@ -1,0 +1,169 @@
+"""Reverse mode through regions (``symgrad.regions``).
+
+A loop's backward pass is a reversed loop over values the forward loop stored (no run-time
+tape: each stored value is a stacked output, preallocated from the trip count):
+
+1. the body is differentiated symbolically (cotangents of its results are placeholders);
+2. the forward-body values that derivative reads (its *residuals*: carries at the start of an
+   iteration, activations, ...) become extra stacked outputs of an *augmented* forward loop,
+   which replaces the original everywhere (one forward loop computes both);
+3. the backward loop runs ``i = n-1, ..., 0`` with the cotangents of the carries as its carries,
+   the cotangents of loop-invariant inputs accumulated as further carries, and the residual
+   rows, the ys' cotangent rows and the xs' rows as its per-iteration inputs; the xs'
+   cotangents are its stacked outputs.
+
+A branch differentiates only the taken side: its backward is a branch on the same condition
+whose bodies are the two sides' derivatives (each recomputing its side's forward values).
+Higher derivatives need nothing more: the backward loop is a loop like any other.
+"""
+from __future__ import annotations
+
+from .ir import Node, is_float, make, substitute, toposort
+from .ops import add, zeros_like
+from .regions import placeholder, close, results_of
+
+_KEEP = ("const", "full", "array", "arange")
+
+
+def apply_replacements(nodes, replaced: dict) -> list[Node]:
+    """``nodes`` with each primal loop replaced by its augmented loop, the augmented loops'
+    own inputs replaced too (a loop may feed another)."""
+    if not replaced:
+        return list(nodes)
+    final: dict = {}
+    primal_of = {aug: primal for primal, aug in replaced.items()}
+    for n in toposort(list(replaced.values()) + list(nodes)):
+        primal = n if n in replaced else primal_of.get(n)
+        if primal is not None and primal not in final:
+            aug = replaced[primal]
+            node = make(aug.op, substitute(aug.inputs, final), aug.attrs)
+            final[primal] = final[aug] = node
+    return substitute(list(nodes), final)
+
+
+def _body_vjp(reverse_pass, params, results, seeds):
+    """Cotangents of ``params`` (None: zero) given ``seeds`` (result -> cotangent node), and the
+    results with inner loops replaced by their augmented forms."""
+    wrt = [p for p in params if is_float(p.dtype)]
+    cotangent, replaced = reverse_pass(list(results), list(seeds.items()), wrt)
+    grads = [cotangent.get(p) if is_float(p.dtype) else None for p in params]
+    fwd = apply_replacements(results, replaced)
+    grads = [None if g is None else apply_replacements([g], replaced)[0] for g in grads]
+    return grads, fwd
+
+
+def loop_vjp(node: Node, cts: dict, reverse_pass):
+    """Cotangents of a loop's inputs from those of its results (``cts``: result index -> node),
+    and the augmented forward loop that replaces ``node``."""
+    body, n, nc, nx, reverse = node.attrs
+    params, results = body.params, body.results
+    index, carries = params[0], params[1:1 + nc]
+    rows, consts = params[1 + nc:1 + nc + nx], params[1 + nc + nx:]
+    inits, xs = node.inputs[:nc], node.inputs[nc:nc + nx]
+    outer_consts = node.inputs[nc + nx:]
+    float_carry = [is_float(c.dtype) for c in carries]
+    # 1. the body's derivative over placeholders for its results' cotangents
+    g_next = [placeholder(c.dtype, c.shape) if f else None for c, f in zip(carries, float_carry)]
+    y_rows = results[nc:]
+    g_y = [placeholder(y.dtype, y.shape) if (nc + k) in cts and is_float(y.dtype) else None
+           for k, y in enumerate(y_rows)]
+    grads, fwd = _body_vjp(reverse_pass, params, results, _accumulated(results, g_next + g_y))
+    g_carry, g_rows, g_consts = grads[1:1 + nc], grads[1 + nc:1 + nc + nx], grads[1 + nc + nx:]
+    # 2. residuals: forward values the derivative reads
+    bwd_outputs = [g for g in grads if g is not None]
+    residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts})
+    aug_body = type(body)(params, tuple(fwd) + tuple(residuals), body.names, body.derivative)
+    aug = make("loop", node.inputs, (aug_body, n, nc, nx, reverse))
+    aug_outs = results_of(aug)
+    stacks = aug_outs[len(results):]
+    # 3. the backward loop
+    b_index = placeholder("int64")
+    res_rows = [placeholder(r.dtype, r.shape) for r in residuals]
+    x_rows = [placeholder(r.dtype, r.shape) for r in rows]
+    acc = [placeholder(k.dtype, k.shape) if g is not None else None for k, g in zip(consts, g_consts)]
+    mapping = {index: b_index, **dict(zip(residuals, res_rows)), **dict(zip(rows, x_rows)),
+               **dict(zip(consts, outer_consts))}
+
+    def rebuilt(g, like):
+        return substitute([g], mapping)[0] if g is not None else zeros_like(like)
+
+    b_carries = [g for g in g_next if g is not None] + [a for a in acc if a is not None]
+    b_new = [rebuilt(g, c) for g, c, f in zip(g_carry, carries, float_carry) if f]
+    b_new += [add(a, rebuilt(g, k)) for a, g, k in zip(acc, g_consts, consts) if a is not None]
+    b_inits = [cts.get(k) if cts.get(k) is not None else zeros_like(inits[k])
+               for k in range(nc) if float_carry[k]]
+    b_inits += [zeros_like(k) for a, k in zip(acc, outer_consts) if a is not None]
+    gy_used = [(ph, cts[nc + k]) for k, ph in enumerate(g_y) if ph is not None]
+    b_rows = [ph for ph, _ in gy_used] + res_rows + x_rows
+    b_xs = [g for _, g in gy_used] + stacks + list(xs)
+    b_ys = [rebuilt(g, r) for g, r in zip(g_rows, rows)]
+    names = tuple(f"b_{nm}" for nm in body.names[1:1 + nc]) if body.names else ()
+    body_b, b_consts, _ = close([b_index, *b_carries, *b_rows], [*b_new, *b_ys], hoist=True,
+                                derivative=True, names=("i",) + names if names else ())
+    back = make("loop", (*b_inits, *b_xs, *b_consts),
+                (body_b, n, len(b_carries), len(b_rows), not reverse))
+    outs = results_of(back)
+    carry_out, ys_out = outs[:len(b_carries)], outs[len(b_carries):]
+    grads_in = []
+    it = iter(carry_out)
+    for k in range(nc):
+        grads_in.append(next(it) if float_carry[k] else None)
+    g_xs = [y if g is not None else None for y, g in zip(ys_out, g_rows)]
+    g_k = [next(it) if a is not None else None for a in acc]
+    return grads_in + g_xs + g_k, aug
+
+
+# Forward values the backward body recomputes from their operand rather than storing: a
+# reshaped, broadcast or negated copy costs nothing to rebuild and as much to store.
+_RECOMPUTED = ("reshape", "broadcast_to", "transpose", "neg", "cast", "getitem")
+
+
+def _residuals(bwd_outputs, forward_set: set, given: set) -> list[Node]:
+    """The forward-body values the backward body reads that it must be given per iteration
+    (the params given anyway, numbers and cheap copies of other values excepted)."""
+    wanted: dict[Node, None] = {}
+    pending = [i for m in toposort(bwd_outputs) if m not in forward_set
+               for i in m.inputs if i in forward_set]
+    pending += [g for g in bwd_outputs if g in forward_set]
+    while pending:
+        m = pending.pop(0)
+        if m in given or m.op in _KEEP or m in wanted:
+            continue
+        if m.op in _RECOMPUTED and len(m.inputs) == 1:
+            pending.append(m.inputs[0])
+            continue
+        wanted.setdefault(m)
+    return list(wanted)
+
+
+def _accumulated(results, phs) -> dict:
+    """Seeds for results that appear twice (a carry returned unchanged as a y too) add up."""
+    out: dict = {}
+    for r, g in zip(results, phs):
+        if g is not None:
+            out[r] = g if r not in out else add(out[r], g)
+    return out
+
+
+def cond_vjp(node: Node, cts: dict, reverse_pass):
+    """A branch's cotangents: a branch on the same condition over the two sides' derivatives."""
+    then, other = node.attrs
+    pred, operands = node.inputs[0], node.inputs[1:]
+    sides = []
+    g_phs = [placeholder(r.dtype, r.shape) if k in cts and is_float(r.dtype) else None
+             for k, r in enumerate(then.results)]
+    for body in (then, other):
+        seeds = _accumulated(body.results, g_phs)
+        grads, _ = _body_vjp(reverse_pass, body.params, body.results, seeds)
+        sides.append([g if g is not None else zeros_like(p) for g, p in zip(grads, body.params)])
+    used = [ph for ph in g_phs if ph is not None]
+    # Each side's derivative reads the side's params (the operands) and the cotangents.
+    ops_then = list(then.params) + used
+    ops_else = list(other.params) + used
+    b_then, e1, _ = close(ops_then, sides[0], hoist=False, derivative=True)
+    b_else, e2, _ = close(ops_else, sides[1], hoist=False, derivative=True)
+    assert not e1 and not e2
+    ct_values = [cts[k] for k, ph in enumerate(g_phs) if ph is not None]
+    back = make("cond", (pred, *operands, *ct_values), (b_then, b_else))
+    grads = results_of(back)
+    return [None] + [g if is_float(p.dtype) else None for g, p in zip(grads, then.params)], None

@@ -1,0 +1,166 @@
+"""Simplification of region nodes (``symgrad.regions``): their bodies are simplified like any
+graph, results nobody reads are dropped (a carry only when no needed result depends on it),
+and every rebuilt loop body is closed again, which hoists work that became loop-invariant.
+"""
+from __future__ import annotations
+
+from .index_ops import getitem
+from .ir import Node, make, substitute, toposort
+from .regions import close, placeholder, results_of
+
+
+_COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
+            "gt": lambda lo, hi, c: (lo > c, hi <= c), "ge": lambda lo, hi, c: (lo >= c, hi < c)}
+
+
+def _index_facts(body, trips: int) -> dict:
+    """Comparisons of the loop index with a number decided by ``0 <= i < trips`` (the
+    wrap-around and bounds checks of ``xs[i]``): node -> its constant value."""
+    index = body.params[0]
+    facts = {}
+    for m in toposort(body.results):
+        if m.op in _COMPARE and m.inputs[0] is index and m.inputs[1].op == "const" and trips:
+            always, never = _COMPARE[m.op](0, trips - 1, m.inputs[1].attrs[0])
+            if always or never:
+                facts[m] = make("const", (), (bool(always), "bool"))
+    return facts
+
+
+def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
+    """``take(c, i + k)`` of a loop-invariant array c (k >= 0 a number) -> (c, k): row i of
+    ``c[k:k + trips]``, which the loop can slice as a per-iteration input instead (its
+    derivative is then a stacked row, not a scatter into a zero array every iteration)."""
+    index = body.params[0]
+    const_params = dict(zip(body.params[1 + nc + nx:], consts))
+    reads = {}
+    for m in toposort(body.results):
+        if m.op != "take" or m.attrs[0] != 0 or m.inputs[0] not in const_params:
+            continue
+        at, offset = m.inputs[1], 0
+        if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
+            at, offset = index, at.inputs[1].attrs[0]
+        source = const_params[m.inputs[0]]
+        if at is index and isinstance(offset, int) and 0 <= offset and \
+                source.shape[0] >= trips + offset:
+            reads[m] = (source, offset)
+    return reads
+
+
+def _with_rows(loop: Node, reads: dict) -> Node:
+    """``loop`` with each read of ``reads`` a per-iteration input."""
+    body, trips, nc, nx, reverse = loop.attrs
+    params = body.params
+    stand_ins = {p: placeholder(p.dtype, p.shape) for p in params}
+    outer = dict(zip([stand_ins[p] for p in params[1 + nc + nx:]], loop.inputs[nc + nx:]))
+    new_rows, new_xs, mapping = [], [], dict(stand_ins)
+    for m, (source, offset) in reads.items():
+        row = placeholder(m.dtype, m.shape)
+        mapping[m] = row
+        new_rows.append(row)
+        new_xs.append(source if (offset, source.shape[0]) == (0, trips) else
+                      getitem(source, slice(offset, offset + trips)))
+    results = substitute(body.results, mapping)
+    explicit = [stand_ins[p] for p in params[:1 + nc + nx]] + new_rows
+    new_body, captures, _ = close(explicit, results, hoist=True, names=body.names,
+                                  derivative=body.derivative)
+    inputs = list(loop.inputs[:nc + nx]) + new_xs + substitute(captures, outer)
+    return make("loop", inputs, (new_body, trips, nc, nx + len(new_rows), reverse))
+
+
+def simplify_region(n: Node, simplify_nodes) -> Node:
+    """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
+    pass; select sinking applies inside derivative bodies only); in a loop body, what the
+    index's range decides is folded and rows read by the index become sliced inputs."""
+    if n.op == "loop":
+        body, trips, nc, nx = n.attrs[:4]
+        facts = _index_facts(body, trips)
+        if facts:
+            body = type(body)(body.params, tuple(substitute(body.results, facts)), body.names,
+                              body.derivative)
+            n = make("loop", n.inputs, (body,) + n.attrs[1:])
+    bodies = [a for a in n.attrs if hasattr(a, "results")]
+    new = []
+    for body in bodies:
+        forward = frozenset() if body.derivative else frozenset(toposort(body.results))
+        results = tuple(prune_loops(simplify_nodes(body.results, forward)))
+        new.append(body if results == body.results else
+                   type(body)(body.params, results, body.names, body.derivative))
+    if not all(a is b for a, b in zip(new, bodies)):
+        it = iter(new)
+        n = make(n.op, n.inputs, tuple(next(it) if hasattr(a, "results") else a for a in n.attrs))
+    if n.op == "loop":
+        body, trips, nc, nx = n.attrs[:4]
+        reads = _row_reads(body, trips, nc, nx, n.inputs[nc + nx:])
+        if reads:
+            n = _with_rows(n, reads)
+    return n
+
+
+def prune_loops(outputs) -> list[Node]:
+    """``outputs`` with each loop keeping only the results something reads (and the carries
+    those depend on) and the inputs its body still reads. Repeated until nothing changes: a
+    pruned backward loop may stop reading a forward loop's stored values."""
+    outputs = list(outputs)
+    while True:
+        pruned = _prune_once(outputs)
+        if all(a is b for a, b in zip(pruned, outputs)):
+            return outputs
+        outputs = pruned
+
+
+def _prune_once(outputs) -> list[Node]:
+    order = toposort(outputs)
+    used: dict[Node, set] = {}
+    for m in order:
+        if m.op == "proj":
+            used.setdefault(m.inputs[0], set()).add(m.attrs[0])
+    mapping: dict[Node, Node] = {}
+    for m in order:
+        if m.op == "loop" and m in used:
+            # from its inputs as already rewritten (a loop may read a pruned loop's results)
+            current = make("loop", substitute(m.inputs, mapping), m.attrs) if mapping else m
+            rebuilt = _pruned(current, used[m])
+            if rebuilt is not None:
+                new_loop, index_map = rebuilt
+                for old_k, new_k in index_map.items():
+                    mapping[make("proj", (m,), (old_k,))] = make("proj", (new_loop,), (new_k,))
+    if not mapping:
+        return list(outputs)
+    # Loops fed by pruned loops are rebuilt by substitute (their inputs change).
+    return substitute(list(outputs), mapping)
+
+
+def _pruned(loop: Node, used: set):
+    body, n, nc, nx, reverse = loop.attrs
+    params, results = body.params, body.results
+    needed = {k for k in used if k < nc}
+    while True:   # carries the needed results depend on
+        reached = set(toposort([results[k] for k in needed] +
+                               [results[k] for k in used if k >= nc]))
+        more = {k for k in range(nc) if params[1 + k] in reached} - needed
+        if not more:
+            break
+        needed |= more
+    keep_c = sorted(needed)
+    keep_y = sorted(k for k in used if k >= nc)
+    new_results = [results[k] for k in keep_c] + [results[k] for k in keep_y]
+    reached = set(toposort(new_results))
+    keep_x = [k for k in range(nx) if params[1 + nc + k] in reached]
+    # The consts become captures again (re-hoisted): through placeholders, as the outer
+    # values may be an enclosing body's params, the same nodes as some of this body's.
+    const_params = params[1 + nc + nx:]
+    stand_ins = {p: placeholder(p.dtype, p.shape) for p in const_params}
+    outer = dict(zip(stand_ins.values(), loop.inputs[nc + nx:]))
+    new_results = substitute(new_results, stand_ins)
+    explicit = [params[0]] + [params[1 + k] for k in keep_c] + [params[1 + nc + k] for k in keep_x]
+    names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep_c
+                                                           if 1 + k < len(body.names))
+    new_body, captures, _ = close(explicit, new_results, hoist=True, names=names or (),
+                                  derivative=body.derivative)
+    captures = substitute(captures, outer)
+    inputs = [loop.inputs[k] for k in keep_c] + [loop.inputs[nc + k] for k in keep_x] + captures
+    new_loop = make("loop", inputs, (new_body, n, len(keep_c), len(keep_x), reverse))
+    if new_loop is loop:
+        return None
+    index_map = {old: new for new, old in enumerate(keep_c + keep_y)}
+    return new_loop, index_map
