@@ -275,3 +275,17 @@ def test_through_loops_and_data_dependent_branches(target):
     numeric = (recurrence(x + h * tx, w + h * tw) - recurrence(x - h * tx, w - h * tw)) / (2 * h)
     np.testing.assert_allclose(value, recurrence(x, w), rtol=1e-13)
     np.testing.assert_allclose(tangent, numeric, rtol=1e-6, atol=1e-9)
+
+
+def linalg_mix(a):
+    return np.linalg.det(a) + np.sum(np.cumsum(np.sort(a.ravel())) * np.einsum("ij,jk->ik", a, a).ravel())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_through_compositions_of_the_numpy_surface(target):
+    """det, sort, cumsum and einsum are compositions of primitives: forward mode needs no rule."""
+    rng = np.random.default_rng(6)
+    a, t = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    _, tangent = sg.jvp(linalg_mix, target=target)(a, t)
+    h = 1e-6
+    assert tangent == pytest.approx((linalg_mix(a + h * t) - linalg_mix(a - h * t)) / (2 * h), rel=1e-7)
