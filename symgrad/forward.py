@@ -18,7 +18,10 @@ import numpy as np
 from .autodiff import _param_tree, _wrt_slots, tree_name
 from .ir import FLOAT_DTYPES, OPS, Graph, Node, is_float, label_new, make
 from .ops import broadcast_to, cast, zeros_like
-from .regions import straight_line
+from .ir import substitute
+from .region_forward import cond_jvp, loop_jvp
+
+_REGION_JVPS = {"loop": loop_jvp, "cond": cond_jvp}
 from .runtime import flat_plan, is_node, map_tree, walk_tree
 
 
@@ -35,11 +38,24 @@ def push_tangents(graph: Graph, seeds: dict[Node, Node]) -> tuple[dict[Node, Nod
     tangent: dict[Node, Node] = dict(seeds)
     origin: dict[Node, Node] = {}
     graph.stopped = {}     # what this pass's stop_gradients cut (not an inner derivative's)
+    region_tangents: dict = {}   # (region, result index) -> tangent
+    replaced = getattr(graph, "replaced_regions", None)
     for node in graph.nodes():
         if node in tangent or not node.inputs:
             continue
+        if node.op == "proj":
+            t = region_tangents.get((node.inputs[0], node.attrs[0]))
+            if t is not None:
+                tangent[node] = t
+            continue
         inputs = [tangent.get(i) for i in node.inputs]
         if all(t is None for t in inputs):
+            continue
+        if node.op in _REGION_JVPS:   # the region carries its tangents (symgrad.region_forward)
+            new, tangent_of, primal = _REGION_JVPS[node.op](node, inputs, push_tangents)
+            region_tangents.update(((node, k), t) for k, t in tangent_of.items())
+            if replaced is not None:
+                replaced.update((make("proj", (node,), (k,)), p) for k, p in primal.items())
             continue
         if node.op == "stop_gradient":
             graph.stopped.setdefault(node, inputs[0])
@@ -68,7 +84,6 @@ def jvp_graph(graph: Graph, wrt: tuple, tangent_values: list, name: str) -> Grap
     (one per parameter, shaped like it; a pytree parameter's tangent is a pytree of the same
     structure). Its parameters are ``graph``'s followed by one tangent parameter per ``wrt``
     entry (``t_x``), so ``sg.grad`` can take derivatives with respect to either."""
-    graph = straight_line(graph)   # loop/cond regions: forward mode runs on their expansion
     result = graph.derive(name, graph.outputs, graph.out_tree)
     taken = set(graph.params) | set(graph.top_params or ())
     params, inputs, seeds, trees, top_names = list(graph.params), list(graph.inputs), {}, [], []
@@ -87,16 +102,28 @@ def jvp_graph(graph: Graph, wrt: tuple, tangent_values: list, name: str) -> Grap
             seeds[primal] = cast(arg, primal.dtype)
         trees.append(map_tree(_param_tree(graph, i), index.__getitem__))
         top_names.append(_fresh(f"t_{tree_name(graph, i)}", taken))
+    result.replaced_regions = {}   # primal results of regions -> those of the tangent regions
     tangent, origin = push_tangents(result, seeds)
     outs = [tangent.get(o) for o in graph.outputs]
     outs = [zeros_like(o) if t is None else t for o, t in zip(graph.outputs, outs)]
+    if result.replaced_regions:   # one loop computes value and tangent
+        both = list(graph.outputs) + outs
+        for _ in range(len(result.replaced_regions) + 1):   # a tangent loop may feed another
+            rewritten = substitute(both, result.replaced_regions)
+            if all(a is b for a, b in zip(rewritten, both)):
+                break
+            both = rewritten
+        graph_outputs, outs = both[:len(graph.outputs)], both[len(graph.outputs):]
+    else:
+        graph_outputs = list(graph.outputs)
+    del result.replaced_regions
     for o, t in zip(graph.outputs, outs):
         oname = graph.names.get(o)
         if oname and t.op not in ("arg", "const", "full"):
             result.names.setdefault(t, f"t_{oname}")
     result.grad_origin.update((n, s) for n, s in origin.items() if n not in result.grad_origin)
     n_out = len(graph.outputs)
-    result.outputs = tuple(graph.outputs) + tuple(outs)
+    result.outputs = tuple(graph_outputs) + tuple(outs)
     result.out_tree = (graph.out_tree, map_tree(graph.out_tree, lambda k: k + n_out))
     result.params, result.inputs = tuple(params), tuple(inputs)
     if graph.in_tree is not None or any(is_node(t) for t in trees):

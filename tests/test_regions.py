@@ -272,3 +272,19 @@ def test_a_carry_changing_shape_is_refused_naming_it_and_a_first_iteration_chang
     with pytest.raises(sg.UnsupportedSyntaxError, match=r"'h' changes shape from \(6,\) to \(9,\)") as e:
         sg.differentiate(growing)(x)
     assert e.value.lineno == growing.__code__.co_firstlineno + 2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_forward_mode_runs_through_loops_and_branches_natively(target):
+    W, X, h0 = rng.normal(size=(3, 3)) * 0.5, rng.normal(size=(6, 3)), rng.normal(size=3)
+    tW, th = rng.normal(size=(3, 3)), rng.normal(size=3)
+    value, tangent = sg.jvp(rnn_value, wrt=(0, 2), target=target)(W, X, h0, tW, th)
+    gW, gh = sg.grad(rnn_value, wrt=(0, 2))(W, X, h0)
+    assert value == pytest.approx(rnn_value(W, X, h0))
+    assert tangent == pytest.approx(np.sum(gW * tW) + gh @ th, rel=1e-10)
+    listing = sg.jvp(rnn_value).ir_for(W, X, h0, tW)
+    assert listing.count("= loop(") == 1          # one loop computes the value and the tangent
+    assert sg.jvp(safe_sqrt, target=target)(-4.0, 1.0) == pytest.approx((2.0, -0.25))
+    assert sg.jvp(newton_sqrt, target=target)(2.0, 1.0)[1] == pytest.approx(0.5 / np.sqrt(2.0))
+    hvp = sg.jvp(sg.grad(rnn_value), target=target)(W, X, h0, tW)[1]   # forward over reverse
+    np.testing.assert_allclose(hvp, sg.hvp(rnn_value)(W, tW, X, h0), rtol=1e-9, atol=1e-12)
