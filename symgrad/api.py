@@ -1,4 +1,4 @@
-"""The public API: ``differentiate``, ``grad``, ``value_and_grad`` and ``Function``.
+"""The public API: ``differentiate``, ``grad``, ``value_and_grad``, ``jvp`` and ``Function``.
 
 A :class:`Function` is a program family: for each argument signature (dtypes, shapes, static
 values) it builds a graph (trace, or the derivative of its parent's graph), simplifies it and
@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import inspect
 import numbers
 import os
-import pickle
 import threading
 import weakref
 from collections import OrderedDict
@@ -36,7 +34,10 @@ from .captures import capture_holder, captures_current
 from .emit_python import emit
 from .frontend import trace
 from . import settings
+from .forward import build_jvp, tangent_params, trial_arguments
+from .custom_gradient import lowerable
 from .ir import Graph
+from .pickling import _find, _importable_name, _rebuild, _unpickled
 from .runtime import arg_key, flat_plan, flat_values, standin
 from .simplify import simplify
 
@@ -54,7 +55,8 @@ class Compiled:
     function (see ``captures_current``). Back ends see it as the signature they prepare."""
 
     def __init__(self, graph: Graph, captures: list):
-        self.graph = graph
+        self.derivable = graph               # what derivatives are taken of (custom rules kept)
+        self.graph = lowerable(graph)        # what back ends run and emitters print
         self.captures = captures
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
@@ -93,9 +95,11 @@ class Function:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
                 raise TypeError(f"{self.fn.__name__}: *args, **kwargs and keyword-only "
                                 "parameters are not supported in a differentiated function")
-        self.params = tuple(self._signature.parameters)
-        self._arity = len(self.params) + (1 if _kind == "hvp" else 0)   # hvp takes (x, v, *rest)
+        self.params = tuple(self._signature.parameters) if _parent is None else _parent.params
         self.wrt, self._single = self._normalize_wrt(wrt)
+        if _kind == "jvp":   # jvp takes (*args, *tangents): one tangent per wrt argument
+            self.params += tangent_params(self.params, self.wrt)
+        self._arity = len(self.params) + (1 if _kind == "hvp" else 0)   # hvp takes (x, v, *rest)
         self._cache: OrderedDict = OrderedDict()   # signature -> Compiled, least recent first
         self._cache_size = trace_cache_size()
         self._lock = threading.Lock()
@@ -158,6 +162,9 @@ class Function:
             return list(args)
         if not kwargs and len(args) == len(self.params):
             return list(args)   # the common case, without inspect's (slow) binding
+        if len(self.params) != len(self._signature.parameters):   # a jvp's: no keywords
+            raise TypeError(f"{self.__name__}() takes the {len(self.params)} positional "
+                            f"arguments ({', '.join(self.params)})")
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -174,8 +181,10 @@ class Function:
             return graph, [(capture_holder(h), name, v) for h, name, v in captures.values()]
         if self._kind == "hvp":
             return self._build_hvp(values)
+        if self._kind == "jvp":
+            return build_jvp(self, values)
         parent = self._parent._compiled(values)
-        return grad_graph(parent.graph, self.wrt, self._single, self._kind == "value_and_grad"), \
+        return grad_graph(parent.derivable, self.wrt, self._single, self._kind == "value_and_grad"), \
             parent.captures
 
     def _build_hvp(self, values) -> tuple[Graph, list]:
@@ -184,10 +193,10 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        (b_x,) = parent.graph.outputs
+        (b_x,) = parent.derivable.outputs
         if np.shape(values[1]) != b_x.shape:
             raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
-        return hvp_graph(parent.graph, i, f"hvp_{self.fn.__name__}"), parent.captures
+        return hvp_graph(parent.derivable, i, f"hvp_{self.fn.__name__}"), parent.captures
 
     # -- being called while another function is traced (symgrad.expressions) --------------------
     @property
@@ -201,7 +210,7 @@ class Function:
         """The simplified graph of these values' signature and the captures ``(holder, name,
         value)`` its trace read (cached like a call's)."""
         entry = self._compiled(values)
-        return entry.graph, entry.captures
+        return entry.derivable, entry.captures
 
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph
@@ -280,8 +289,8 @@ class Function:
             return self._compiled(values)
         errors = []
         for trial in (np.linspace(0.1, 0.3, 3), 0.5):
-            values = [p.default if p.default is not p.empty else trial
-                      for p in self._signature.parameters.values()]
+            values = trial_arguments(self, [p.default if p.default is not p.empty else trial
+                                            for p in self._signature.parameters.values()])
             try:
                 return self._compiled(values)
             except Exception as e:  # noqa: BLE001 - report every attempt below
@@ -425,50 +434,6 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _find(module, qualname):
-    """The object importable as ``module.qualname``, or None."""
-    try:
-        return _lookup(module, qualname)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-
-
-def _importable_name(fn) -> tuple[str, str]:
-    """Module and qualified name under which ``fn`` (or the Function decorating it) can be
-    imported; a clear PicklingError where it cannot (lambdas, nested functions)."""
-    module, qualname = getattr(fn, "__module__", None), fn.__qualname__
-    found = _find(module, qualname)
-    if found is not fn and not (isinstance(found, Function) and found.fn is fn):
-        raise pickle.PicklingError(
-            f"cannot pickle the symgrad.Function of {module}.{qualname}: its Python function is "
-            "pickled by reference (symgrad reads its source where it runs), so it must be "
-            "defined at the top level of an importable module, not as a lambda, a nested "
-            "function or by exec")
-    return module, qualname
-
-
-def _lookup(module: str, qualname: str):
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _unpickled(module: str, qualname: str):
-    found = _find(module, qualname)
-    if found is None:
-        raise pickle.UnpicklingError(
-            f"a pickled symgrad.Function refers to {module}.{qualname}, which this process cannot "
-            "import (functions are pickled by reference: define it in a module the workers can "
-            "import, not in __main__ of a notebook or a script they do not run)")
-    return found
-
-
-def _rebuild(module: str, qualname: str, wrt, target: str) -> Function:
-    found = _unpickled(module, qualname)
-    return Function(found.fn if isinstance(found, Function) else found, wrt=wrt, target=target)
-
-
 def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
     derived = parent._derived(kind, wrt)
     derived.target = target
@@ -502,6 +467,12 @@ def grad(fn, wrt=0, target=None) -> Function:
 def value_and_grad(fn, wrt=0, target=None) -> Function:
     """``(value, gradient)`` of ``fn``, computed by one compiled function."""
     return _retarget(_base(fn, wrt, target)._derived("value_and_grad", wrt), target)
+
+
+def jvp(fn, wrt=0, target=None) -> Function:
+    """Forward mode: ``jvp(f)(*args, *tangents) -> (value, tangent)``, one tangent per ``wrt``
+    argument (shaped like it); the tangent has the output's structure."""
+    return _retarget(_base(fn, wrt, target)._derived("jvp", wrt), target)
 
 
 def hvp(fn, wrt=0, target=None) -> Function:

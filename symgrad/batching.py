@@ -276,7 +276,10 @@ RULES: dict = {
 }
 
 # op name -> why it cannot run batched (yet); vmap raises a TypeError naming the op and reason.
-NOT_BATCHABLE: dict = {}
+NOT_BATCHABLE: dict = {
+    "custom_gradient": "a @sg.custom_gradient rule under vmap is not supported yet (vmap its "
+                       "gradient instead: sg.vmap(sg.grad(f)) batches the rule's result)",
+}
 
 
 def rule_for(op: str):

@@ -59,7 +59,9 @@ class Vmap:
         example = [v if a is None else replace_leaves(v, lambda leaf, a=a, p=p: _one_example(leaf, a, p))
                    for v, a, p in zip(values, axes, parent.params)]
         entry = parent._compiled(example)
-        return batch_graph(entry.graph, axes, self.out_axes, size, name), entry.captures
+        # The graph derivatives are taken of: a custom gradient rule must not be lost silently
+        # (symgrad.batching refuses what it cannot batch, naming it).
+        return batch_graph(entry.derivable, axes, self.out_axes, size, name), entry.captures
 
     def argument_axes(self, count: int, params) -> tuple:
         if not isinstance(self.in_axes, tuple):

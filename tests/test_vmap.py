@@ -414,3 +414,19 @@ def test_vmap_of_value_and_grad_and_static_arguments(target):
 def test_vmap_of_hvp_is_refused_clearly():
     with pytest.raises(TypeError, match="vmap of an hvp"):
         sg.vmap(sg.hvp(lambda x: np.sum(x ** 3)))
+
+
+@sg.custom_gradient
+def _clipped_square(x):
+    return x * x, lambda upstream: np.clip(upstream * 2.0 * x, -1.0, 1.0)
+
+
+def _uses_custom_rule(x):
+    return np.sum(_clipped_square(x))
+
+
+def test_vmap_of_a_custom_gradient_rule_is_refused_and_vmap_of_its_gradient_works():
+    X = np.array([[0.1, 2.0], [3.0, -0.2]])
+    with pytest.raises(TypeError, match="custom_gradient"):
+        sg.vmap(_uses_custom_rule)(X)
+    np.testing.assert_allclose(sg.vmap(sg.grad(_uses_custom_rule))(X), np.clip(2.0 * X, -1.0, 1.0))
