@@ -48,6 +48,14 @@ class _PeelFirst(Exception):
     iteration: run that one as written, then loop over the rest."""
 
 
+class _Counter(Exception):
+    """A Python int the body steps by a fixed number (``count += 1``): not carried, its value
+    in iteration i is ``start + i * step`` and after the loop a Python int again."""
+
+    def __init__(self, name, step):
+        self.name, self.step = name, step
+
+
 class _Reshaped(Exception):
     """A carry changed type in the first iteration: peel it and try again."""
 
@@ -264,6 +272,9 @@ class Loops:
                 return True
             except _Fallback:
                 return False
+            except _Counter as c:
+                overrides[("counter", c.name)] = c.step
+                continue
             except _PeelFirst:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
                     return False
@@ -342,10 +353,16 @@ class Loops:
                 inits.append(ops.cast(ops.lift(started), "bool"))
                 phs.append(done)
                 child.env[DONE] = done
+        counters = {}
         for name in assigned:
             if name in targets or name not in frame.env:
                 continue
             value = frame.env[name]
+            step = overrides.get(("counter", name))
+            if step is not None and done is None:
+                counters[name] = value
+                child.env[name] = index * step + value
+                continue
             if isinstance(value, Undefined) or name in appended:
                 raise _Fallback()
             kind = overrides.get(name) or _carry_type(value)
@@ -388,6 +405,13 @@ class Loops:
         finally:
             self.frames.pop()
             self.frame = frame
+        for (name, kind), ph in zip(carried, phs):
+            value = child.env.get(name)
+            if name in weak and kind[0] == "int64" and done is None and isinstance(value, Node) \
+                    and value.op == "add" and ph in value.inputs:
+                other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
+                if other.op == "const" and isinstance(other.attrs[0], int):
+                    raise _Counter(name, other.attrs[0])
         if weak:
             # A Python number carried through the loop stays weak in NumPy (a float32 array
             # times it stays float32); a float64 carry would promote: only where no float32
@@ -446,6 +470,8 @@ class Loops:
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
         loc_node = stmt
+        for name, start in counters.items():   # a Python int again, as in NumPy
+            frame.env[name] = start + n * overrides[("counter", name)]
         for (name, _), final in zip(carried, finals):
             if name == DONE:
                 continue

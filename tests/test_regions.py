@@ -288,3 +288,21 @@ def test_forward_mode_runs_through_loops_and_branches_natively(target):
     assert sg.jvp(newton_sqrt, target=target)(2.0, 1.0)[1] == pytest.approx(0.5 / np.sqrt(2.0))
     hvp = sg.jvp(sg.grad(rnn_value), target=target)(W, X, h0, tW)[1]   # forward over reverse
     np.testing.assert_allclose(hvp, sg.hvp(rnn_value)(W, tW, X, h0), rtol=1e-9, atol=1e-12)
+
+
+def counted_mean(xs):
+    total = 0.0
+    count = 0
+    for x in xs:
+        total = total + np.sum(x * x)
+        count += x.shape[0]
+    return total / count, count
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_python_int_counter_stays_out_of_the_loop_and_a_python_int_after_it(target):
+    xs = rng.normal(size=(9, 3))
+    f = sg.differentiate(counted_mean, target=target)
+    assert "loop(" in f.ir_for(xs)
+    value, count = f(xs)
+    assert count == 27 and value == pytest.approx(np.sum(xs * xs) / 27)
