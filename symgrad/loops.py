@@ -56,6 +56,13 @@ class _Counter(Exception):
         self.name, self.step = name, step
 
 
+class _Static(Exception):
+    """A variable the body sets to the same Python value each iteration: not carried."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 class _Reshaped(Exception):
     """A carry changed type in the first iteration: peel it and try again."""
 
@@ -188,6 +195,11 @@ def _int_range(n: Node, ranges: dict):
     return None
 
 
+def _where(frame, node):
+    loc = frame.source.loc(node)
+    return loc.filename, loc.lineno, loc.col, loc.text
+
+
 class Loops:
     """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
 
@@ -257,8 +269,9 @@ class Loops:
         part = _part(self.eval(it, frame))
         return None if part is None else _Plan(_length(part), [part], False)
 
-    def loop_region(self, stmt, frame, plan: _Plan) -> bool:
-        """Trace the loop as a region; False when it must be unrolled instead."""
+    def loop_region(self, stmt, frame, plan: _Plan):
+        """Trace the loop as a region: True when done; else what is left to unroll (False:
+        all of it; a plan: the iterations after a first one already run, peeled)."""
         assigned, appended, jumps, exits = _body_facts(stmt.body)
         if jumps or plan.trips <= UNROLL_MAX or (exits and appended):
             return False
@@ -271,13 +284,16 @@ class Loops:
                              exits)
                 return True
             except _Fallback:
-                return False
+                return self._left(frame, plan, peeled)
+            except _Static as st:
+                overrides[("static", st.name)] = True
+                continue
             except _Counter as c:
                 overrides[("counter", c.name)] = c.step
                 continue
             except _PeelFirst:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
-                    return False
+                    return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
                 continue
@@ -287,20 +303,36 @@ class Loops:
                         self.fail(stmt, f"loop-carried variable '{r.name}' changes shape from "
                                   f"{r.before[1]} to {r.after[1]} between iterations",
                                   "give it its final shape before the loop")
-                    return False
+                    return self._left(frame, plan, peeled)
                 if r.before[2]:      # a Python number: its dtype is the loop's, not float64
                     overrides[r.name] = r.after
                     continue
                 if peeled or plan.trips <= UNROLL_MAX + 1:
-                    return False
+                    return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
             except UnsupportedSyntaxError:
-                return False
+                return self._left(frame, plan, peeled)
             except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,
                     ZeroDivisionError, RecursionError):
-                return False   # unrolling reproduces a genuine error at the user's line
-        return False
+                return self._left(frame, plan, peeled)   # unrolling reproduces a genuine error at the user's line
+        return self._left(frame, plan, peeled)
+
+    def _left(self, frame, plan, peeled):
+        """What remains to unroll when the region is given up (after a peeled iteration:
+        the rest, as long as it did not break on data)."""
+        if not peeled:
+            return False
+        done = frame.env.pop(DONE, False)
+        if done is not False:
+            raise UnsupportedSyntaxError("a break on data in a loop that cannot be traced as a "
+                                         "loop region", *_where(frame, self.node))
+        return plan
+
+    def plan_items(self, plan) -> list:
+        """The items of the iterations ``plan`` describes (for unrolling them)."""
+        columns = [[self._item(plan, p, i) for i in range(plan.trips)] for p in plan.parts]
+        return list(zip(*columns)) if plan.tupled else columns[0]
 
     def _peel(self, stmt, frame, plan, exits):
         """Run the first iteration unrolled (a break or continue on data in it handled as in
@@ -358,6 +390,9 @@ class Loops:
             if name in targets or name not in frame.env:
                 continue
             value = frame.env[name]
+            if ("static", name) in overrides:   # the same Python value every iteration
+                child.env[name] = value
+                continue
             step = overrides.get(("counter", name))
             if step is not None and done is None:
                 counters[name] = value
@@ -407,6 +442,12 @@ class Loops:
             self.frame = frame
         for (name, kind), ph in zip(carried, phs):
             value = child.env.get(name)
+            if name in weak and not isinstance(value, Node) and _carry_type(value) is not None:
+                # a Python number the body sets to one value (an inner loop's variable):
+                # not carried once the loop's value before an iteration is that one
+                if frame.env.get(name) == value and type(frame.env.get(name)) is type(value):
+                    raise _Static(name)
+                raise _PeelFirst()
             if name in weak and kind[0] == "int64" and done is None and isinstance(value, Node) \
                     and value.op == "add" and ph in value.inputs:
                 other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
