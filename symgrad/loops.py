@@ -169,11 +169,11 @@ def _carry_type(value):
     return None
 
 
-def _mixes_float32(frame, placeholders) -> bool:
-    """Whether any value the body leaves bound is float32 (a weak carry would meet it)."""
-    from .scope import walk_nodes
+def _mixes_narrow(frame) -> bool:
+    """Whether any value the body leaves bound is of a narrower type than float64 / int64
+    (where a weak Python number and a 64-bit value would promote differently)."""
     roots = [n for v in frame.env.values() for n in walk_nodes(v)]
-    return any(n.dtype == "float32" for n in toposort(roots))
+    return any(n.dtype not in ("float64", "int64", "bool", "tuple") for n in toposort(roots))
 
 
 def _int_range(n: Node, ranges: dict):
@@ -304,7 +304,7 @@ class Loops:
                                   f"{r.before[1]} to {r.after[1]} between iterations",
                                   "give it its final shape before the loop")
                     return self._left(frame, plan, peeled)
-                if r.before[2]:      # a Python number: its dtype is the loop's, not float64
+                if r.before[2] and r.before[1] == r.after[1]:   # a Python number: its dtype is the loop's
                     overrides[r.name] = r.after
                     continue
                 if peeled or plan.trips <= UNROLL_MAX + 1:
@@ -455,13 +455,13 @@ class Loops:
                     raise _Counter(name, other.attrs[0])
         if weak:
             # A Python number carried through the loop stays weak in NumPy (a float32 array
-            # times it stays float32); a float64 carry would promote: only where no float32
-            # is involved, after the first iteration has run as written.
-            if not peeled:
-                raise _PeelFirst()
-            touched = [ph for (name, kind), ph in zip(carried, phs) if name in weak]
-            if any(kind[0] != "float64" for (name, kind) in carried if name in weak) or \
-                    _mixes_float32(child, touched):
+            # times it stays float32); a float64 / int64 carry would promote. Where nothing
+            # narrower is involved the two agree; otherwise the first iteration runs as written
+            # (it gives the carry its NumPy type) and the rest must not mix either.
+            kinds = {kind[0] for (name, kind) in carried if name in weak}
+            if not kinds <= {"float64", "int64", "bool"} or _mixes_narrow(child):
+                if not peeled:
+                    raise _PeelFirst()
                 raise _Fallback()
         new = []
         for (name, kind), ph in zip(carried, phs):
