@@ -48,10 +48,10 @@ class _Reshaped(Exception):
 
 class StackedList(list):
     """A list the loop body appends to: it records the items (the stacked outputs); reading it
-    inside the body needs its contents per iteration, which only unrolling gives."""
-
-    def append(self, item):
-        list.append(self, item)
+    inside the body needs its contents per iteration, which only unrolling gives. ``append``
+    stays list's own builtin method: the tracer calls a container's builtin methods directly,
+    whereas a Python-level override would be traced like user code (its ``self`` parameter
+    then iterated by the alias analysis, which refuses)."""
 
     def _refuse(self, *args, **kwargs):
         raise _Fallback()
