@@ -122,8 +122,17 @@ def _residuals(bwd_outputs, forward_set: set, given: set) -> list[Node]:
     """The forward-body values the backward body reads that it must be given per iteration
     (the params given anyway, numbers and cheap copies of other values excepted)."""
     wanted: dict[Node, None] = {}
-    pending = [i for m in toposort(bwd_outputs) if m not in forward_set
-               for i in m.inputs if i in forward_set]
+    pending = []
+    for m in toposort(bwd_outputs):
+        if m in forward_set:
+            continue
+        if m.op == "proj" and m.inputs[0] in forward_set:
+            # a result of an inner region the forward body runs (e.g. the values an inner
+            # loop stored for its own backward loop): stored as it is; the region node itself
+            # is a tuple, not a value a stack can hold
+            pending.append(m)
+            continue
+        pending.extend(i for i in m.inputs if i in forward_set)
     pending += [g for g in bwd_outputs if g in forward_set]
     while pending:
         m = pending.pop(0)

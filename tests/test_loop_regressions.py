@@ -27,3 +27,25 @@ def test_list_appended_in_a_loop_becomes_a_stacked_output(target):
     assert f(W, xs) == pytest.approx(appended_rows(W, xs), rel=1e-12)
     assert sg.check_grad(appended_rows, W, xs) < 1e-6
 
+
+def nested_rows(w, X):
+    acc = 0.0 * w
+    for row in X:
+        for v in row:
+            acc = 0.9 * acc + np.sin(v * w)
+    return np.sum(acc * acc)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_gradient_of_a_loop_inside_a_loop(target):
+    """The outer backward body reads the values the inner (augmented) loop stored: they were
+    collected as the inner loop node itself (a tuple, which a stack cannot hold: an
+    AttributeError in the proj shape rule) instead of as the proj results the body reads."""
+    rng = np.random.default_rng(0)
+    w, X = rng.standard_normal(2), rng.standard_normal((6, 5))
+    f = sg.differentiate(nested_rows, target=target)
+    assert f.ir_for(w, X).count("= loop(") == 1            # the inner loop is in its body
+    assert f.grad.source_for(w, X).count("in reversed(range(") == 2
+    assert f(w, X) == pytest.approx(nested_rows(w, X), rel=1e-12)
+    assert sg.check_grad(nested_rows, w, X) < 1e-6
+    np.testing.assert_allclose(f.grad(w, X), sg.grad(nested_rows, target="python")(w, X), rtol=1e-11)
