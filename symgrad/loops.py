@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from . import ops, regions
-from .aliases import NO_BUFFERS
+from .aliases import NO_BUFFERS, row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
 from .scope import MISSING, Break, Continue, Return, Undefined, fork
@@ -169,10 +169,37 @@ class Loops:
         return None if part is None else _Plan(_length(part), [part], False)
 
     def loop_region(self, stmt, frame, plan: _Plan) -> bool:
-        """Trace the loop as a region; False when it must be unrolled instead."""
+        """Trace the loop as a region; False when it must be unrolled instead. Once the first
+        iteration has run (peeled), a loop that still cannot be a region has the rest of its
+        iterations unrolled here: the caller's unrolling would run the first one again."""
         assigned, appended, jumps = _body_facts(stmt.body)
         if jumps or plan.trips <= UNROLL_MAX:
             return False
+        rest: list = []      # (iterable, its rows' buffers) once the first iteration has run
+        if self._region_attempts(stmt, frame, plan, assigned, appended, rest):
+            return True
+        if rest:
+            self._unroll_after_first(stmt, frame, *rest)
+            return True
+        return False
+
+    def _unroll_after_first(self, stmt, frame, iterable, origin):
+        frame.loop_depth += 1
+        try:
+            for item in list(iterable)[1:]:
+                self.assign(stmt.target, item, frame, stmt, origin=origin)
+                self.exec_block(stmt.body, frame, ())
+        finally:
+            frame.loop_depth -= 1
+
+    def _peel_first(self, stmt, frame, plan, rest: list):
+        """:meth:`_peel`, remembering what the loop iterates (as Python evaluates it once,
+        before the first iteration) in case the rest must be unrolled."""
+        iterable = self.eval(stmt.iter, frame)
+        rest[:] = [iterable, row_buffers(iterable, self.origin_of(stmt.iter, frame))]
+        return self._peel(stmt, frame, plan)
+
+    def _region_attempts(self, stmt, frame, plan, assigned, appended, rest) -> bool:
         targets = _target_names(stmt.target)
         overrides: dict = {}
         peeled = False
@@ -186,7 +213,7 @@ class Loops:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
                     return False
                 peeled = True
-                plan = self._peel(stmt, frame, plan)
+                plan = self._peel_first(stmt, frame, plan, rest)
                 continue
             except _Reshaped as r:
                 if r.name in overrides or peeled and r.before[1] != r.after[1]:
@@ -201,7 +228,7 @@ class Loops:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
                     return False
                 peeled = True
-                plan = self._peel(stmt, frame, plan)
+                plan = self._peel_first(stmt, frame, plan, rest)
             except UnsupportedSyntaxError:
                 return False
             except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,

@@ -49,3 +49,24 @@ def test_gradient_of_a_loop_inside_a_loop(target):
     assert f(w, X) == pytest.approx(nested_rows(w, X), rel=1e-12)
     assert sg.check_grad(nested_rows, w, X) < 1e-6
     np.testing.assert_allclose(f.grad(w, X), sg.grad(nested_rows, target="python")(w, X), rtol=1e-11)
+
+
+def index_as_float(x, t):
+    acc = x * 0.5
+    for k in range(7):
+        acc = np.exp(np.tanh(acc)) * 0.5 + t * x * (k + 1.0) * 0.1
+    return np.sum(acc)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_loop_unrolled_after_its_first_iteration_ran_runs_it_once(target):
+    """In float32, ``k + 1.0`` (an int64 loop index) promotes the carry to float64, so the
+    loop is peeled and then unrolled; the unrolling ran all 7 iterations again after the
+    peeled one (8 in all: a wrong value, found by the random loop programs, seed 37)."""
+    x, t = np.array([0.7, -0.2], np.float32), np.float32(0.3)
+    f = sg.differentiate(index_as_float, target=target)
+    value = f(x, t)
+    assert np.asarray(value).dtype == np.float32
+    np.testing.assert_allclose(value, index_as_float(x, t), rtol=1e-6)
+    np.testing.assert_allclose(f.grad(x, t), sg.grad(index_as_float, target="python")(
+        x.astype(np.float64), 0.3), rtol=1e-5)
