@@ -239,7 +239,8 @@ class Loops:
     def _peel(self, stmt, frame, plan):
         """Run the first iteration unrolled; the plan for the rest."""
         items = [self._item(plan, p, 0) for p in plan.parts]
-        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt)
+        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt,
+                    origin=self._items_origin(stmt, frame, plan))
         self.exec_block(stmt.body, frame, ())
         rest = []
         for p in plan.parts:
@@ -248,6 +249,12 @@ class Loops:
             else:
                 rest.append(("rows", ops.getitem(p[1], slice(1, None))))
         return _Plan(plan.trips - 1, rest, plan.tupled)
+
+    def _items_origin(self, stmt, frame, plan) -> frozenset:
+        """Where the loop's items live, as the unrolled loop binds them (rows of an array are
+        views of it): a write into a row is refused in a region too, never silently dropped."""
+        return row_buffers(None if plan.tupled else plan.parts[0][1],
+                           self.origin_of(stmt.iter, frame))
 
     @staticmethod
     def _item(plan, part, i):
@@ -295,7 +302,8 @@ class Loops:
                 items.append(row)
         self.frames.append(child)
         try:
-            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt)
+            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt,
+                        origin=self._items_origin(stmt, frame, plan))
             self.exec_block(stmt.body, child, ())
         except (Break, Continue, Return):
             raise _Fallback() from None
@@ -361,4 +369,5 @@ class Loops:
                 frame.env[name].extend(ops.getitem(s, t) for s in mine)
         if n:   # the loop variables keep their last values, as in Python
             last = [self._item(plan, p, n - 1) for p in plan.parts]
-            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt)
+            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt,
+                        origin=self._items_origin(stmt, frame, plan))

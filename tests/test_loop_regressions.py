@@ -70,3 +70,54 @@ def test_loop_unrolled_after_its_first_iteration_ran_runs_it_once(target):
     np.testing.assert_allclose(value, index_as_float(x, t), rtol=1e-6)
     np.testing.assert_allclose(f.grad(x, t), sg.grad(index_as_float, target="python")(
         x.astype(np.float64), 0.3), rtol=1e-5)
+
+
+def write_into_argument_rows(X):
+    acc = 0.0
+    for row in X:
+        row *= 2.0
+        acc = acc + np.sum(row)
+    return acc
+
+
+def write_into_local_rows(X):
+    Y = X * 1.0
+    acc = 0.0
+    for row in Y:
+        row *= 2.0
+        acc = acc + np.sum(row)
+    return acc + np.sum(Y)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+@pytest.mark.parametrize("fn, owner", [(write_into_argument_rows, "argument 'X'"),
+                                       (write_into_local_rows, "'Y'")])
+@pytest.mark.parametrize("rows", [3, 6])
+def test_write_into_the_rows_a_loop_iterates_is_refused(fn, owner, rows, target):
+    """The rows of a loop region were bound without the iterated array's buffers: writing
+    into them was accepted, and NumPy's write-through to the array was silently lost (a
+    wrong value for the local; the caller's array left as it was). Unrolled (3 rows) and as a
+    region (6 rows) it is refused alike."""
+    f = sg.differentiate(fn, target=target)
+    with pytest.raises(sg.UnsupportedSyntaxError, match=f"row.*share memory with {owner}"):
+        f(np.arange(3.0 * rows).reshape(rows, 3))
+
+
+def write_into_enumerated_rows(X):
+    Y = X * 1.0
+    for i, row in enumerate(Y):
+        row[0] = i * 1.0
+    return np.sum(Y * X)
+
+
+@pytest.mark.xfail(strict=True, reason="the items of enumerate()/zip() over an array are bound "
+                   "without its buffers (also when unrolled, symgrad.control_flow.stmt_For): a "
+                   "write into them is accepted and its write-through to the array lost")
+def test_write_into_enumerated_rows_is_refused_or_right():
+    X = np.arange(9.0).reshape(3, 3)
+    try:
+        value = sg.differentiate(write_into_enumerated_rows, target="python")(X)
+    except sg.UnsupportedSyntaxError:
+        return
+    assert value == pytest.approx(write_into_enumerated_rows(X.copy()))
+
