@@ -312,12 +312,14 @@ class Loops:
             self.frame = frame
         if weak:
             # A Python number carried through the loop stays weak in NumPy (a float32 array
-            # times it stays float32); a float64 carry would promote: only where no float32
-            # is involved, after the first iteration has run as written.
+            # times it stays float32); a float64 (or, for a Python int such as a counter,
+            # int64) carry would promote: only where no float32 is involved, after the first
+            # iteration has run as written.
             if not peeled:
                 raise _PeelFirst()
             touched = [ph for (name, kind), ph in zip(carried, phs) if name in weak]
-            if any(kind[0] != "float64" for (name, kind) in carried if name in weak) or \
+            if any(kind[0] not in ("float64", "int64") for (name, kind) in carried
+                   if name in weak) or \
                     _mixes_float32(child, touched):
                 raise _Fallback()
         new = []

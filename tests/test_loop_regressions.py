@@ -121,3 +121,28 @@ def test_write_into_enumerated_rows_is_refused_or_right():
         return
     assert value == pytest.approx(write_into_enumerated_rows(X.copy()))
 
+
+def mean_with_a_counter(w, xs):
+    total = 0.0
+    count = 0
+    for x in xs:
+        total += np.sum(np.tanh(w * x))
+        count += x.shape[0]
+    return total / count
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_python_int_counter_carried_through_a_loop(target):
+    """``count += x.shape[0]`` (ADBench's LSTM objective) carries a Python int: only float64
+    weak carries were allowed, so the whole loop fell back to unrolling (a 1024-step loop then
+    took minutes to trace). In float32 the loop still unrolls (NumPy keeps the int weak)."""
+    rng = np.random.default_rng(0)
+    w, xs = rng.standard_normal(3), rng.standard_normal((9, 3))
+    f = sg.differentiate(mean_with_a_counter, target=target)
+    assert "= loop(" in f.ir_for(w, xs)
+    assert f(w, xs) == pytest.approx(mean_with_a_counter(w, xs), rel=1e-12)
+    assert sg.check_grad(mean_with_a_counter, w, xs) < 1e-6
+    w32, xs32 = w.astype(np.float32), xs.astype(np.float32)
+    value = f(w32, xs32)
+    assert np.asarray(value).dtype == np.asarray(mean_with_a_counter(w32, xs32)).dtype
+    np.testing.assert_allclose(value, mean_with_a_counter(w32, xs32), rtol=1e-6)
