@@ -15,14 +15,13 @@ the loop index, a static value the body needs (``range(i)``), containers rebound
 from __future__ import annotations
 
 import ast
-import numbers
-
-import numpy as np
 
 from . import ops, regions
-from .aliases import NO_BUFFERS
+from .aliases import NO_BUFFERS, row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
+from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
+                        _target_names)
 from .scope import MISSING, Break, Continue, Return, Undefined, first_seen, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -72,10 +71,10 @@ class _Reshaped(Exception):
 
 class StackedList(list):
     """A list the loop body appends to: it records the items (the stacked outputs); reading it
-    inside the body needs its contents per iteration, which only unrolling gives."""
-
-    def append(self, item):
-        list.append(self, item)
+    inside the body needs its contents per iteration, which only unrolling gives. ``append``
+    stays list's own builtin method: the tracer calls a container's builtin methods directly,
+    whereas a Python-level override would be traced like user code (its ``self`` parameter
+    then iterated by the alias analysis, which refuses)."""
 
     def _refuse(self, *args, **kwargs):
         raise _Fallback()
@@ -84,115 +83,11 @@ class StackedList(list):
     remove = index = count = sort = reverse = __setitem__ = __delitem__ = _refuse
 
 
-def _walk_body(stmts):
-    """The AST nodes of a loop body, not entering nested functions, lambdas and classes."""
-    stack = list(stmts)
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _in_inner_loop(jump, stmts) -> bool:
-    """Whether a break/continue belongs to a loop nested in the body."""
-    for node in _walk_body(stmts):
-        if isinstance(node, (ast.For, ast.While)) and any(j is jump for j in ast.walk(node)):
-            return True
-    return False
-
-
-def _body_facts(stmts):
-    """(names the body rebinds, in first-seen order; names it calls ``.append`` on; whether it
-    has return/yield/global; which of break/continue belong to this loop)."""
-    assigned: dict[str, None] = {}
-    appended: dict[str, None] = {}
-    jumps = False
-    exits: set[str] = set()
-    for node in sorted(_walk_body(stmts), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            assigned.setdefault(node.id)
-        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
-            base = node.value
-            while isinstance(base, (ast.Subscript, ast.Attribute)):
-                base = base.value
-            if isinstance(base, ast.Name):
-                assigned.setdefault(base.id)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                isinstance(node.func.value, ast.Name):
-            if node.func.attr == "append":
-                appended.setdefault(node.func.value.id)
-        elif isinstance(node, (ast.Return, ast.Yield, ast.Global, ast.Nonlocal)):
-            jumps = True
-        elif isinstance(node, (ast.Break, ast.Continue)) and not _in_inner_loop(node, stmts):
-            exits.add(type(node).__name__.lower())
-    return list(assigned), list(appended), jumps, exits
-
-
-def _target_names(target) -> list[str]:
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-
-
-class _Plan:
-    """How a loop iterates: its trip count and, per loop target, how item i is made."""
-
-    def __init__(self, trips: int, parts: list, tupled: bool):
-        self.trips, self.parts, self.tupled = trips, parts, tupled
-
-
-def _part(value):
-    """('range', range) or ('rows', node) for a value a loop region can iterate, else None."""
-    if isinstance(value, range):
-        return ("range", value)
-    if isinstance(value, Node) and value.ndim >= 1:
-        return ("rows", value)
-    return None
-
-
-def _length(part) -> int:
-    return len(part[1]) if part[0] == "range" else part[1].shape[0]
-
-
-def _carry_type(value):
-    """(dtype, shape, weak) of a value a loop may carry, or None."""
-    if isinstance(value, Node):
-        return value.dtype, value.shape, False
-    if isinstance(value, bool):
-        return "bool", (), True
-    if isinstance(value, numbers.Integral):
-        return "int64", (), True
-    if isinstance(value, numbers.Real) and not isinstance(value, np.generic):
-        return "float64", (), True
-    if isinstance(value, (np.generic, np.ndarray)) and value.dtype.kind in "fiub":
-        return value.dtype.name, value.shape, False
-    return None
-
-
 def _mixes_narrow(frame) -> bool:
     """Whether any value the body leaves bound is of a narrower type than float64 / int64
     (where a weak Python number and a 64-bit value would promote differently)."""
     roots = [n for v in frame.env.values() for n in walk_nodes(v)]
     return any(n.dtype not in ("float64", "int64", "bool", "tuple") for n in toposort(roots))
-
-
-def _int_range(n: Node, ranges: dict):
-    """(lowest, highest) value of an integer expression of loop indices, or None."""
-    if n in ranges:
-        return ranges[n]
-    if n.op == "const" and isinstance(n.attrs[0], int) and not isinstance(n.attrs[0], bool):
-        return n.attrs[0], n.attrs[0]
-    if n.op in ("add", "sub", "mul") and n.dtype.startswith("int"):
-        a, b = (_int_range(i, ranges) for i in n.inputs)
-        if a is None or b is None:
-            return None
-        if n.op == "add":
-            return a[0] + b[0], a[1] + b[1]
-        if n.op == "sub":
-            return a[0] - b[1], a[1] - b[0]
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    return None
 
 
 def _where(frame, node):
@@ -338,7 +233,8 @@ class Loops:
         """Run the first iteration unrolled (a break or continue on data in it handled as in
         the region: the done flag it sets starts the rest); the plan for the rest."""
         items = [self._item(plan, p, 0) for p in plan.parts]
-        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt)
+        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt,
+                    origin=self._items_origin(stmt, frame, plan))
         depth, saved_exits = frame.loop_depth, frame.exits
         frame.loop_depth += 1
         if exits:
@@ -359,6 +255,12 @@ class Loops:
             else:
                 rest.append(("rows", ops.getitem(p[1], slice(1, None))))
         return _Plan(plan.trips - 1, rest, plan.tupled)
+
+    def _items_origin(self, stmt, frame, plan) -> frozenset:
+        """Where the loop's items live, as the unrolled loop binds them (rows of an array are
+        views of it): a write into a row is refused in a region too, never silently dropped."""
+        return row_buffers(None if plan.tupled else plan.parts[0][1],
+                           self.origin_of(stmt.iter, frame))
 
     @staticmethod
     def _item(plan, part, i):
@@ -430,7 +332,8 @@ class Loops:
                 items.append(row)
         self.frames.append(child)
         try:
-            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt)
+            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt,
+                        origin=self._items_origin(stmt, frame, plan))
             try:
                 self.exec_block(stmt.body, child, ())
             except BodyDone:
@@ -528,4 +431,5 @@ class Loops:
                 frame.env[name].extend(ops.getitem(s, t) for s in mine)
         if n and done is None:   # the loop variables keep their last values, as in Python
             last = [self._item(plan, p, n - 1) for p in plan.parts]
-            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt)
+            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt,
+                        origin=self._items_origin(stmt, frame, plan))
