@@ -84,8 +84,9 @@ def annotate_ptx(text: str, plan) -> str:
     """GPU back end: each ``.entry`` preceded by the user's lines its kernel computes."""
     graph = plan.graph
     headers = {}
-    for kernel in plan.kernels:
-        nodes = _fused(plan, [job.node for job in kernel.jobs])
+    from .ptx_regions import all_kernels
+    for sub, kernel in all_kernels(plan):   # with the kernels of loop bodies
+        nodes = _fused(sub, [job.node for job in kernel.jobs])
         lines = [f"kernel {kernel.name} ({kernel.kind}) computes:"] + [
             f"  {entry}" for entry in describe(graph, nodes)]
         pattern = re.compile(rf"^\.visible \.entry {re.escape(kernel.name)}\(")
