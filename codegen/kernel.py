@@ -14,6 +14,9 @@ Exported symbols (``sg_`` is renamed to a per-kernel prefix before compilation):
   outermost axis (the thread pool splits that range);
 * ``sg_init<k>(ptrs, params)``: fill stage k's reduction outputs with the identity.
 
+A region stage (a loop or branch) is emitted by ``codegen.regions``; its bodies' stages are
+internal functions of the same module (``sg_r<k>_run`` and its ``sg_r<k>_stage<j>``).
+
 ``ptrs[b]`` is the address of buffer b. Each stage body is a separate function whose buffer
 arguments are ``noalias`` (the scheduler guarantees distinct buffers never overlap), which is
 what lets LLVM vectorise without run-time overlap checks.

@@ -206,15 +206,16 @@ class _Emit:
             mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]), intrinsic)
         self.b.call(fn, [dst, src, nbytes, ir.Constant(ir.IntType(1), 0)])
 
-    def call_body(self, call: BodyCall, dests: list, prefix: str):
-        """Point the body's outputs at ``dests``, run it, fill the repeated outputs."""
+    def call_body(self, call: BodyCall, dests: list, sizes: list, prefix: str):
+        """Point the body's outputs at ``dests`` (of ``sizes`` bytes), run it, fill the
+        repeated outputs."""
         run = call.emit(self.km, prefix)
         for buf, dest in zip(call.outs, dests):
             if buf is not None:
                 self.set_slot(buf, dest)
         self.b.call(run, [self.ptrs, self.params])
         for k, first in call.repeats:
-            self.copy(dests[k], dests[first], self.sizes[k])
+            self.copy(dests[k], dests[first], sizes[k])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,7 +245,6 @@ class LoopRegion:
         carry_bytes = [e.param(e.nbytes(v), f"carry{k}.bytes") for k, v in enumerate(self.carries)]
         x_rows = [e.param(e.row_bytes(v), f"x{k}.row") for k, v in enumerate(self.xs)]
         y_rows = [e.param(e.row_bytes(v), f"y{k}.row") for k, v in enumerate(self.ys)]
-        e.sizes = carry_bytes + y_rows
         carries = [e.address(v, f"carry{k}") for k, v in enumerate(self.carries)]
         spare = [e.address(v, f"spare{k}") for k, v in enumerate(self.spare)]
         xs = [e.address(v, f"x{k}") for k, v in enumerate(self.xs)]
@@ -268,7 +268,7 @@ class LoopRegion:
             e.set_slot(args[1 + nc + k], b.gep(x, [b.mul(i, row)], source_etype=I8, name=f"x{k}.i"))
         dests = list(new) + [b.gep(y, [b.mul(i, row)], source_etype=I8, name=f"y{k}.i")
                              for k, (y, row) in enumerate(zip(ys, y_rows))]
-        e.call_body(self.body, dests, f"{km.prefix}r{st.index}_")
+        e.call_body(self.body, dests, carry_bytes + y_rows, f"{km.prefix}r{st.index}_")
         close_loop(b, loop, carried=list(new) + list(old))   # swap: this result is the next input
         for k in range(nc):   # the final carries where the loop's results live
             e.copy(carries[k], old[k], carry_bytes[k])
@@ -288,7 +288,7 @@ class CondRegion:
     def emit(self, km, st: Stage):
         e = _Emit(km, st)
         b = e.b
-        e.sizes = [e.param(e.nbytes(v), f"result{k}.bytes") for k, v in enumerate(self.results)]
+        sizes = [e.param(e.nbytes(v), f"result{k}.bytes") for k, v in enumerate(self.results)]
         flag = b.load(e.address(self.pred, "pred"), typ=memory_type("bool"))
         taken = b.icmp_unsigned("!=", flag, ir.Constant(I8, 0), name="taken")
         operands = [e.address(v, f"operand{k}") for k, v in enumerate(self.operands)]
@@ -301,7 +301,7 @@ class CondRegion:
             b.position_at_end(block)
             for buf, address in zip(side.args, operands):
                 e.set_slot(buf, address)
-            e.call_body(side, results, f"{km.prefix}r{st.index}{name}_")
+            e.call_body(side, results, sizes, f"{km.prefix}r{st.index}{name}_")
             b.branch(done)
         b.position_at_end(done)
         b.ret_void()

@@ -11,7 +11,9 @@ The result is a list of :class:`Stage`\\ s, each one loop nest over a concrete s
   an offset over their operand's buffer, computed here in Python from the concrete shapes;
 * sinks say what a loop writes: ``store`` a value into a (strided) view, ``accum`` into one
   (index_add), ``reduce`` into a reduction's buffer, ``matmul`` (a reduction over the middle
-  axis of an ``(..., m, k, n)`` loop).
+  axis of an ``(..., m, k, n)`` loop);
+* a loop or branch (``symgrad.regions``) is one serial *region stage* (``codegen.regions``): its
+  body is scheduled as a nested Schedule and runs from a real loop or branch in the kernel.
 
 Stages are appended in dependency order, and a node joins the *first* compatible loop whose
 inputs are ready, so chains of same-shaped work (a function and its gradient, a reduction of a
