@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from symgrad.ir import Graph, Node
+from symgrad.ir import Graph, Node, toposort
 from symgrad.regions import Body, results_of, straight_line
 
 from .buffers import contiguous_strides
@@ -98,6 +98,18 @@ class BodyCall:
     def emit(self, km, prefix: str) -> ir.Function:
         from .kernel import KernelModule   # the body is emitted like any schedule
         return KernelModule(self.schedule, km.math, parent=km, prefix=prefix).run_fn
+
+
+def region_nodes(region) -> list[Node]:
+    """Every node a region stage computes, in its bodies and their nested regions (for the
+    source map of ``f.llvm_ir()``)."""
+    out, pending = [], [region]
+    while pending:
+        r = pending.pop()
+        for call in r.calls():
+            out += toposort(call.schedule.graph.outputs)
+            pending += [st.region for st in call.schedule.stages if st.region is not None]
+    return out
 
 
 def _region_stage(s: Schedule, n: Node, region) -> int:
@@ -234,6 +246,10 @@ class LoopRegion:
     spare: list       # each carry's second buffer
     ys: list          # the stacked outputs
     body: BodyCall
+    label = "a loop"
+
+    def calls(self) -> list[BodyCall]:
+        return [self.body]
 
     def emit(self, km, st: Stage):
         e = _Emit(km, st)
@@ -284,6 +300,10 @@ class CondRegion:
     results: list
     then: BodyCall
     other: BodyCall
+    label = "a branch"
+
+    def calls(self) -> list[BodyCall]:
+        return [self.then, self.other]
 
     def emit(self, km, st: Stage):
         e = _Emit(km, st)

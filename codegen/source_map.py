@@ -58,7 +58,12 @@ def annotate_llvm(text: str, schedule) -> str:
     headers = {}
     for k, st in enumerate(schedule.stages):
         nodes = list(st.ssa) + [s.node for s in st.sinks]
+        if st.region is not None:   # a loop or branch: what its bodies compute
+            from .regions import region_nodes
+            nodes += region_nodes(st.region)
         shape = f"{st.kind} over {'x'.join(map(str, st.shape))}" if st.shape else "scalar"
+        if st.region is not None:
+            shape = st.region.label
         lines = [f"stage {k} ({shape}) computes:"] + [
             f"  {entry}" for entry in describe(graph, nodes)]
         # the stage's loop (``.body``; inlined into the stage function once optimised)

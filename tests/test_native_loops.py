@@ -313,3 +313,25 @@ def test_cuda_branches_are_selects_and_branches_in_loops_work():
     for g in (graph, grad):
         want = regions.evaluate(list(g.outputs), dict(zip(g.inputs, values)))
         np.testing.assert_allclose(ptx_emulate.run(g, list(values)), want[0], rtol=1e-12)
+
+
+def gather_rows(x, idx):
+    h = np.zeros(3)
+    for r in x:
+        h = h + r[idx] * 2.0
+    return np.sum(h)
+
+
+@pytest.mark.parametrize("target", ["cpu", "python"])
+def test_an_index_out_of_bounds_in_a_loop_body_is_an_index_error(target):
+    x = np.ones((6, 3))
+    f = sg.differentiate(gather_rows, target=target)
+    assert f(x, np.array([0, 2, 1])) == pytest.approx(36.0)
+    with pytest.raises(IndexError):
+        f(x, np.array([0, 5, 1]))
+
+
+def test_llvm_ir_names_the_loop_body_lines():
+    text = sg.differentiate(_rnn_of(40)).grad.llvm_ir(RNG.normal(size=(4, 4)), RNG.normal(size=4))
+    header = text[text.index("(a loop) computes:"):]
+    assert "h = np.tanh(W @ h)" in header.split("\ndefine")[0]
