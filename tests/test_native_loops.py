@@ -335,3 +335,24 @@ def test_llvm_ir_names_the_loop_body_lines():
     text = sg.differentiate(_rnn_of(40)).grad.llvm_ir(RNG.normal(size=(4, 4)), RNG.normal(size=4))
     header = text[text.index("(a loop) computes:"):]
     assert "h = np.tanh(W @ h)" in header.split("\ndefine")[0]
+
+
+def test_a_nested_loop_is_a_loop_inside_the_body():
+    fn, make_args = PROGRAMS["nested"]
+    text = sg.differentiate(fn).llvm_ir(*make_args())
+    assert text.count("loop.head:") >= 2 and "sg_r0_r" in text   # a region in a body's schedule
+
+
+def test_concurrent_calls_of_a_loop_kernel():
+    """The loop points the body's slots of the call's own pointer table: concurrent calls
+    (each with private memory) do not see each other's iterations."""
+    from concurrent.futures import ThreadPoolExecutor
+    W = RNG.normal(size=(5, 5)) * 0.4
+    starts = [RNG.normal(size=5) for _ in range(8)]
+    f = sg.differentiate(tanh_rnn).grad
+    want = [sg.differentiate(tanh_rnn, target="python").grad(W, h) for h in starts]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda h: f(W, h), starts))
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-10)
