@@ -32,6 +32,7 @@ from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
+from . import matmul_kernel
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
@@ -182,7 +183,9 @@ class KernelModule:
     def _stage(self, st: Stage):
         loads = self._accesses(st)
         gathers = self._gather_views(st)
-        st, loads, gathers = self._merged(st, loads, gathers)
+        blocked = matmul_kernel.applies(st, self.s.buffers)   # keeps its (..., m, k, n) axes
+        if not blocked:
+            st, loads, gathers = self._merged(st, loads, gathers)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
             v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         bufs = {v.buf for v in views}
@@ -205,7 +208,9 @@ class KernelModule:
         extents = [self.load_param(b, params, self.param(e), f"n{j}") for j, e in enumerate(st.shape)]
         extent0_slot = len(self.params) - d if d else None
 
-        if d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
+        if blocked:
+            matmul_kernel.emit_stage(self, b, st, argmap, params, begin, end)
+        elif d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
                                     for sk in st.sinks):
             self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
         else:
@@ -343,8 +348,9 @@ class KernelModule:
         ptrs, iparams = init.args
         ptrs.name, iparams.name = "ptrs", "params"
         bi = ir.IRBuilder(init.append_basic_block("entry"))
+        blocked = matmul_kernel.applies(st, self.s.buffers)   # writes its output without a fill
         for sk in st.sinks:
-            if sk.kind in ("reduce", "matmul", "scatter"):
+            if sk.kind in ("reduce", "matmul", "scatter") and not blocked:
                 self._fill(init, bi, ptrs, iparams, sk)
         bi.ret_void()
         return StageFunctions(wrap, init, extent0_slot, d)

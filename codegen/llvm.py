@@ -36,6 +36,7 @@ from symgrad.runtime import top_level, unflatten_tree, write_out
 from symgrad import settings
 
 from . import jit
+from .call_plan import call_plan
 from .kernel import KernelModule
 from .schedule import Schedule
 
@@ -86,8 +87,8 @@ class CpuProgram:
     """A graph scheduled and lowered: the IR text and its run-time parameters."""
 
     def __init__(self, graph: Graph):
-        self.graph = graph
         self.schedule = Schedule(graph)
+        self.graph = self.schedule.graph   # with regions expanded, as the schedule saw it
         self.km = KernelModule(self.schedule, jit.target()["math"], name=graph.name)
         self.text = jit.finish_text(self.km.module)
         self.symbols = ["sg_run"] + [f"sg_{kind}{k}" for k in range(len(self.schedule.stages))
@@ -117,7 +118,7 @@ class Native:
 
     def __init__(self, graph: Graph):
         prog = CpuProgram(graph)
-        self.graph = graph
+        self.graph = graph = prog.graph
         self.program = prog
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])
@@ -165,7 +166,13 @@ class Native:
                      (lambda results: unflatten_tree(tree, results)))
         self.lock = threading.Lock()
         self.cached = self._state()
+        self.plans: dict = {}     # argument kinds -> the hot path's plan (codegen.call_plan)
         _natives.add(self)
+
+    def plan(self, kinds: tuple):
+        if kinds not in self.plans:
+            self.plans[kinds] = call_plan(self, kinds, holding_gil=self.work < parallel_min())
+        return self.plans[kinds]
 
     def _state(self):
         """Pointer table, scratch and workspace memory (one set per concurrent call), with
@@ -429,6 +436,9 @@ class CpuBackend(Backend):
 
     def run(self, prepared: Native, values, out):
         return prepared(values, out)
+
+    def call_plan(self, prepared: Native, kinds: tuple):
+        return prepared.plan(kinds)
 
 
 BACKEND = CpuBackend()

@@ -9,11 +9,13 @@
     f(1.0, 2.0), f.grad(1.0, 2.0)
     print(f.grad.source)
 """
-from .api import Function, differentiate, grad, hvp, value_and_grad
+from .api import Function, differentiate, grad, hvp, jvp, value_and_grad
 from .check import check_grad
+from .custom_gradient import custom_gradient
 from .errors import UnsupportedSyntaxError
 from .export import export
 from .numpy_api import DUALS as _DUALS
+from .vmap import vmap
 from .train.clip import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 
 __version__ = "0.1.0"
@@ -31,6 +33,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
 
 
-__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "check_grad",
-           "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value", "clip_by_norm",
+__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "jvp", "custom_gradient",
+           "vmap", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value",
+           "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]

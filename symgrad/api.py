@@ -1,4 +1,4 @@
-"""The public API: ``differentiate``, ``grad``, ``value_and_grad`` and ``Function``.
+"""The public API: ``differentiate``, ``grad``, ``value_and_grad``, ``jvp`` and ``Function``.
 
 A :class:`Function` is a program family: for each argument signature (dtypes, shapes, static
 values) it builds a graph (trace, or the derivative of its parent's graph), simplifies it and
@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import inspect
 import numbers
 import os
-import pickle
 import threading
 import weakref
 from collections import OrderedDict
@@ -31,14 +29,16 @@ import numpy as np
 
 from . import backends
 from .autodiff import grad_graph, hvp_graph
-from .backends import check_target
+from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
 from .emit_python import emit
 from .frontend import trace
 from . import settings
+from .forward import build_jvp, tangent_params, trial_arguments
+from .custom_gradient import lowerable
 from .ir import Graph
+from .pickling import _find, _importable_name, _rebuild, _unpickled
 from .runtime import arg_key, flat_plan, flat_values, standin
-from .scope import MISSING
 from .simplify import simplify
 
 DEFAULT_TRACE_CACHE_SIZE = settings.VARIABLES["SYMGRAD_TRACE_CACHE_SIZE"].default
@@ -55,7 +55,8 @@ class Compiled:
     function (see ``captures_current``). Back ends see it as the signature they prepare."""
 
     def __init__(self, graph: Graph, captures: list):
-        self.graph = graph
+        self.derivable = graph               # what derivatives are taken of (custom rules kept)
+        self.graph = lowerable(graph)        # what back ends run and emitters print
         self.captures = captures
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
@@ -82,6 +83,7 @@ _prepare_lock = threading.Lock()
 
 class Function:
     """A differentiable function: call it, take ``.grad``, inspect ``.source`` and ``.ir``."""
+    keeps_signature = True   # whether its parent takes the same argument types (not vmap's)
 
     def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
         self.fn = fn if _parent is None else _parent.fn
@@ -93,14 +95,17 @@ class Function:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
                 raise TypeError(f"{self.fn.__name__}: *args, **kwargs and keyword-only "
                                 "parameters are not supported in a differentiated function")
-        self.params = tuple(self._signature.parameters)
-        self._arity = len(self.params) + (1 if _kind == "hvp" else 0)   # hvp takes (x, v, *rest)
+        self.params = tuple(self._signature.parameters) if _parent is None else _parent.params
         self.wrt, self._single = self._normalize_wrt(wrt)
+        if _kind == "jvp":   # jvp takes (*args, *tangents): one tangent per wrt argument
+            self.params += tangent_params(self.params, self.wrt)
+        self._arity = len(self.params) + (1 if _kind == "hvp" else 0)   # hvp takes (x, v, *rest)
         self._cache: OrderedDict = OrderedDict()   # signature -> Compiled, least recent first
         self._cache_size = trace_cache_size()
         self._lock = threading.Lock()
         _functions.add(self)
         self._last_key = None   # signature of the latest call, for .source/.ir
+        self._hot = None   # (plan, captures) of the latest signature: see __call__
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
         self.__wrapped__ = self.fn
@@ -113,6 +118,7 @@ class Function:
     def target(self, target: str):
         self._backend_name = check_target(target)
         self._backend = None   # imported on first call (symgrad never imports llvmlite itself)
+        self._hot = None
 
     # -- construction helpers ------------------------------------------------------------------
     def _normalize_wrt(self, wrt):
@@ -156,6 +162,9 @@ class Function:
             return list(args)
         if not kwargs and len(args) == len(self.params):
             return list(args)   # the common case, without inspect's (slow) binding
+        if len(self.params) != len(self._signature.parameters):   # a jvp's: no keywords
+            raise TypeError(f"{self.__name__}() takes the {len(self.params)} positional "
+                            f"arguments ({', '.join(self.params)})")
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -172,8 +181,10 @@ class Function:
             return graph, [(capture_holder(h), name, v) for h, name, v in captures.values()]
         if self._kind == "hvp":
             return self._build_hvp(values)
+        if self._kind == "jvp":
+            return build_jvp(self, values)
         parent = self._parent._compiled(values)
-        return grad_graph(parent.graph, self.wrt, self._single, self._kind == "value_and_grad"), \
+        return grad_graph(parent.derivable, self.wrt, self._single, self._kind == "value_and_grad"), \
             parent.captures
 
     def _build_hvp(self, values) -> tuple[Graph, list]:
@@ -182,10 +193,10 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        (b_x,) = parent.graph.outputs
+        (b_x,) = parent.derivable.outputs
         if np.shape(values[1]) != b_x.shape:
             raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
-        return hvp_graph(parent.graph, i, f"hvp_{self.fn.__name__}"), parent.captures
+        return hvp_graph(parent.derivable, i, f"hvp_{self.fn.__name__}"), parent.captures
 
     # -- being called while another function is traced (symgrad.expressions) --------------------
     @property
@@ -199,7 +210,7 @@ class Function:
         """The simplified graph of these values' signature and the captures ``(holder, name,
         value)`` its trace read (cached like a call's)."""
         entry = self._compiled(values)
-        return entry.graph, entry.captures
+        return entry.derivable, entry.captures
 
     def _graph(self, values) -> Graph:
         return self._compiled(values).graph
@@ -225,6 +236,11 @@ class Function:
     def __call__(self, *args, **kwargs):
         """Evaluate on the function's target. ``out=`` (an array, or a tuple matching the
         outputs) receives the results in place, unless the function has a parameter ``out``."""
+        hot = self._hot   # the plan checks what the key encodes: MISS unless it is its signature
+        if hot is not None and not kwargs and (not hot[1] or captures_current(hot[1])):
+            result = hot[0](args)
+            if result is not MISS:
+                return result
         out = None
         if kwargs:
             if "out" in kwargs and "out" not in self.params:
@@ -239,27 +255,15 @@ class Function:
             entry = self._compiled(backend.signature_values(list(values)))
         else:
             key = tuple([arg_key(v) for v in values])
-            self._last_key = key
-            entry = self._cache.get(key)
-            if entry is None:
-                entry = self._compiled(values, key)
-            else:
-                # captures_current, inlined: this check runs on every call
-                for holder, name, value in entry.captures:
-                    if holder.get(name, MISSING) is not value:
-                        entry = self._compiled(values, key)
-                        break
-                else:
-                    if len(self._cache) > 1:   # keep the LRU order (none with one entry)
-                        try:
-                            self._cache.move_to_end(key)
-                        except KeyError:       # dropped by another thread meanwhile
-                            pass
+            entry = self._compiled(values, key)
         prepared = entry.prepared.get(self._backend_name)
         if prepared is None:
             prepared = entry.prepare(backend)
         if entry.flat_plan is not None:   # pytree arguments: back ends see their leaves
             values = flat_values(values, entry.flat_plan)
+        elif backend.signature_values is None:   # the next call's hot path
+            plan = backend.call_plan(prepared, tuple([k.kind for k in key]))
+            self._hot = None if plan is None else (plan, entry.captures)
         return backend.run(prepared, values, out)
 
     def _load_backend(self):
@@ -276,7 +280,7 @@ class Function:
         while f is not None:
             if f._last_key is not None:
                 return [standin(k) for k in f._last_key]
-            f = f._parent
+            f = f._parent if f.keeps_signature else None   # vmap's parent: other shapes
         return None
 
     def _inspect_entry(self, *args, **kwargs) -> Compiled:
@@ -285,8 +289,8 @@ class Function:
             return self._compiled(values)
         errors = []
         for trial in (np.linspace(0.1, 0.3, 3), 0.5):
-            values = [p.default if p.default is not p.empty else trial
-                      for p in self._signature.parameters.values()]
+            values = trial_arguments(self, [p.default if p.default is not p.empty else trial
+                                            for p in self._signature.parameters.values()])
             try:
                 return self._compiled(values)
             except Exception as e:  # noqa: BLE001 - report every attempt below
@@ -430,50 +434,6 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _find(module, qualname):
-    """The object importable as ``module.qualname``, or None."""
-    try:
-        return _lookup(module, qualname)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-
-
-def _importable_name(fn) -> tuple[str, str]:
-    """Module and qualified name under which ``fn`` (or the Function decorating it) can be
-    imported; a clear PicklingError where it cannot (lambdas, nested functions)."""
-    module, qualname = getattr(fn, "__module__", None), fn.__qualname__
-    found = _find(module, qualname)
-    if found is not fn and not (isinstance(found, Function) and found.fn is fn):
-        raise pickle.PicklingError(
-            f"cannot pickle the symgrad.Function of {module}.{qualname}: its Python function is "
-            "pickled by reference (symgrad reads its source where it runs), so it must be "
-            "defined at the top level of an importable module, not as a lambda, a nested "
-            "function or by exec")
-    return module, qualname
-
-
-def _lookup(module: str, qualname: str):
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _unpickled(module: str, qualname: str):
-    found = _find(module, qualname)
-    if found is None:
-        raise pickle.UnpicklingError(
-            f"a pickled symgrad.Function refers to {module}.{qualname}, which this process cannot "
-            "import (functions are pickled by reference: define it in a module the workers can "
-            "import, not in __main__ of a notebook or a script they do not run)")
-    return found
-
-
-def _rebuild(module: str, qualname: str, wrt, target: str) -> Function:
-    found = _unpickled(module, qualname)
-    return Function(found.fn if isinstance(found, Function) else found, wrt=wrt, target=target)
-
-
 def _derive(parent: Function, kind: str, wrt, target: str) -> Function:
     derived = parent._derived(kind, wrt)
     derived.target = target
@@ -507,6 +467,12 @@ def grad(fn, wrt=0, target=None) -> Function:
 def value_and_grad(fn, wrt=0, target=None) -> Function:
     """``(value, gradient)`` of ``fn``, computed by one compiled function."""
     return _retarget(_base(fn, wrt, target)._derived("value_and_grad", wrt), target)
+
+
+def jvp(fn, wrt=0, target=None) -> Function:
+    """Forward mode: ``jvp(f)(*args, *tangents) -> (value, tangent)``, one tangent per ``wrt``
+    argument (shaped like it); the tangent has the output's structure."""
+    return _retarget(_base(fn, wrt, target)._derived("jvp", wrt), target)
 
 
 def hvp(fn, wrt=0, target=None) -> Function:

@@ -91,6 +91,12 @@ def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node
         n_out = len(graph.outputs)
         both = apply_replacements(list(graph.outputs) + grads, replaced)
         graph.outputs, grads = tuple(both[:n_out]), both[n_out:]
+        # an augmented loop is the user's loop (its comment cites their line, not "grad of")
+        where = {aug.attrs[0]: graph.locs[p] for p, aug in replaced.items() if p in graph.locs}
+        for n in toposort(both):
+            if n.op == "loop" and n.attrs[0] in where:
+                graph.locs[n] = where[n.attrs[0]]
+                graph.grad_origin.pop(n, None)
     return grads, origin
 
 

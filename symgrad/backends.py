@@ -11,6 +11,12 @@ A back end is an object with
 * ``signature_values(values)``: the values the tracer sees for these arguments, or
   ``None`` (the class attribute) when they are the arguments themselves (CUDA traces device
   arrays by shape and dtype through host stand-ins);
+* ``call_plan(prepared, kinds)``: optionally, a callable ``plan(args)`` for the hot path of
+  positional calls (no keywords, no ``out=``) of this signature, whose arguments' key kinds
+  (``runtime.ArgKey.kind``: ``"array"``, ``"float"``, ...) are ``kinds``: it runs the call, or
+  returns :data:`MISS`, with no effect the caller can see, when the arguments are not
+  exactly of that signature (type, dtype, shape, layout), and the API takes the full path;
+  ``None`` (the default): no plan;
 * ``views``: the texts it can show, ``{view name: fn(signature, **options) -> str}``
   (``Function.llvm_ir``, ``.asm``, ``.ptx``).
 
@@ -28,11 +34,18 @@ from .emit_python import compile_python
 from .runtime import deliver, finish
 
 
+# What a call plan returns when it declines a call (see ``call_plan`` above).
+MISS = object()
+
+
 class Backend:
     """Defaults for the optional parts of the interface."""
     name = ""
     signature_values = None
     views: dict = {}
+
+    def call_plan(self, prepared, kinds: tuple):
+        return None
 
 
 class PythonProgram:

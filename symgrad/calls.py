@@ -20,6 +20,7 @@ from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_
                       maybe_scalar_reasons, shared_with_arguments, zero_d_buffers)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
                           _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
+from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
 from .ir import Node, substitute
 from .numpy_api import CALLABLES, DUALS, check_call, numpy_name
@@ -199,6 +200,9 @@ class Calls:
             fn = fn.fn
         if isinstance(fn, InterpFunction):
             return self.call_interpreted(fn, args, kwargs, node)
+        if isinstance(fn, CustomGradient):   # its rule, traced, defines the derivative
+            result = self.call_python(fn.fn, args, kwargs, node)
+            return apply_rule(self, fn.__name__, result, list(args) + list(kwargs.values()), node)
         try:
             handler = CALLABLES.get(fn)
         except TypeError:

@@ -11,10 +11,11 @@ import numbers
 
 import numpy as np
 
-from . import ops
+from . import ops, regions
 from .aliases import NO_BUFFERS, row_buffers, zero_d_buffers
 from .ir import Node, is_float
-from .scope import MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data
+from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data,
+                    walk_nodes)
 
 
 def _contains(stmts, kinds) -> bool:
@@ -47,6 +48,8 @@ class ControlFlow:
             self.exec_block(stmt.body if cond else stmt.orelse, frame, cont)
             return
         if _contains(stmt.body + stmt.orelse, (ast.Break, ast.Continue)):
+            if frame.exits is not None and frame.exits == frame.loop_depth:
+                return self.exec_exit_if(stmt, frame, cont, cond)   # in a loop region
             self.fail(stmt, "break/continue inside an if on a data-dependent condition")
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
@@ -73,16 +76,24 @@ class ControlFlow:
                 self.frames.pop()
             self.frame = frame
         if has_return:
-            value = self.merge(cond, branches[0], branches[1], stmt, "return value")
+            value = self.merge(cond, branches[0], branches[1], stmt, "return value", frame)
             raise Return(value, _merged_buffers(returned[0], returned[1], value, frame.source.loc(stmt)))
         then, other = branches
         loc = frame.source.loc(stmt)
-        for name in sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env)):
+        names = sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env))
+        both = [n for n in names if then.env.get(n, MISSING) is not MISSING
+                and other.env.get(n, MISSING) is not MISSING]
+        # One choice for every variable the branches bind (one branch node on a scalar
+        # condition: each side's work runs once, and only when taken).
+        chosen = dict(zip(both, self.merge(cond, tuple(then.env[n] for n in both),
+                                           tuple(other.env[n] for n in both), stmt,
+                                           [f"variable '{n}'" for n in both], frame)))
+        for name in names:
             a, b = then.env.get(name, MISSING), other.env.get(name, MISSING)
             if a is MISSING or b is MISSING:
                 frame.env[name] = Undefined(name, loc)
                 continue
-            frame.env[name] = self.merge(cond, a, b, stmt, f"variable '{name}'")
+            frame.env[name] = chosen[name]
             # the value is one side's or the other's: it may live where either lives
             self.bind_buffers(frame, name, frame.env[name],
                               _merged_buffers(then.buffers.get(name, NO_BUFFERS),
@@ -90,27 +101,53 @@ class ControlFlow:
             if frame.env[name] is not a:
                 self.record(frame, stmt, frame.env[name], name)
 
-    def merge(self, cond, a, b, stmt, what):
-        """The value of a data-dependent choice between ``a`` and ``b``: a select of arrays
-        and numbers, item by item for tuples and lists of one length (iterative, so deeply
-        nested values cannot exhaust the stack), the value itself where both sides agree."""
+    def merge(self, cond, a, b, stmt, what, frame):
+        """The value of a data-dependent choice between ``a`` and ``b``, item by item for
+        tuples and lists of one length (iterative, so deeply nested values cannot exhaust the
+        stack), the value itself where both sides agree. On a scalar condition the traced
+        values are chosen by one branch node (``symgrad.regions.cond``: only the taken side
+        runs, so the other never reaches a value or a derivative); on an array condition,
+        or between constants, by selects. ``what`` names the value (a list: the items of a
+        top-level tuple)."""
         top: list = []
-        stack = [(a, b, top)]
+        stack = [(a, b, top, what)]
         sequences = []          # (kind, items), outermost first
+        pending: list = []      # (a, b) pairs the branch node chooses between
         while stack:
-            x, y, into = stack.pop()
+            x, y, into, name = stack.pop()
             if x is not y and isinstance(x, (list, tuple)) and type(x) is type(y) and len(x) == len(y):
                 items: list = []
                 sequences.append((type(x), items))
                 into.append(_Merged(len(sequences) - 1))
-                stack.extend((p, q, items) for p, q in reversed(list(zip(x, y))))
+                names = name if isinstance(name, list) else [name] * len(x)
+                stack.extend((p, q, items, w) for p, q, w in reversed(list(zip(x, y, names))))
             else:
-                into.append(self.merge_leaf(cond, x, y, stmt, what))
+                leaf = self.merge_leaf(cond, x, y, stmt, name)
+                if isinstance(leaf, _Choice):
+                    leaf.index = len(pending)
+                    pending.append(leaf)
+                into.append(leaf)
+        if pending:
+            values = self.branch_values(cond, pending, frame)
+            for leaf in pending:
+                leaf.value = values[leaf.index]
         built: list = [None] * len(sequences)
         for i in reversed(range(len(sequences))):   # inner sequences first
             kind, items = sequences[i]
-            built[i] = kind(built[v.index] if isinstance(v, _Merged) else v for v in items)
-        return built[top[0].index] if isinstance(top[0], _Merged) else top[0]
+            built[i] = kind(_resolved(built, v) for v in items)
+        return _resolved(built, top[0])
+
+    def branch_values(self, cond, choices, frame) -> list:
+        """One ``cond`` node choosing each pair: the values each side computed, of one dtype
+        and shape (as ``np.where`` would promote them)."""
+        then, other = [], []
+        for c in choices:
+            like = ops.where(cond, c.a, c.b)      # the dtype and shape NumPy's choice has
+            then.append(ops.broadcast_to(ops.cast(ops.lift(c.a), like.dtype), like.shape))
+            other.append(ops.broadcast_to(ops.cast(ops.lift(c.b), like.dtype), like.shape))
+        outer = {n for f in self.frames + [frame] for v in f.env.values() for n in walk_nodes(v)}
+        pred = cond if cond.dtype == "bool" else ops.cast(cond, "bool")
+        return regions.cond(pred, then, other, outer=outer)
 
     def merge_leaf(self, cond, a, b, stmt, what):
         if a is b:
@@ -122,6 +159,8 @@ class ControlFlow:
             return a
         if leaves and (is_data(a) or is_data(b) or isinstance(a, (numbers.Number, np.ndarray))):
             self.check_branch_shapes(cond, a, b, stmt, what)
+            if cond.ndim == 0 and (is_data(a) or is_data(b)):
+                return _Choice(a, b)
             return ops.where(cond, a, b)
         try:
             if a == b:
@@ -192,6 +231,20 @@ class ControlFlow:
 
     def stmt_While(self, stmt, frame, cont):
         self.fail(stmt, "while loop", "use a for loop over a static range()")
+
+
+class _Choice:
+    """A leaf a branch node will choose (``value``, once built)."""
+    __slots__ = ("a", "b", "index", "value")
+
+    def __init__(self, a, b):
+        self.a, self.b, self.index, self.value = a, b, 0, None
+
+
+def _resolved(built, v):
+    if isinstance(v, _Merged):
+        return built[v.index]
+    return v.value if isinstance(v, _Choice) else v
 
 
 def _strong_dtype(v) -> str:

@@ -1,6 +1,11 @@
 """The op table, elementwise ops: one ``register(OpDef(...))`` per primitive (name, NumPy
-function, VJP, Python spelling), each with the builder the front end and the VJP rules call.
+function, VJP, JVP, Python spelling), each with the builder the front end and the VJP rules call.
 Builders promote their operands (``symgrad.op_base``), so every primitive sees one dtype.
+
+An elementwise op's derivative is written once, as its VJP: its Jacobian is diagonal (per
+operand, before broadcasting), so the JVP is the same rule applied to the tangent
+(``J t = J^T t``), summed over the operands that carry one (:func:`_diagonal_jvp`,
+:func:`_partials_jvp`). Ops whose tangent reads better written out (selects) give their own.
 """
 from __future__ import annotations
 
@@ -20,9 +25,32 @@ from .op_base import _elementwise, _promote, _same_dtype, broadcast_shapes, lift
 NUMPY_FUNCTIONS: dict = {}
 
 
-def _u(name, fn, vjp, spell=None, float_only=True):
+def _diagonal_jvp(vjp):
+    """The JVP of a unary elementwise op from its VJP: a diagonal Jacobian is its own
+    transpose, so the tangent goes through the same rule."""
+    def jvp(tangents, n):
+        (t,) = tangents
+        return None if t is None else vjp(t, n)[0]
+    return jvp
+
+
+def _partials_jvp(vjp):
+    """The JVP of a binary elementwise op from its VJP: ``df = d_a f * t_a + d_b f * t_b``,
+    each term the VJP's own for that operand (diagonal per operand) applied to its tangent,
+    a zero tangent's term left out."""
+    def jvp(tangents, n):
+        terms = [vjp(t, n)[k] for k, t in enumerate(tangents) if t is not None]
+        terms = [t for t in terms if t is not None]
+        if not terms:
+            return None
+        return terms[0] if len(terms) == 1 else add(terms[0], terms[1])
+    return jvp
+
+
+def _u(name, fn, vjp, spell=None, float_only=True, jvp=None):
     register(OpDef(name, "elementwise", infer=_elementwise(float_only=float_only),
                    numpy=lambda x, attrs: fn(x), vjp=vjp,
+                   jvp=jvp or (_diagonal_jvp(vjp) if vjp is not None else None),
                    python=spell or sp.call(f"np.{name}")))
 
     def build(x):
@@ -68,13 +96,14 @@ def stop_gradient(x):
 # Identity forward, structural zero backward (TensorFlow's semantics). Spelled as its input:
 # in generated code it is just the value.
 register(OpDef("stop_gradient", "elementwise", infer=_elementwise(),
-               numpy=lambda x, attrs: x, vjp=lambda g, n: (None,),
+               numpy=lambda x, attrs: x, vjp=lambda g, n: (None,), jvp=lambda t, n: None,
                python=lambda args, node: args[0]))
 
 
-def _b(name, fn, vjp, spell, out_dtype=None, float_only=False):
+def _b(name, fn, vjp, spell, out_dtype=None, float_only=False, jvp=None):
     register(OpDef(name, "elementwise", infer=_elementwise(out_dtype),
-                   numpy=lambda a, b, attrs: fn(a, b), vjp=vjp, python=spell))
+                   numpy=lambda a, b, attrs: fn(a, b), vjp=vjp,
+                   jvp=jvp or (_partials_jvp(vjp) if vjp is not None else None), python=spell))
 
     def build(a, b):
         return make(name, _promote((a, b), float_only))
@@ -122,13 +151,23 @@ div = _b("div", np.true_divide,
 _pow_build = _b("pow", np.power, _pow_vjp, sp.infix("**", sp.POW, right_assoc=True))
 pow_ = power
 arctan2 = _b("arctan2", np.arctan2, _atan2_vjp, sp.call("np.arctan2"), float_only=True)
-# Kinks: maximum/minimum give the whole cotangent to the first operand on ties (documented).
+def _select_jvp(cond, tangents):
+    """The tangent of a select: the picked side's tangent, a zero side staying a structural
+    zero; the side not picked is never combined with anything (no ``0 * nan``)."""
+    t_a, t_b = tangents
+    if t_a is None and t_b is None:
+        return None
+    return where(cond, 0 if t_a is None else t_a, 0 if t_b is None else t_b)
+
+
+# Kinks: maximum/minimum give the whole cotangent to the first operand on ties (documented),
+# and the tangent on a tie is likewise the first operand's.
 maximum = _b("maximum", np.maximum, lambda g, n: (
     where(n.inputs[0] >= n.inputs[1], g, 0), where(n.inputs[0] >= n.inputs[1], 0, g)),
-    sp.call("np.maximum"))
+    sp.call("np.maximum"), jvp=lambda t, n: _select_jvp(n.inputs[0] >= n.inputs[1], t))
 minimum = _b("minimum", np.minimum, lambda g, n: (
     where(n.inputs[0] <= n.inputs[1], g, 0), where(n.inputs[0] <= n.inputs[1], 0, g)),
-    sp.call("np.minimum"))
+    sp.call("np.minimum"), jvp=lambda t, n: _select_jvp(n.inputs[0] <= n.inputs[1], t))
 lt = _b("lt", np.less, None, sp.infix("<", sp.COMPARE), "bool")
 le = _b("le", np.less_equal, None, sp.infix("<=", sp.COMPARE), "bool")
 gt = _b("gt", np.greater, None, sp.infix(">", sp.COMPARE), "bool")
@@ -156,7 +195,7 @@ def _where_spell(args, node):
 register(OpDef("where", "elementwise", infer=_where_infer,
                numpy=lambda c, a, b, attrs: np.where(c, a, b),
                vjp=lambda g, n: (None, where(n.inputs[0], g, 0), where(n.inputs[0], 0, g)),
-               python=_where_spell))
+               jvp=lambda t, n: _select_jvp(n.inputs[0], t[1:]), python=_where_spell))
 
 
 def where(cond, a, b) -> Node:

@@ -7,7 +7,7 @@ the row ``xs[i]`` of each per-iteration input and the outer values it reads.
 from __future__ import annotations
 
 from . import spelling as sp
-from .ir import Node, use_counts
+from .ir import Node, make, use_counts
 
 
 def _scope(em):
@@ -42,7 +42,10 @@ def emit_body(em, body, bindings: dict, python_numbers=()) -> tuple[list[str], l
     from .ir import toposort
     for n in toposort(body.results, known=set(body.params)):
         STATEMENTS.get(n.op, _Emitter.expression)(em, n)
-    results = [em.expr[r][0] for r in body.results]
+    # A result that is a Python number at run time becomes a NumPy scalar of its dtype: the
+    # code after the region reads it as one (a Python float would promote float32 work).
+    results = [f"{sp.dtype_name(r.dtype)}({em.expr[r][0]})" if r in em.python_numbers
+               else em.expr[r][0] for r in body.results]
     lines = em.lines
     _restore(em, saved)
     return lines, results
@@ -101,7 +104,8 @@ def cond_statement(em, n: Node):
     comment = em.comment_for(n)
     if comment is not None and comment != em.last_comment:
         em.lines.append(comment)
-    outs = [em.namer.name(None) for _ in then.results]
+    outs = [em.namer.name(em.graph.names.get(make("proj", (n,), (k,))))
+            for k in range(len(then.results))]
     numbers = [p for p, i in zip(then.params, n.inputs[1:]) if i in em.python_numbers]
     em.lines.append(f"if {pred}:")
     for k, body in enumerate((then, other)):

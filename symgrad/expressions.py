@@ -199,7 +199,7 @@ class Expressions:
                 and isinstance(stmt.targets[0], ast.Name):
             what += f" assigned to '{stmt.targets[0].id}'"
         value = self.merge(cond, self.eval(node.body, frame), self.eval(node.orelse, frame),
-                           node, what)
+                           node, what, frame)
         if isinstance(value, Node) and value.ndim == 0 and \
                 bool(self.origin_of(node.body, frame)) != bool(self.origin_of(node.orelse, frame)):
             self.origins[node] = (node.body, node.orelse, zero_d_buffers(   # symgrad.aliases

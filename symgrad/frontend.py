@@ -32,6 +32,7 @@ from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, descri
 from .arguments import bind_argument
 from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
+from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
 
@@ -58,6 +59,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
 
     # -- entry -------------------------------------------------------------------------------
     def trace(self, fn, args: list, name: str | None = None) -> Graph:
+        custom, fn = (fn, fn.fn) if isinstance(fn, CustomGradient) else (None, fn)
         source = function_source(fn)
         frame = Frame(self, source, fn.__globals__, None, closure_of(fn), fn.__name__)
         self.frame = frame
@@ -76,6 +78,9 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             result = self.run_body(frame, tree)
         except RecursionError:
             self.fail(self.node or tree, "expression nesting or recursion too deep to trace")
+        if custom is not None:     # a decorated @custom_gradient function differentiated itself
+            result = apply_rule(self, fn.__name__, result, [frame.env[p] for p in params], tree)
+            label_new(result, self.locs, source.loc(tree))
         outputs = []
         tree_shape = _flatten(result, outputs, self.frame.source.loc(tree))
         has_trees = any(isinstance(t, tuple) for t in in_tree)
@@ -296,6 +301,11 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                       f"scalar rather than a 0-d array ({reason})",
                       f"make it an array first: {name} = np.array({name})")
         self.check_writable(name, frame, target, "item assignment into")
+        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
+            updated = ops.row_update(container, key, value)   # y[i] = v with i a loop index
+            frame.env[name] = updated
+            self.record(frame, stmt, updated, name)
+            return
         check_static_key(self, key, target)
         if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
             updated = container.copy()         # a constant array written with a constant:

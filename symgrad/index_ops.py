@@ -71,7 +71,8 @@ def _getitem_spell(args, node):
 register(OpDef("getitem", "shape",
                lambda inputs, attrs: (inputs[0].dtype, _index_shape(inputs[0].shape, attrs[0])),
                lambda x, attrs: np.asarray(x)[_numpy_index(attrs[0])], _getitem_spell,
-               lambda g, n: (index_add(zeros_like(n.inputs[0]), g, n.attrs[0]),)))
+               lambda g, n: (index_add(zeros_like(n.inputs[0]), g, n.attrs[0]),),
+               jvp=lambda t, n: None if t[0] is None else getitem(t[0], n.attrs[0])))
 
 
 def _update_infer(inputs, attrs):
@@ -95,11 +96,26 @@ def _update_numpy(accumulate):
 
 
 # Spelled by the emitter as statements (``y = np.array(b); y[i] = v`` / ``y[i] += v``).
+def _update_jvp(update, adds: bool):
+    """An update is linear in (base, value): the same update of the tangents, a zero base
+    tangent as zeros and a zero value tangent as a written zero (setitem) or nothing added
+    (index_add)."""
+    def jvp(tangents, n):
+        (base, value), (t_base, t_value) = n.inputs, tangents
+        if t_value is None:
+            return t_base if t_base is None or adds else \
+                update(t_base, zeros_like(value), n.attrs[0])
+        return update(zeros_like(base) if t_base is None else t_base, t_value, n.attrs[0])
+    return jvp
+
+
 register(OpDef("setitem", "shape", _update_infer, _update_numpy(False), None,
                lambda g, n: (setitem(g, zeros_like(n.inputs[1]), n.attrs[0]),
-                             unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
+                             unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape)),
+               jvp=_update_jvp(lambda *a: setitem(*a), adds=False)))
 register(OpDef("index_add", "shape", _update_infer, _update_numpy(True), None,
-               lambda g, n: (g, unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape))))
+               lambda g, n: (g, unbroadcast(getitem(g, n.attrs[0]), n.inputs[1].shape)),
+               jvp=_update_jvp(lambda *a: index_add(*a), adds=True)))
 
 
 def normalize_index(shape, key) -> tuple:
@@ -216,7 +232,14 @@ def _list_spell(fn):
 
 register(OpDef("concatenate", "shape", _concat_infer,
                lambda *xs_attrs: np.concatenate(xs_attrs[:-1], axis=xs_attrs[-1][0]),
-               _list_spell("concatenate"), _concat_vjp))
+               _list_spell("concatenate"), _concat_vjp, jvp=lambda t, n: _joined_jvp(concatenate, t, n)))
+
+
+def _joined_jvp(join, tangents, n):
+    """concatenate/stack are linear: the same join of the tangents, zeros for zero ones."""
+    if all(t is None for t in tangents):
+        return None
+    return join([zeros_like(x) if t is None else t for x, t in zip(n.inputs, tangents)], n.attrs[0])
 
 
 def _stack_infer(inputs, attrs):
@@ -232,7 +255,8 @@ register(OpDef("stack", "shape", _stack_infer,
                lambda *xs_attrs: np.stack(xs_attrs[:-1], axis=xs_attrs[-1][0]),
                _list_spell("stack"),
                lambda g, n: tuple(getitem(g, tuple(Slice(0, d, 1) for d in g.shape[:n.attrs[0]]) + (i,))
-                                  for i in range(len(n.inputs)))))
+                                  for i in range(len(n.inputs))),
+               jvp=lambda t, n: _joined_jvp(stack, t, n)))
 
 
 def concatenate(xs, axis=0) -> Node:
@@ -298,10 +322,12 @@ def _take_spell(args, node):   # np.take without axis= would flatten: always spe
 
 register(OpDef("take", "shape", _take_infer,
                lambda x, idx, attrs: np.take(x, idx, axis=attrs[0]), _take_spell,
-               lambda g, n: (scatter_add(g, n.inputs[1], n.attrs[0], n.inputs[0].shape[n.attrs[0]]), None)))
+               lambda g, n: (scatter_add(g, n.inputs[1], n.attrs[0], n.inputs[0].shape[n.attrs[0]]), None),
+               jvp=lambda t, n: None if t[0] is None else take(t[0], n.inputs[1], n.attrs[0])))
 # Spelled by the emitter as statements (``t = np.zeros(...); np.add.at(t, (..., idx), g)``).
 register(OpDef("scatter_add", "shape", _scatter_infer, _scatter_numpy, None,
-               lambda g, n: (take(g, n.inputs[1], n.attrs[0]), None)))
+               lambda g, n: (take(g, n.inputs[1], n.attrs[0]), None),
+               jvp=lambda t, n: None if t[0] is None else scatter_add(t[0], n.inputs[1], *n.attrs)))
 
 
 def take(x, indices, axis=0) -> Node:
@@ -323,3 +349,18 @@ def take(x, indices, axis=0) -> Node:
 
 def scatter_add(g, indices: Node, axis: int, size: int) -> Node:
     return make("scatter_add", (lift(g), indices), (axis, size))
+
+
+def row_update(base, index: Node, value) -> Node:
+    """``base[index] = value`` for an integer scalar ``index`` known to be in bounds (a loop
+    index): a select of the rows, so that it needs no dynamic-offset store in any back end
+    (each iteration costs one pass over ``base``; the derivative is the same select)."""
+    from .elementwise import add, eq, lt, where   # elementwise sits beside this module
+    from .op_base import arange
+    from .shape_ops import broadcast_to
+    base = lift(base)
+    n = base.shape[0]
+    index = where(lt(index, 0), add(index, n), index)
+    rows = reshape(arange(0, n, 1, index.dtype), (n,) + (1,) * (base.ndim - 1))
+    value = broadcast_to(cast(lift(value), base.dtype), base.shape[1:])
+    return where(eq(rows, index), value, base)

@@ -322,13 +322,20 @@ class Graph:
                      self.in_tree, self.top_params)
 
     def listing(self) -> str:
-        """A readable, deterministic listing: one line per node, ``%k = op(...)``."""
-        order = self.nodes()
-        ids = {n: f"%{i}" for i, n in enumerate(order)}
+        """A readable, deterministic listing: one line per node, ``%k = op(...)``; a loop or
+        branch node is followed by its bodies, indented (``^k`` are a body's params)."""
         lines = [f"graph {self.name}({', '.join(self.params)}):"]
+        self._list(self.outputs, {}, lines, "  ", [0])
+        return "\n".join(lines)
+
+    def _list(self, outputs, ids: dict, lines: list, indent: str, counter: list):
+        order = toposort(outputs, known=ids)
+        for n in order:   # one numbering through the nested bodies: every %k is unique
+            ids[n] = f"%{counter[0]}"
+            counter[0] += 1
         for n in order:
             args = ", ".join(ids[c] for c in n.inputs)
-            attrs = ", ".join(_fmt_attr(a) for a in n.attrs)
+            attrs = ", ".join(_fmt_attr(a) for a in n.attrs if not hasattr(a, "results"))
             call = ", ".join(s for s in (args, attrs) if s)
             comment = []
             if n in self.names:
@@ -337,9 +344,15 @@ class Graph:
                 comment.append(f"line {self.locs[n].lineno}")
             note = f"    # {', '.join(comment)}" if comment else ""
             shape = "x".join(map(str, n.shape)) if n.shape else "scalar"
-            lines.append(f"  {ids[n]:>5} = {n.op}({call}) : {n.dtype}[{shape}]{note}")
-        lines.append("  return " + ", ".join(ids[o] for o in self.outputs))
-        return "\n".join(lines)
+            lines.append(f"{indent}{ids[n]:>5} = {n.op}({call}) : {n.dtype}[{shape}]{note}")
+            for body in (a for a in n.attrs if hasattr(a, "results")):
+                inner = {p: f"^{k}" for k, p in enumerate(body.params)}
+                inner.update((k, v) for k, v in ids.items() if v.startswith("%"))
+                names = ", ".join(f"^{k}" + (f" {body.names[k]}" if k < len(body.names) and
+                                             body.names[k] else "") for k in range(len(body.params)))
+                lines.append(f"{indent}        body({names}):")
+                self._list(body.results, inner, lines, indent + "        ", counter)
+        lines.append(f"{indent}  return " + ", ".join(ids[o] for o in outputs))
 
 
 def _fmt_attr(a: Any) -> str:

@@ -23,11 +23,20 @@ from . import ops, regions
 from .aliases import NO_BUFFERS
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
-from .scope import MISSING, Break, Continue, Return, Undefined, fork
+from .scope import MISSING, Break, Continue, Return, Undefined, first_seen, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
 # readable); longer ones become loop regions.
 UNROLL_MAX = 4
+
+
+# The hidden variable of a loop with a break on data: whether the loop has stopped (not an
+# identifier, so no user variable can be called that).
+DONE = "<break>"
+
+
+class BodyDone(Exception):
+    """A branch with break/continue has run the rest of the loop body itself."""
 
 
 class _Fallback(Exception):
@@ -71,12 +80,21 @@ def _walk_body(stmts):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _in_inner_loop(jump, stmts) -> bool:
+    """Whether a break/continue belongs to a loop nested in the body."""
+    for node in _walk_body(stmts):
+        if isinstance(node, (ast.For, ast.While)) and any(j is jump for j in ast.walk(node)):
+            return True
+    return False
+
+
 def _body_facts(stmts):
     """(names the body rebinds, in first-seen order; names it calls ``.append`` on; whether it
-    has break/continue/return)."""
+    has return/yield/global; which of break/continue belong to this loop)."""
     assigned: dict[str, None] = {}
     appended: dict[str, None] = {}
     jumps = False
+    exits: set[str] = set()
     for node in sorted(_walk_body(stmts), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             assigned.setdefault(node.id)
@@ -90,9 +108,11 @@ def _body_facts(stmts):
                 isinstance(node.func.value, ast.Name):
             if node.func.attr == "append":
                 appended.setdefault(node.func.value.id)
-        elif isinstance(node, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.Global, ast.Nonlocal)):
+        elif isinstance(node, (ast.Return, ast.Yield, ast.Global, ast.Nonlocal)):
             jumps = True
-    return list(assigned), list(appended), jumps
+        elif isinstance(node, (ast.Break, ast.Continue)) and not _in_inner_loop(node, stmts):
+            exits.add(type(node).__name__.lower())
+    return list(assigned), list(appended), jumps, exits
 
 
 def _target_names(target) -> list[str]:
@@ -141,8 +161,69 @@ def _mixes_float32(frame, placeholders) -> bool:
     return any(n.dtype == "float32" for n in toposort(roots))
 
 
+def _int_range(n: Node, ranges: dict):
+    """(lowest, highest) value of an integer expression of loop indices, or None."""
+    if n in ranges:
+        return ranges[n]
+    if n.op == "const" and isinstance(n.attrs[0], int) and not isinstance(n.attrs[0], bool):
+        return n.attrs[0], n.attrs[0]
+    if n.op in ("add", "sub", "mul") and n.dtype.startswith("int"):
+        a, b = (_int_range(i, ranges) for i in n.inputs)
+        if a is None or b is None:
+            return None
+        if n.op == "add":
+            return a[0] + b[0], a[1] + b[1]
+        if n.op == "sub":
+            return a[0] - b[1], a[1] - b[0]
+        products = [x * y for x in a for y in b]
+        return min(products), max(products)
+    return None
+
+
 class Loops:
     """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
+
+    def in_bounds(self, key: Node, array: Node) -> bool:
+        """Whether ``key`` is an integer made from a loop region's index whose every value
+        indexes ``array``'s first axis (so ``array[key] = v`` needs no run-time check)."""
+        bounds = _int_range(key, getattr(self, "index_ranges", {}))
+        return bounds is not None and array.ndim >= 1 and \
+            -array.shape[0] <= bounds[0] and bounds[1] < array.shape[0]
+
+    def exec_exit_if(self, stmt, frame, cont, cond):
+        """A data-dependent ``if`` whose branches break or continue the loop region being
+        traced: each side runs with the rest of the loop body (up to its break/continue; a
+        break sets the loop's done flag), and one branch node chooses what they bound."""
+        rest = [s for block in cont for s in block]
+        sides = []
+        for body in (stmt.body, stmt.orelse):
+            child = fork(frame)
+            self.frames.append(child)
+            try:
+                try:
+                    self.exec_block(body + rest, child, ())
+                except Break:
+                    child.env[DONE] = True
+                except (Continue, BodyDone):
+                    pass
+            finally:
+                self.frames.pop()
+                self.frame = frame
+            sides.append(child)
+        then, other = sides
+        loc = frame.source.loc(stmt)
+        names = sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env))
+        both = [n for n in names if n in then.env and n in other.env]
+        chosen = dict(zip(both, self.merge(cond, tuple(then.env[n] for n in both),
+                                           tuple(other.env[n] for n in both), stmt,
+                                           [f"variable '{n}'" for n in both], frame)))
+        for name in names:
+            if name not in chosen:
+                frame.env[name] = Undefined(name, loc)
+                continue
+            frame.env[name] = chosen[name]
+            frame.buffers[name] = then.buffers.get(name, NO_BUFFERS) | other.buffers.get(name, NO_BUFFERS)
+        raise BodyDone()
 
     def plan_of(self, stmt, frame):
         """The loop's :class:`_Plan`, or None when it is not one a region can express."""
@@ -170,15 +251,16 @@ class Loops:
 
     def loop_region(self, stmt, frame, plan: _Plan) -> bool:
         """Trace the loop as a region; False when it must be unrolled instead."""
-        assigned, appended, jumps = _body_facts(stmt.body)
-        if jumps or plan.trips <= UNROLL_MAX:
+        assigned, appended, jumps, exits = _body_facts(stmt.body)
+        if jumps or plan.trips <= UNROLL_MAX or (exits and appended):
             return False
         targets = _target_names(stmt.target)
         overrides: dict = {}
         peeled = False
         for _attempt in range(4):
             try:
-                self._region(stmt, frame, plan, assigned, appended, targets, overrides, peeled)
+                self._region(stmt, frame, plan, assigned, appended, targets, overrides, peeled,
+                             exits)
                 return True
             except _Fallback:
                 return False
@@ -186,7 +268,7 @@ class Loops:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
                     return False
                 peeled = True
-                plan = self._peel(stmt, frame, plan)
+                plan = self._peel(stmt, frame, plan, exits)
                 continue
             except _Reshaped as r:
                 if r.name in overrides or peeled and r.before[1] != r.after[1]:
@@ -201,7 +283,7 @@ class Loops:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
                     return False
                 peeled = True
-                plan = self._peel(stmt, frame, plan)
+                plan = self._peel(stmt, frame, plan, exits)
             except UnsupportedSyntaxError:
                 return False
             except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,
@@ -209,11 +291,24 @@ class Loops:
                 return False   # unrolling reproduces a genuine error at the user's line
         return False
 
-    def _peel(self, stmt, frame, plan):
-        """Run the first iteration unrolled; the plan for the rest."""
+    def _peel(self, stmt, frame, plan, exits):
+        """Run the first iteration unrolled (a break or continue on data in it handled as in
+        the region: the done flag it sets starts the rest); the plan for the rest."""
         items = [self._item(plan, p, 0) for p in plan.parts]
         self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt)
-        self.exec_block(stmt.body, frame, ())
+        depth, saved_exits = frame.loop_depth, frame.exits
+        frame.loop_depth += 1
+        if exits:
+            frame.exits = frame.loop_depth
+            frame.env[DONE] = False
+        try:
+            self.exec_block(stmt.body, frame, ())
+        except (BodyDone, Continue):
+            pass
+        except Break:
+            frame.env[DONE] = True
+        finally:
+            frame.loop_depth, frame.exits = depth, saved_exits
         rest = []
         for p in plan.parts:
             if p[0] == "range":
@@ -226,12 +321,27 @@ class Loops:
     def _item(plan, part, i):
         return part[1][i] if part[0] == "range" else ops.getitem(part[1], i)
 
-    def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled):
+    def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled, exits):
         n = plan.trips
         child = fork(frame)
         child.loop_depth += 1
         index = regions.placeholder("int64")
+        if not hasattr(self, "index_ranges"):
+            self.index_ranges = {}
+        self.index_ranges[index] = (0, max(n - 1, 0))
         carried, inits, phs, weak = [], [], [], []
+        done = None
+        if exits:
+            # break/continue on data: the rest of the body runs under a branch node; after a
+            # break a flag carried along skips the body (its carries keep their values).
+            child.exits = child.loop_depth
+            if "break" in exits:
+                done = regions.placeholder("bool")
+                carried.append((DONE, ("bool", (), False)))
+                started = frame.env.pop(DONE, False)   # set by a peeled first iteration
+                inits.append(ops.cast(ops.lift(started), "bool"))
+                phs.append(done)
+                child.env[DONE] = done
         for name in assigned:
             if name in targets or name not in frame.env:
                 continue
@@ -269,7 +379,10 @@ class Loops:
         self.frames.append(child)
         try:
             self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt)
-            self.exec_block(stmt.body, child, ())
+            try:
+                self.exec_block(stmt.body, child, ())
+            except BodyDone:
+                pass
         except (Break, Continue, Return):
             raise _Fallback() from None
         finally:
@@ -308,6 +421,17 @@ class Loops:
             ph = regions.placeholder(v.dtype, v.shape)
             phs.append(ph)
             new.append(v)   # reads of it inside the body come after its assignment
+        if done is not None:
+            for name in targets:   # after a break, the loop variable keeps its value then
+                v = child.env.get(name)
+                if isinstance(v, Node):
+                    carried.append((name, (v.dtype, v.shape, False)))
+                    inits.append(ops.full(v.shape, 0, v.dtype))
+                    phs.append(regions.placeholder(v.dtype, v.shape))
+                    new.append(v)
+            # once done, an iteration changes nothing (and computes nothing: a branch node)
+            outer = {m for v in frame.env.values() for m in walk_nodes(v)}
+            new = regions.cond(done, list(phs), new, outer=outer | set(phs) | set(rows) | {index})
         ys = []
         for name, recorder in lists.items():
             for item in list.__iter__(recorder):
@@ -316,12 +440,15 @@ class Loops:
         index_name = targets[0] if targets and plan.parts[0][0] == "range" else "i"
         memo: dict = {}
         finals, stacks = regions.scan(n, index, phs, inits, rows, xs, new, ys,
-                                      names=(index_name, *(c[0] for c in carried)), memo=memo)
+                                      names=(index_name, *("done" if c[0] == DONE else c[0] for c in carried)),
+                                      memo=memo)
         for old, new_node in memo.items():
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
         loc_node = stmt
         for (name, _), final in zip(carried, finals):
+            if name == DONE:
+                continue
             frame.env[name] = final
             frame.buffers.pop(name, None)
             self.record(frame, loc_node, final, name)
@@ -332,6 +459,6 @@ class Loops:
             k += count
             for t in range(n):
                 frame.env[name].extend(ops.getitem(s, t) for s in mine)
-        if n:   # the loop variables keep their last values, as in Python
+        if n and done is None:   # the loop variables keep their last values, as in Python
             last = [self._item(plan, p, n - 1) for p in plan.parts]
             self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt)

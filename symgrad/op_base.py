@@ -177,10 +177,15 @@ def _cast_vjp(g, n):
     return (cast(g, x.dtype) if is_float(x.dtype) and is_float(n.dtype) else None,)
 
 
+def _cast_jvp(tangents, n):
+    (t,) = tangents
+    return cast(t, n.dtype) if t is not None and is_float(n.dtype) else None
+
+
 register(OpDef("cast", "elementwise",
                infer=lambda inputs, attrs: (attrs[0], inputs[0].shape),
                numpy=lambda x, attrs: np.asarray(x).astype(attrs[0])[()],
-               vjp=_cast_vjp,
+               vjp=_cast_vjp, jvp=_cast_jvp,
                python=lambda args, node: (
                    f"{sp.paren(args[0], args[0][1] < sp.ATOM)}.astype({sp.dtype_name(node.dtype)})"
                    if node.inputs[0].ndim else f"{sp.dtype_name(node.dtype)}({args[0][0]})", sp.ATOM)))

@@ -11,7 +11,8 @@ The table is written in four modules that only look down (each imports the ones 
 * ``symgrad.shape_ops``: reductions, reshape/transpose/broadcasting, matmul;
 * ``symgrad.index_ops``: basic indexing, concatenate/stack, gather/scatter;
 * ``symgrad.ops_extra``: elementwise ops that are one C math function or rounding instruction
-  (inverse hyperbolics, exp2/log2/log10, cbrt, erf/erfc, hypot, fmod, floor/ceil/rint/trunc).
+  (inverse hyperbolics, exp2/log2/log10, cbrt, erf/erfc, hypot, fmod, floor/ceil/rint/trunc);
+* ``symgrad.custom_gradient``: the node of a ``@sg.custom_gradient`` call, its rule a sub-graph.
 
 Each primitive is one ``register(OpDef(...))`` entry. Derivative rules are written with the same
 builders users' code is traced into (``mul``, ``cos``, ...), so they return IR nodes, higher
@@ -20,7 +21,8 @@ also fills ``symgrad.ir.OPERATORS``, the builders behind ``Node``'s operators (`
 """
 from __future__ import annotations
 
-from . import elementwise, index_ops, ir, op_base, ops_extra, regions, shape_ops  # noqa: F401
+from . import (custom_gradient, elementwise, index_ops, ir, op_base, ops_extra,  # noqa: F401
+               regions, shape_ops)
 from .elementwise import NUMPY_FUNCTIONS  # noqa: F401 - re-exported
 from .elementwise import abs_, add, div, ge, gt, le, lt, mul, neg, pow_, sub
 from .index_ops import _index_shape, _index_text  # noqa: F401 - re-exported (back ends)

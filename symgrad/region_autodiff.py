@@ -71,7 +71,8 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     g_carry, g_rows, g_consts = grads[1:1 + nc], grads[1 + nc:1 + nc + nx], grads[1 + nc + nx:]
     # 2. residuals: forward values the derivative reads
     bwd_outputs = [g for g in grads if g is not None]
-    residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts})
+    residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts},
+                           set(carries) | set(rows))
     aug_body = type(body)(params, tuple(fwd) + tuple(residuals), body.names, body.derivative)
     aug = make("loop", node.inputs, (aug_body, n, nc, nx, reverse))
     aug_outs = results_of(aug)
@@ -97,9 +98,12 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     b_rows = [ph for ph, _ in gy_used] + res_rows + x_rows
     b_xs = [g for _, g in gy_used] + stacks + list(xs)
     b_ys = [rebuilt(g, r) for g, r in zip(g_rows, rows)]
-    names = tuple(f"b_{nm}" for nm in body.names[1:1 + nc]) if body.names else ()
+    carry_names = list(body.names[1:1 + nc]) + [None] * nc
+    names = ["i"] + [f"b_{nm}" if nm else None for nm, f in zip(carry_names, float_carry) if f]
+    names += [f"b_{k.attrs[1]}" if k.op == "arg" else None
+              for a, k in zip(acc, outer_consts) if a is not None]
     body_b, b_consts, _ = close([b_index, *b_carries, *b_rows], [*b_new, *b_ys], hoist=True,
-                                derivative=True, names=("i",) + names if names else ())
+                                derivative=True, names=tuple(names))
     back = make("loop", (*b_inits, *b_xs, *b_consts),
                 (body_b, n, len(b_carries), len(b_rows), not reverse))
     outs = results_of(back)
@@ -118,16 +122,21 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
 _RECOMPUTED = ("reshape", "broadcast_to", "transpose", "neg", "cast", "getitem")
 
 
-def _residuals(bwd_outputs, forward_set: set, given: set) -> list[Node]:
+def _residuals(bwd_outputs, forward_set: set, given: set, state: set) -> list[Node]:
     """The forward-body values the backward body reads that it must be given per iteration
-    (the params given anyway, numbers and cheap copies of other values excepted)."""
+    (the params given anyway, numbers, cheap copies of other values and values computed from
+    the index and loop-invariant inputs alone (``state``: the carries and rows) excepted)."""
+    stateful: set = set()
+    for m in toposort(list(forward_set)):
+        if m in state or any(i in stateful for i in m.inputs):
+            stateful.add(m)
     wanted: dict[Node, None] = {}
     pending = [i for m in toposort(bwd_outputs) if m not in forward_set
                for i in m.inputs if i in forward_set]
     pending += [g for g in bwd_outputs if g in forward_set]
     while pending:
         m = pending.pop(0)
-        if m in given or m.op in _KEEP or m in wanted:
+        if m in given or m.op in _KEEP or m in wanted or m not in stateful:
             continue
         if m.op in _RECOMPUTED and len(m.inputs) == 1:
             pending.append(m.inputs[0])
@@ -152,10 +161,12 @@ def cond_vjp(node: Node, cts: dict, reverse_pass):
     sides = []
     g_phs = [placeholder(r.dtype, r.shape) if k in cts and is_float(r.dtype) else None
              for k, r in enumerate(then.results)]
+    floats = [k for k, p in enumerate(then.params) if is_float(p.dtype)]
     for body in (then, other):
         seeds = _accumulated(body.results, g_phs)
         grads, _ = _body_vjp(reverse_pass, body.params, body.results, seeds)
-        sides.append([g if g is not None else zeros_like(p) for g, p in zip(grads, body.params)])
+        sides.append([grads[k] if grads[k] is not None else zeros_like(body.params[k])
+                      for k in floats])
     used = [ph for ph in g_phs if ph is not None]
     # Each side's derivative reads the side's params (the operands) and the cotangents.
     ops_then = list(then.params) + used
@@ -165,5 +176,5 @@ def cond_vjp(node: Node, cts: dict, reverse_pass):
     assert not e1 and not e2
     ct_values = [cts[k] for k, ph in enumerate(g_phs) if ph is not None]
     back = make("cond", (pred, *operands, *ct_values), (b_then, b_else))
-    grads = results_of(back)
-    return [None] + [g if is_float(p.dtype) else None for g, p in zip(grads, then.params)], None
+    grads = dict(zip(floats, results_of(back)))
+    return [None] + [grads.get(k) for k in range(len(operands))], None

@@ -71,6 +71,8 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
     """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
     pass; select sinking applies inside derivative bodies only); in a loop body, what the
     index's range decides is folded and rows read by the index become sliced inputs."""
+    if n.op == "loop" and any(c.op == "const" for c in n.inputs[n.attrs[2] + n.attrs[3]:]):
+        n = (_pruned(n, set(range(len(n.attrs[0].results)))) or (n,))[0]
     if n.op == "loop":
         body, trips, nc, nx = n.attrs[:4]
         facts = _index_facts(body, trips)
@@ -93,7 +95,26 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
         reads = _row_reads(body, trips, nc, nx, n.inputs[nc + nx:])
         if reads:
             n = _with_rows(n, reads)
+    elif n.op == "cond":
+        n = _cond_with(n, range(len(n.attrs[0].results)))
     return n
+
+
+def _cond_with(n: Node, keep) -> Node:
+    """A branch node with only the results ``keep`` and the operands its sides still read."""
+    then, other = n.attrs
+    keep = list(keep)
+    numbers = {p: c for p, c in zip(then.params, n.inputs[1:]) if c.op == "const"}
+    results = ([then.results[k] for k in keep], [other.results[k] for k in keep])
+    results = tuple(substitute(r, numbers) for r in results)   # numbers are folded inside
+    reached = set(toposort(results[0] + results[1]))
+    used = [k for k, p in enumerate(then.params) if p in reached]
+    if len(used) == len(then.params) and len(keep) == len(then.results):
+        return n
+    explicit = [then.params[k] for k in used]
+    bodies = [close(explicit, r, hoist=False, derivative=b.derivative)[0]
+              for r, b in zip(results, (then, other))]
+    return make("cond", (n.inputs[0], *(n.inputs[1 + k] for k in used)), tuple(bodies))
 
 
 def prune_loops(outputs) -> list[Node]:
@@ -116,6 +137,19 @@ def _prune_once(outputs) -> list[Node]:
             used.setdefault(m.inputs[0], set()).add(m.attrs[0])
     mapping: dict[Node, Node] = {}
     for m in order:
+        if m.op == "cond" and m in used and m.inputs[0].op == "const":   # decided: inline it
+            body = m.attrs[0] if m.inputs[0].attrs[0] else m.attrs[1]
+            operands = substitute(m.inputs[1:], mapping) if mapping else m.inputs[1:]
+            values = substitute(body.results, dict(zip(body.params, operands)))
+            for k in used[m]:
+                mapping[make("proj", (m,), (k,))] = values[k]
+            continue
+        if m.op == "cond" and m in used and len(used[m]) < len(m.attrs[0].results):
+            keep = sorted(used[m])
+            current = make("cond", substitute(m.inputs, mapping), m.attrs) if mapping else m
+            new_cond = _cond_with(current, keep)
+            for new_k, old_k in enumerate(keep):
+                mapping[make("proj", (m,), (old_k,))] = make("proj", (new_cond,), (new_k,))
         if m.op == "loop" and m in used:
             # from its inputs as already rewritten (a loop may read a pruned loop's results)
             current = make("loop", substitute(m.inputs, mapping), m.attrs) if mapping else m
@@ -130,13 +164,33 @@ def _prune_once(outputs) -> list[Node]:
     return substitute(list(outputs), mapping)
 
 
+def _reached(roots) -> set:
+    """The nodes ``roots`` depend on, through one result of a branch only on what that
+    result reads (a branch's unread results do not keep their operands alive)."""
+    seen: set = set()
+    stack = list(roots)
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m.op == "proj" and m.inputs[0].op == "cond":
+            c, k = m.inputs[0], m.attrs[0]
+            then, other = c.attrs
+            inner = set(toposort([then.results[k], other.results[k]]))
+            stack.append(c.inputs[0])
+            stack.extend(c.inputs[1 + j] for j, p in enumerate(then.params) if p in inner)
+        else:
+            stack.extend(m.inputs)
+    return seen
+
+
 def _pruned(loop: Node, used: set):
     body, n, nc, nx, reverse = loop.attrs
     params, results = body.params, body.results
     needed = {k for k in used if k < nc}
     while True:   # carries the needed results depend on
-        reached = set(toposort([results[k] for k in needed] +
-                               [results[k] for k in used if k >= nc]))
+        reached = _reached([results[k] for k in needed] + [results[k] for k in used if k >= nc])
         more = {k for k in range(nc) if params[1 + k] in reached} - needed
         if not more:
             break
@@ -144,11 +198,13 @@ def _pruned(loop: Node, used: set):
     keep_c = sorted(needed)
     keep_y = sorted(k for k in used if k >= nc)
     new_results = [results[k] for k in keep_c] + [results[k] for k in keep_y]
-    reached = set(toposort(new_results))
+    reached = _reached(new_results)
     keep_x = [k for k in range(nx) if params[1 + nc + k] in reached]
     # The consts become captures again (re-hoisted): through placeholders, as the outer
     # values may be an enclosing body's params, the same nodes as some of this body's.
     const_params = params[1 + nc + nx:]
+    numbers = {p: c for p, c in zip(const_params, loop.inputs[nc + nx:]) if c.op == "const"}
+    new_results = substitute(new_results, numbers)   # numbers are folded into the body
     stand_ins = {p: placeholder(p.dtype, p.shape) for p in const_params}
     outer = dict(zip(stand_ins.values(), loop.inputs[nc + nx:]))
     new_results = substitute(new_results, stand_ins)

@@ -107,6 +107,7 @@ class Frame:
         # values that hold no array
         self.buffers: dict[str, frozenset] = {}
         self.loop_depth = 0
+        self.exits = None    # the loop depth of a loop region whose break/continue are traced
         self.name = name
         self.forked_from: "Frame | None" = None   # a branch's frame: the scope it copies
 
@@ -160,6 +161,7 @@ def fork(frame: Frame) -> Frame:
     child.env = {k: copy_value(v) for k, v in frame.env.items()}
     child.buffers = dict(frame.buffers)
     child.loop_depth = frame.loop_depth
+    child.exits = frame.exits
     child.forked_from = frame
     return child
 

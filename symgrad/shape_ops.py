@@ -46,6 +46,27 @@ def _extremum_vjp(g, n):
     return (where(hit, _expand(g, n) / count, 0),)
 
 
+def _extremum_jvp(tangents, n):
+    """The tangent of max/min: the mean of the tangents of the elements that attain it (ties
+    share it evenly, as the VJP shares the cotangent)."""
+    (t,) = tangents
+    if t is None:
+        return None
+    x = n.inputs[0]
+    axes, keepdims = n.attrs
+    hit = eq(x, broadcast_to(reshape(n, _keepdims_shape(x, axes)), x.shape))
+    count = reduce("sum", cast(hit, x.dtype), axes, keepdims)
+    return reduce("sum", where(hit, t, 0), axes, keepdims) / count
+
+
+def _linear_jvp(build):
+    """The JVP of an op linear in its one operand: the op applied to the tangent."""
+    def jvp(tangents, n):
+        (t,) = tangents
+        return None if t is None else build(t, n)
+    return jvp
+
+
 def _reduce_spell(fn):
     def spell(args, node):
         x = node.inputs[0]
@@ -73,14 +94,17 @@ def _check_nonempty(fn):
 
 
 register(OpDef("sum", "reduction", _reduce_infer, _reduce_numpy(np.sum),
-               _reduce_spell("sum"), lambda g, n: (_expand(g, n),)))
+               _reduce_spell("sum"), lambda g, n: (_expand(g, n),),
+               jvp=_linear_jvp(lambda t, n: reduce("sum", t, *n.attrs))))
 register(OpDef("prod", "reduction", _reduce_infer, _reduce_numpy(np.prod),
                _reduce_spell("prod"),
-               lambda g, n: (_expand(g, n) * _expand(n, n) / n.inputs[0],)))  # x != 0 assumed
+               lambda g, n: (_expand(g, n) * _expand(n, n) / n.inputs[0],),  # x != 0 assumed
+               jvp=_linear_jvp(lambda t, n: reduce("sum", t * _expand(n, n) / n.inputs[0],
+                                                   *n.attrs))))
 register(OpDef("max", "reduction", _check_nonempty("maximum"), _reduce_numpy(np.max),
-               _reduce_spell("max"), _extremum_vjp))
+               _reduce_spell("max"), _extremum_vjp, jvp=_extremum_jvp))
 register(OpDef("min", "reduction", _check_nonempty("minimum"), _reduce_numpy(np.min),
-               _reduce_spell("min"), _extremum_vjp))
+               _reduce_spell("min"), _extremum_vjp, jvp=_extremum_jvp))
 
 
 def reduce(op: str, x, axis=None, keepdims=False) -> Node:
@@ -123,7 +147,8 @@ def _reshape_spell(args, node):
 
 
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, attrs: np.reshape(x, attrs[0]),
-               _reshape_spell, lambda g, n: (reshape(g, n.inputs[0].shape),)))
+               _reshape_spell, lambda g, n: (reshape(g, n.inputs[0].shape),),
+               jvp=_linear_jvp(lambda t, n: reshape(t, n.shape))))
 
 
 def reshape(x, shape) -> Node:
@@ -157,7 +182,8 @@ def _transpose_spell(args, node):
 register(OpDef("transpose", "shape",
                lambda inputs, attrs: (inputs[0].dtype, tuple(inputs[0].shape[p] for p in attrs[0])),
                lambda x, attrs: np.transpose(x, attrs[0]), _transpose_spell,
-               lambda g, n: (transpose(g, tuple(np.argsort(n.attrs[0]).tolist())),)))
+               lambda g, n: (transpose(g, tuple(np.argsort(n.attrs[0]).tolist())),),
+               jvp=_linear_jvp(lambda t, n: transpose(t, n.attrs[0]))))
 
 
 def transpose(x, axes=None) -> Node:
@@ -182,7 +208,8 @@ def _broadcast_infer(inputs, attrs):
 register(OpDef("broadcast_to", "shape", _broadcast_infer,
                lambda x, attrs: np.broadcast_to(x, attrs[0]),
                lambda args, node: (f"np.broadcast_to({args[0][0]}, {sp.shape_text(node.shape)})", sp.ATOM),
-               lambda g, n: (unbroadcast(g, n.inputs[0].shape),)))
+               lambda g, n: (unbroadcast(g, n.inputs[0].shape),),
+               jvp=_linear_jvp(lambda t, n: broadcast_to(t, n.shape))))
 
 
 def broadcast_to(x, shape) -> Node:
@@ -247,8 +274,16 @@ def _matmul_vjp(g, n):
     return ga, gb
 
 
+def _matmul_jvp(tangents, n):
+    """d(a @ b) = t_a @ b + a @ t_b (a zero tangent's product left out)."""
+    (a, b), (t_a, t_b) = n.inputs, tangents
+    terms = [matmul(t_a, b)] if t_a is not None else []
+    terms += [matmul(a, t_b)] if t_b is not None else []
+    return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
 register(OpDef("matmul", "linalg", _matmul_infer, lambda a, b, attrs: np.matmul(a, b),
-               sp.infix("@", sp.MUL), _matmul_vjp))
+               sp.infix("@", sp.MUL), _matmul_vjp, jvp=_matmul_jvp))
 
 
 def matmul(a, b) -> Node:

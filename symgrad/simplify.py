@@ -362,7 +362,13 @@ def forward_nodes(graph: Graph) -> set[Node]:
 def simplify(graph: Graph) -> Graph:
     """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
     memo: dict[Node, Node] = {}
-    outputs = prune_loops(simplify_nodes(graph.outputs, memo, forward_nodes(graph)))
+    forward = forward_nodes(graph)
+    outputs = simplify_nodes(graph.outputs, memo, forward)
+    for _ in range(8):   # pruning a region's results may let its body simplify further
+        pruned = prune_loops(outputs)
+        if all(a is b for a, b in zip(pruned, outputs)):
+            break
+        outputs = simplify_nodes(pruned, memo, forward)
     result = graph.derive(graph.name, outputs, graph.out_tree)
     for table in (result.locs, result.grad_origin):
         for old, value in list(table.items()):

@@ -1,8 +1,8 @@
 """Loops and branches lowered natively by the CPU back end (codegen.regions): table-driven loop
 programs on target="cpu" against target="python" and finite differences, the trip count as a
 run-time parameter (no recompilation, IR independent of n), zero trips, reverse loops, nested
-loops and real branches (built directly in the IR: the front end's ``if`` on traced values is
-not a region yet)."""
+loops and real branches (through the front end's data-dependent ``if`` and built directly in
+the IR), and the CUDA launch sequence of loops through the PTX emulation."""
 from __future__ import annotations
 
 import numpy as np
@@ -89,6 +89,34 @@ def setitem_carry(x, c):
     return np.sum(h)
 
 
+def branch_in_loop(x):
+    h = x
+    for _ in range(8):
+        if np.sum(h) > 1.0:        # a branch node in the loop body
+            h = h * 0.5
+        else:
+            h = h + np.sin(h) * 0.3
+    return np.sum(h * h)
+
+
+def break_on_data(x):
+    h = x
+    for _ in range(20):
+        h = h * 1.3 + 0.1
+        if np.sum(h) > 10.0:
+            break
+    return np.sum(h * h)
+
+
+def safe_norm(x):
+    s = np.sum(x * x)
+    if s > 0:
+        r = np.sqrt(s)
+    else:
+        r = s * 0.0
+    return r
+
+
 PROGRAMS = {
     "tanh_rnn": (tanh_rnn, lambda: (RNG.normal(size=(5, 5)) * 0.4, RNG.normal(size=5))),
     "gru": (gru, lambda: (RNG.normal(size=(4, 4)) * 0.5, RNG.normal(size=(4, 4)) * 0.5,
@@ -100,11 +128,14 @@ PROGRAMS = {
     "heat": (heat, lambda: (RNG.uniform(size=10),)),
     "clipped": (clipped, lambda: (RNG.normal(size=6),)),
     "setitem_carry": (setitem_carry, lambda: (RNG.normal(size=3), RNG.normal(size=3))),
+    "branch_in_loop": (branch_in_loop, lambda: (RNG.uniform(0, 0.5, size=3),)),
+    "break_on_data": (break_on_data, lambda: (RNG.uniform(0, 0.5, size=3),)),
+    "safe_norm": (safe_norm, lambda: (RNG.normal(size=3),)),
 }
 
 
 def _has_loop(f, args) -> bool:
-    return any(n.op == "loop" for n in f.grad.graph_for(args)[0].nodes())
+    return any(n.op in ("loop", "cond") for n in f.grad.graph_for(args)[0].nodes())
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -356,3 +387,16 @@ def test_concurrent_calls_of_a_loop_kernel():
             got = list(pool.map(lambda h: f(W, h), starts))
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-10)
+
+
+@pytest.mark.parametrize("target", ["cpu", "python"])
+def test_a_branch_runs_only_the_taken_side(target):
+    """The safe norm at 0: the sqrt side is not taken, so its infinite derivative never
+    reaches the gradient (a select would give 0 * inf = nan)."""
+    f = sg.differentiate(safe_norm, target=target)
+    np.testing.assert_array_equal(f.grad(np.zeros(3)), np.zeros(3))
+    x = RNG.normal(size=3)
+    np.testing.assert_allclose(f.grad(x), x / np.linalg.norm(x), rtol=1e-13)
+    if target == "cpu":
+        text = f.grad.llvm_ir(x)
+        assert "(a branch) computes:" in text and "br i1 %\"taken\"" in text

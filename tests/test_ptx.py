@@ -157,6 +157,7 @@ def _examples():
     sys.path.insert(0, ROOT)
     import symgrad as sg
     from examples import stable_softmax
+    from examples.per_example_clipping import dp_sgd_step, per_example_gradients
     from examples.quickstart_defs import f as w1
 
     def rosen(x):
@@ -175,6 +176,12 @@ def _examples():
         out.append((f"rosenbrock-{dt}", r._compiled([np.linspace(-1, 1, 1000).astype(dt)])))
         out.append((f"rosenbrock-hvp-{dt}", sg.hvp(rosen)._compiled(
             [np.linspace(-1, 1, 100).astype(dt), np.ones(100, dt)])))
+        w, X, Y = np.ones(4, dt), np.ones((8, 4), dt), np.ones(8, dt)   # vmap: batched kernels
+        out.append((f"per-example-grad-{dt}", per_example_gradients._compiled([w, X, Y])))
+        out.append((f"dp-sgd-step-{dt}", dp_sgd_step._compiled([w, X, Y, w, 0.1, 1.0, 1.0])))
+        out.append((f"rosenbrock-jvp-of-grad-{dt}", sg.jvp(sg.grad(rosen))._compiled(
+            [np.linspace(-1, 1, 100).astype(dt), np.ones(100, dt)])))
+        out.append((f"w1-jvp-{dt}", sg.jvp(w1, wrt=(0, 1))._compiled([x, y, y, x])))
     return out
 
 

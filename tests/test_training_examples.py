@@ -78,3 +78,11 @@ def test_runs_as_a_script(script, args):
     proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_per_example_clipping_dp_sgd():
+    out = load("per_example_clipping").main(["--steps", "60", "--quiet"])
+    assert out["per_example_error"] < 1e-12               # vmap(grad) == a loop of sg.grad
+    assert out["max_clipped_norm"] <= 1.0 + 1e-12         # every example clipped to norm 1
+    assert out["losses"][-1] < 0.7 * out["losses"][0]
+    assert out["accuracy"] > 0.85

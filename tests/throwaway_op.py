@@ -1,5 +1,5 @@
 """A throwaway unary op, ``cube_root``, registered in ONE place: this module's ENTRIES are every
-entry a new op needs (the op table row with its shape rule, NumPy reference, VJP and spelling;
+entry a new op needs (the op table row with its shape rule, NumPy reference, VJP, JVP and spelling;
 the C math name; the lowering rule; the front end's NumPy name). ``tests/test_add_an_op.py``
 checks that with these entries alone it runs on every target and differentiates; the PTX
 child process imports this module too (``python tests/throwaway_op.py --ptx FILE``).
@@ -38,6 +38,7 @@ def entries() -> list:
     opdef = OpDef(NAME, "elementwise", infer=_elementwise(float_only=True),
                   numpy=lambda x, attrs: np.cbrt(x),
                   vjp=lambda g, n: (g / (3.0 * n * n),),           # d cbrt(x) = 1 / (3 cbrt(x)^2)
+                  jvp=lambda t, n: None if t[0] is None else t[0] / (3.0 * n * n),
                   python=sp.call("cube_root"), names={"cube_root": np.cbrt})
     return [
         (OPS, NAME, lambda: opdef),

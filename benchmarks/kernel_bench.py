@@ -1,0 +1,135 @@
+"""The matmul kernel against np.matmul, and the ADBench GMM objective and gradient, timed in
+one process (issue 13, item 3). Prints one JSON object, so that two checkouts can be compared
+side by side by running each interpreter in turn (see ``--compare``).
+
+    python benchmarks/kernel_bench.py [--reps 7] [--threads N] [--sizes 64,256,512,1024]
+        [--gmm 2,10,20,64]
+    python benchmarks/kernel_bench.py --compare OTHER_PYTHON [--rounds 2]  # A B A B, medians
+
+Matmul: square float64 and float32 products, medians of ``reps`` calls after a warm-up (the
+first call compiles), next to NumPy's BLAS with the same thread count (``--threads`` sets
+SYMGRAD_NUM_THREADS and OPENBLAS_NUM_THREADS before NumPy loads). GMM: ``gmm_objective`` of
+examples/gmm_objective.py (triangle gathered from icf, batched matmul in (K, n, d) layout,
+logsumexp with a max) and of benchmarks/workloads.py (the (n, K, d, d) broadcast form),
+objective and gradient with respect to (alphas, means, icf).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def median_ms(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return 1e3 * times[len(times) // 2]
+
+
+def bench_matmul(sizes, reps):
+    import numpy as np
+    import symgrad as sg
+
+    def mm(a, b):
+        return a @ b
+
+    f = sg.differentiate(mm)
+    rng = np.random.default_rng(0)
+    out = {}
+    for n in sizes:
+        for dt in ("float64", "float32"):
+            a = rng.normal(size=(n, n)).astype(dt)
+            b = rng.normal(size=(n, n)).astype(dt)
+            f(a, b)
+            r = max(3, reps if n <= 512 else reps // 2)
+            ours, theirs = [], []
+            for _ in range(r):   # alternated, so load hits both alike
+                ours.append(median_ms(lambda: f(a, b), 1))
+                theirs.append(median_ms(lambda: np.matmul(a, b), 1))
+            out[f"matmul {n} {dt}"] = [sorted(ours)[r // 2], sorted(theirs)[r // 2]]
+    return out
+
+
+def bench_gmm(dims, reps):
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    sys.path.insert(0, HERE)
+    import gmm_objective as G
+    import symgrad as sg
+    import workloads as W
+    sizes = {d: (d, k, n) for d, k, n in W.GMM_SIZES}
+    out = {}
+    fb = sg.differentiate(G.gmm_objective, wrt=(0, 1, 2))
+    fw = sg.differentiate(W.gmm_objective, wrt=(0, 1, 2))
+    for d in dims:
+        _, k, n = sizes[d]
+        args = G.make_problem(d, k, n)
+        t = time.perf_counter()
+        fb.grad(*args)
+        first = time.perf_counter() - t
+        out[f"gmm matmul form d={d} objective"] = median_ms(lambda: fb(*args), reps)
+        out[f"gmm matmul form d={d} gradient"] = median_ms(lambda: fb.grad(*args), reps)
+        out[f"gmm matmul form d={d} first gradient (s)"] = first
+        if d <= 20:
+            wargs = W.gmm_inputs(d, k, n)
+            out[f"gmm broadcast form d={d} objective"] = median_ms(lambda: fw(*wargs), reps)
+            out[f"gmm broadcast form d={d} gradient"] = median_ms(lambda: fw.grad(*wargs), reps)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--sizes", default="64,256,512,1024")
+    ap.add_argument("--gmm", default="2,10,20,64")
+    ap.add_argument("--compare", default=None, help="another interpreter (checkout) to run too")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    if args.compare:
+        return compare(args)
+    if args.threads:
+        for var in ("SYMGRAD_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+            os.environ[var] = str(args.threads)
+    result = {"load": os.getloadavg()[0]}
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    dims = [int(s) for s in args.gmm.split(",") if s]
+    result.update(bench_matmul(sizes, args.reps))
+    result.update(bench_gmm(dims, args.reps))
+    print(json.dumps(result))
+
+
+def compare(args):
+    """Run this checkout and ``--compare``'s in turn, ``rounds`` times; medians per row."""
+    passed = [a for a in sys.argv[1:]]
+    i = passed.index("--compare")
+    del passed[i:i + 2]
+    runs = {"this": [], "other": []}
+    for _ in range(args.rounds):
+        for who, py in (("this", sys.executable), ("other", args.compare)):
+            out = subprocess.run([py, os.path.abspath(__file__)] + passed, capture_output=True,
+                                 text=True, check=True)
+            runs[who].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    keys = list(runs["this"][0])
+    for key in keys:
+        def med(who):
+            vals = sorted(r[key] if not isinstance(r[key], list) else r[key][0] for r in runs[who])
+            return vals[len(vals) // 2]
+        line = f"{key}: this {med('this'):.3f}  other {med('other'):.3f}"
+        if isinstance(runs["this"][0][key], list):
+            blas = sorted(r[key][1] for r in runs["this"] + runs["other"])
+            line += f"  numpy {blas[len(blas) // 2]:.3f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

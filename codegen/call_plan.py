@@ -1,0 +1,121 @@
+"""The CPU back end's hot call path: one precomputed plan per signature (``call_plan``).
+
+``Native.__call__`` handles every case (scalars, ``out=``, index checks, threads, concurrent
+calls, read-only or strided arrays). Most calls are none of these: positional, C-contiguous,
+writeable arrays of exactly the signature's dtypes and shapes (and Python floats), on a kernel
+small enough for one thread. For those, the plan does only what such a call needs: check each
+argument (type, dtype, shape, and that its buffer is C-contiguous and writeable), fill the
+pointer table and scalar cells, allocate the outputs and call the kernel. Anything else returns ``MISS`` before native code
+runs, and the API takes the full path, which raises the clear errors (wrong dtype or shape)
+or copies what needs copying. Caller arrays are never written: outputs are always fresh.
+
+What bounds a call then (measured in ``benchmarks/call_overhead.py``): the argument checks
+and the buffer-protocol address of each array (~0.2-0.3 us each: ``ctypes.c_char.from_buffer``
+is the cheapest route from Python to a NumPy data pointer; ``a.ctypes.data`` is ~5x slower),
+``np.empty`` per output (~0.1 us), the ctypes call itself (~0.2 us) and the kernel.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from symgrad.backends import MISS
+
+# The kernel of a small call, run holding the GIL: releasing and retaking it costs more than
+# such a kernel runs (and only calls below the parallel threshold, i.e. short ones, use it).
+_RUN_HOLDING_GIL = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+_ndarray = np.ndarray
+_empty = np.empty
+_BUFFER_ERRORS = (TypeError, ValueError, BufferError)
+
+
+def argument_specs(native, kinds: tuple):
+    """Per parameter, what the plan checks and where the value goes: ``(buf, shape, dtype,
+    None, 0)`` for an array (its pointer-table entry), ``(None, None, None, cell, k)`` for a
+    Python float (its scratch cell); ``None`` when a plan cannot cover the signature: a
+    parameter that is neither (a static int, a pytree, a NumPy scalar), one the kernel does
+    not read (a plan could not check it), or work a plan leaves out (index checks, repeated
+    outputs, threads)."""
+    if native.flag is not None or native.repeats or native.parallel:
+        return None
+    arrays = {i: (buf, node.shape, dt, None, 0) for i, buf, node, dt in native.array_args}
+    _, _, _, _, scalar_in, _ = native.cached
+    floats = {i: (None, None, None, cell, k) for (i, cell, k), (_, _, dt)
+              in zip(scalar_in, native.scalar_args) if dt == np.float64}
+    specs = []
+    for i, kind in enumerate(kinds):
+        spec = arrays.get(i) if kind == "array" else floats.get(i) if kind == "float" else None
+        if spec is None:
+            return None
+        specs.append(spec)
+    if len(arrays) + len(native.scalar_args) != len(kinds):   # (a parameter read twice)
+        return None
+    return tuple(specs)
+
+
+def call_plan(native, kinds: tuple, holding_gil: bool):
+    """``plan(args)``: the call's result, or ``MISS`` (nothing run, nothing written that the
+    caller can see) when ``args`` are not exactly what the plan was made for; ``None`` when
+    the signature needs the full path (see :func:`argument_specs`)."""
+    arg_specs = argument_specs(native, kinds)
+    if arg_specs is None:
+        return None
+    arity = len(kinds)
+    ptrs, scratch, (_, _, table), ptrs_addr, scalar_in, scalar_out = native.cached
+    out_specs = tuple((t, buf, shape, dt) for t, buf, shape, dt in native.array_outs)
+    n_results = len(native.outs)
+    params_addr = native.params_addr
+    run = _RUN_HOLDING_GIL(ctypes.cast(native.run, ctypes.c_void_p).value) if holding_gil \
+        else native.run
+    pick = native.pick
+    single = out_specs[0] if (len(out_specs) == 1 and n_results == 1 and not scalar_out
+                              and native.graph.out_tree == 0) else None
+
+    def plan(args):
+        if len(args) != arity:
+            return MISS
+        lock = native.lock        # read each call: a forked child replaces it
+        if not lock.acquire(False):
+            return MISS           # a concurrent call: the full path gives it private memory
+        try:
+            for a, (buf, shape, dt, cell, k) in zip(args, arg_specs):
+                if buf is None:   # a Python float: its scratch cell
+                    if type(a) is not float:
+                        return MISS
+                    cell[k] = a
+                    continue
+                if type(a) is not _ndarray or a.dtype != dt or a.shape != shape:
+                    return MISS
+                try:              # succeeds exactly for writeable C-contiguous non-empty arrays
+                    table[buf] = _addressof(_from_buffer(a))
+                except _BUFFER_ERRORS:
+                    return MISS
+            if single is not None:
+                _, buf, shape, dt = single
+                result = _empty(shape, dt)
+                table[buf] = _address(result)
+                run(ptrs_addr, params_addr)
+                return result
+            results = [None] * n_results
+            for t, buf, shape, dt in out_specs:
+                arr = results[t] = _empty(shape, dt)
+                table[buf] = _address(arr)
+            run(ptrs_addr, params_addr)
+            for t, cell, k in scalar_out:
+                results[t] = cell[k]
+            return pick(results)
+        finally:
+            lock.release()
+
+    return plan
+
+
+def _address(a: np.ndarray) -> int:
+    try:
+        return _addressof(_from_buffer(a))
+    except _BUFFER_ERRORS:      # an empty array exports no writeable buffer
+        return a.ctypes.data

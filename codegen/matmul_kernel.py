@@ -1,0 +1,327 @@
+"""A register-blocked, vectorised matmul for float stages (``codegen.kernel`` calls it).
+
+The plain loop nest of a ``matmul`` stage (``out[i, j] += a[i, k] * b[k, j]``, one element at a
+time) reloads and stores the output once per product. This kernel computes an ``MR x NR``
+tile of the output in vector registers (``NR`` = two SIMD vectors of the target's width) over a
+block of ``KC`` values of ``k``: per ``k`` it loads two vectors of a row of ``b``, broadcasts
+``MR`` values of a column of ``a`` and issues ``2 * MR`` fused multiply-adds. Blocking ``k`` keeps
+the ``KC x NR`` panel of ``b`` a tile reads in the L1/L2 cache while the tiles of one column of
+tiles sweep ``a``. The panel is packed (copied to a contiguous stack buffer) first: rows of
+``b`` a multiple of 4 KiB apart would all fall into one L1 set, and a transposed ``b`` (the
+``x @ L.T`` of the GMM objective) is gathered there, so the tiles always read unit-stride vectors.
+``a`` is read one scalar at a time, so its layout (transposed, broadcast) does not matter.
+The last ``n mod w`` columns are one masked-vector tile and the last ``m mod MR`` rows of a row
+block single-row tiles, so narrow products (the GMM's d = 10 or 20 columns) run in vector
+registers too.
+
+It applies to float matmul stages (the output is always the stage's own contiguous buffer);
+integer matmuls keep the plain loop nest. Unlike the plain nest it needs no zero fill first: a
+tile starts from zero in the first k block and from the output in later ones, so a product
+with a short k (the GMM's k = d) touches its output once, a store. Fused multiply-adds round
+once per product.
+
+Exported to ``codegen.kernel``: :func:`applies` and :func:`emit_stage`. The 2-D kernel is one
+internal function per (dtype, vector width, layout of b) in each module, ``sg_mm.<dtype>.<w>``:
+
+    void sg_mm(T* a, T* b, T* c, i64 m, i64 n, i64 k, i64 sa_i, i64 sa_k, i64 sb_k, i64 sc_i
+               [, i64 sb_j])     (sb_j only in the ``.bstrided`` variant; strides in elements)
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .dtypes import memory_type
+from .loops import close_loop, open_loop
+
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+
+MR = 6            # output rows per tile: 2 * MR accumulators + 2 loads + 1 broadcast <= 16 registers
+VECTORS = 2       # SIMD vectors per tile row (NR = VECTORS * lanes)
+KC = 256          # k values per block: the packed b panel (KC x NR) stays in L1
+MC = 96           # rows of a per block (a multiple of MR): a's MC x KC block stays in L2
+FLOATS = ("float32", "float64")
+
+
+def lanes(features: str, dtype: str) -> int:
+    """SIMD lanes of ``dtype`` on the host (512-bit vectors with AVX-512, else 256-bit); any
+    x86-64 runs the IR, LLVM splits wider vectors than the CPU has."""
+    bits = 512 if "+avx512f" in features.split(",") else 256
+    return bits // (32 if dtype == "float32" else 64)
+
+
+def applies(stage, buffers) -> bool:
+    """A matmul stage of one float dtype whose right operand and output are unit-stride in j."""
+    if stage.kind != "matmul" or stage.ssa or len(stage.sinks) != 1:
+        return False
+    sink = stage.sinks[0]
+    if sink.kind != "matmul" or len(stage.shape) < 3:
+        return False
+    a, b = sink.operands
+    dtypes = {buffers[v.buf].dtype for v in (a, b, sink.dest)}
+    # each output element belongs to one (batch, i, j): the kernel writes it, no sum across
+    # batch entries (which a zero stride would ask for)
+    d = len(stage.shape)
+    distinct = all(s != 0 or e == 1 for j, (s, e) in enumerate(zip(sink.dest.strides, stage.shape))
+                   if j != d - 2)
+    return (len(dtypes) == 1 and dtypes <= set(FLOATS) and sink.node.dtype in FLOATS
+            and sink.dest.strides[-1] == 1 and distinct)
+
+
+def host_features() -> str:
+    from . import jit     # (jit imports kernel, which imports this module)
+    return jit.target()["features"]
+
+
+def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
+    """The stage body: a loop over the batch axes (the outermost one over ``[begin, end)``,
+    what the threads split), calling the 2-D kernel on each matrix; without batch axes the
+    threads split the rows of the output."""
+    sink = stage.sinks[0]
+    a, bv, dest = sink.operands[0], sink.operands[1], sink.dest
+    dtype = km.s.buffers[dest.buf].dtype
+    ty = memory_type(dtype)
+    unit_b = bv.strides[-1] == 1
+    kernel = _kernel(km.module, dtype, lanes(host_features(), dtype), unit_b)
+    d = len(stage.shape)
+    nb = d - 3
+
+    def p(value, name):
+        return km.load_param(b, params, km.param(value), name)
+
+    m, kk, n = (p(e, nm) for e, nm in zip(stage.shape[-3:], ("m", "k", "n")))
+    sa_i, sa_k = p(a.strides[-3], "sa_i"), p(a.strides[-2], "sa_k")
+    sb_k, sc_i = p(bv.strides[-2], "sb_k"), p(dest.strides[-3], "sc_i")
+    extra = [] if unit_b else [p(bv.strides[-1], "sb_j")]
+    bases = [b.gep(argmap[v.buf], [p(v.offset, f"{nm}.off")], source_etype=ty, name=nm)
+             for v, nm in ((a, "a"), (bv, "b"), (dest, "c"))]
+    if nb == 0:   # the threads split the rows: [begin, end) of m
+        rows = b.sub(end, begin, name="rows")
+        pa = b.gep(bases[0], [b.mul(begin, sa_i)], source_etype=ty)
+        pc = b.gep(bases[2], [b.mul(begin, sc_i)], source_etype=ty)
+        b.call(kernel, [pa, bases[1], pc, rows, n, kk, sa_i, sa_k, sb_k, sc_i] + extra)
+        return
+    strides = [[p(v.strides[j], f"{nm}.s{j}") for j in range(nb)]
+               for v, nm in ((a, "a"), (bv, "b"), (dest, "c"))]
+    levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0),
+                        end if j == 0 else p(stage.shape[j], f"nb{j}"),
+                        tuple(f"batch{j}.{s}" for s in ("head", "body", "exit")), f"t{j}")
+              for j in range(nb)]
+    ptrs = []
+    for base, st in zip(bases, strides):
+        off = ir.Constant(I64, 0)
+        for loop, s in zip(levels, st):
+            off = b.add(off, b.mul(loop.index, s))
+        ptrs.append(b.gep(base, [off], source_etype=ty))
+    b.call(kernel, ptrs + [m, n, kk, sa_i, sa_k, sb_k, sc_i] + extra)
+    for loop in reversed(levels):
+        close_loop(b, loop)
+
+
+def _kernel(module: ir.Module, dtype: str, w: int, unit_b: bool) -> ir.Function:
+    name = f"sg_mm.{dtype}.{w}" + ("" if unit_b else ".bstrided")
+    if name in module.globals:
+        return module.globals[name]
+    names = ARGS if unit_b else ARGS + ("sb_j",)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * (len(names) - 3)),
+                     name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")   # one copy however many stages call it
+    for arg, nm in zip(fn.args, names):
+        arg.name = nm
+    for arg in fn.args[:3]:
+        arg.add_attribute("noalias")
+    _TileKernel(fn, memory_type(dtype), w).emit()
+    return fn
+
+
+ARGS = ("a", "b", "c", "m", "n", "k", "sa_i", "sa_k", "sb_k", "sc_i")
+
+
+class _TileKernel:
+    """The body of ``sg_mm``: every output element belongs to one register tile.
+
+    Columns: tiles of two vectors, then at most one of one vector, then at most one masked
+    vector for the last ``n mod w`` columns (masked loads and stores of c; the panel's lanes
+    beyond them hold whatever and feed only lanes that are never stored). Rows: tiles of MR
+    rows, then single-row tiles for the last ``m mod MR`` rows of each row block."""
+
+    def __init__(self, fn, ty, w):
+        self.fn, self.ty, self.w = fn, ty, w
+        self.vty = ir.VectorType(ty, w)
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        (self.a, self.bm, self.c, self.m, self.n, self.k,
+         self.sa_i, self.sa_k, self.sb_k, self.sc_i) = fn.args[:len(ARGS)]
+        self.sb_j = fn.args[len(ARGS)] if len(fn.args) > len(ARGS) else None   # None: unit
+        self.align = 8 if isinstance(ty, ir.DoubleType) else 4   # element alignment
+
+    def c64(self, v):
+        return ir.Constant(I64, v)
+
+    def at(self, base, index, name=""):
+        return self.b.gep(base, [index], source_etype=self.ty, name=name)
+
+    def emit(self):
+        b, w = self.b, self.w
+        # the packed b panel: KC rows of NR contiguous values (b's rows may be far apart: at a
+        # 4 KiB multiple they all fall in one L1 set, and the panel would not stay in cache)
+        self.panel = b.alloca(self.ty, size=self.c64(KC * VECTORS * w), name="panel")
+        self.panel.align = 64
+        spans, j_lo = [], self.c64(0)      # (vectors, first column, end) per tile width
+        for nv in (VECTORS, 1):
+            nr = self.c64(nv * w)
+            j_hi = b.add(j_lo, b.mul(b.sdiv(b.sub(self.n, j_lo), nr), nr), name=f"n.v{nv}")
+            spans.append((nv, j_lo, j_hi))
+            j_lo = j_hi
+        rest = b.sub(self.n, j_lo, name="n.rest")          # < w columns: one masked tile
+        lane = ir.Constant(ir.VectorType(I64, w), list(range(w)))
+        self.mask = b.icmp_signed("<", lane, self._splat(rest, ir.VectorType(I64, w)), name="mask")
+        spans.append((0, j_lo, self.n))                    # nv = 0: the masked tile
+        # at least one k block, so that k = 0 still writes (zeros) into the output
+        k_stop = b.select(b.icmp_signed("==", self.k, self.c64(0)), self.c64(1), self.k, name="k.stop")
+        kb = open_loop(b, self.c64(0), k_stop, ("kb.head", "kb.body", "kb.exit"), "k0")
+        k_end = self.min(b.add(kb.index, self.c64(KC)), self.k, "k.end")
+        ib = open_loop(b, self.c64(0), self.m, ("ib.head", "ib.body", "ib.exit"), "ib")
+        i_end = self.min(b.add(ib.index, self.c64(MC)), self.m, "i.end")
+        i_full = b.add(ib.index, b.mul(b.sdiv(b.sub(i_end, ib.index), self.c64(MR)),
+                                       self.c64(MR)), name="i.full")
+        for nv, lo, hi in spans:
+            tag = f"v{nv}"
+            jt = open_loop(b, lo, hi, (f"{tag}.jt.head", f"{tag}.jt.body", f"{tag}.jt.exit"), "j0")
+            self._pack(nv, jt.index, kb.index, k_end)
+            for mr, (r_lo, r_hi) in ((MR, (ib.index, i_full)), (1, (i_full, i_end))):
+                it = open_loop(b, r_lo, r_hi, tuple(f"{tag}.r{mr}.{s}" for s in ("head", "body", "exit")),
+                               "i0")
+                self._tile(nv, mr, it.index, jt.index, kb.index, k_end)
+                close_loop(b, it, step=self.c64(mr))
+            close_loop(b, jt, step=self.c64(max(nv, 1) * w))
+        close_loop(b, ib, step=self.c64(MC))
+        close_loop(b, kb, step=self.c64(KC))
+        b.ret_void()
+
+    def _splat(self, x, vty):
+        b = self.b
+        one = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(one, ir.Constant(vty, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
+
+    def vload(self, ptr, name="", masked=False):
+        if masked:   # c's last columns: lanes beyond them read as zero, never from memory
+            return self.b.call(self._masked("load"), [ptr, ir.Constant(ir.IntType(32), self.align),
+                                                      self.mask, ir.Constant(self.vty, None)],
+                               name=name)
+        return self.b.load(self._vptr(ptr), typ=self.vty, align=self.align, name=name)
+
+    def vstore(self, value, ptr, masked=False):
+        if masked:
+            self.b.call(self._masked("store"), [value, ptr, ir.Constant(ir.IntType(32), self.align),
+                                                self.mask])
+            return
+        self.b.store(value, self._vptr(ptr), align=self.align)
+
+    def _masked(self, kind):
+        suffix = ("f64" if isinstance(self.ty, ir.DoubleType) else "f32")
+        name = f"llvm.masked.{kind}.v{self.w}{suffix}.p0"
+        module = self.fn.module
+        if name in module.globals:
+            return module.globals[name]
+        i32, mty = ir.IntType(32), ir.VectorType(ir.IntType(1), self.w)
+        fty = (ir.FunctionType(self.vty, [PTR, i32, mty, self.vty]) if kind == "load" else
+               ir.FunctionType(ir.VoidType(), [self.vty, PTR, i32, mty]))
+        return ir.Function(module, fty, name)
+
+    def _vptr(self, ptr):
+        """The panel is a typed alloca (llvmlite's alloca); memory arguments are opaque."""
+        if getattr(ptr.type, "is_opaque", False):
+            return ptr
+        return self.b.bitcast(ptr, self.vty.as_pointer())
+
+    def min(self, x, y, name):
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y, name=name)
+
+    def _pack(self, nv, j0, k0, k_end):
+        """panel[kk - k0, :] = b[kk, j0 : j0 + nv * w] for kk in [k0, k_end) (nv = 0: the
+        last n - j0 < w columns)."""
+        b, w = self.b, self.w
+        nr = max(nv, 1) * w
+        lp = open_loop(b, k0, k_end, ("pack.head", "pack.body", "pack.exit"), "kp")
+        src = self.at(self.bm, b.add(b.mul(lp.index, self.sb_k), self.b_offset(j0)), "psrc")
+        dst = self.at(self.panel, b.mul(b.sub(lp.index, k0), self.c64(nr)), "pdst")
+        if nv == 0:               # the columns left, one value at a time
+            lj = open_loop(b, self.c64(0), b.sub(self.n, j0), ("packj.head", "packj.body",
+                                                                "packj.exit"), "jp")
+            x = b.load(self.at(src, self.b_offset(lj.index)), typ=self.ty)
+            b.store(x, self.at(dst, lj.index))
+            close_loop(b, lj)
+        elif self.sb_j is None:   # unit stride: vector copies
+            for v in range(nv):
+                self.vstore(self.vload(self.at(src, self.c64(v * w))), self.at(dst, self.c64(v * w)))
+        else:                     # a transposed b: gather the row, one value at a time
+            for j in range(nr):
+                x = b.load(self.at(src, b.mul(self.c64(j), self.sb_j)), typ=self.ty)
+                b.store(x, self.at(dst, self.c64(j)))
+        close_loop(b, lp)
+
+    def _tile(self, nv, mr, i0, j0, k0, k_end):
+        """c[i0 : i0 + mr, j0 : j0 + nv * w] += a[...] @ panel, in vector registers."""
+        b, w, vty = self.b, self.w, self.vty
+        masked = nv == 0
+        nv = max(nv, 1)
+        vfma = _fma(self.fn.module, vty)
+        rows = [b.mul(b.add(i0, self.c64(r)), self.sa_i, name=f"arow{r}") for r in range(mr)]
+        crow = [self.at(self.c, b.add(b.mul(b.add(i0, self.c64(r)), self.sc_i), j0), f"crow{r}")
+                for r in range(mr)]
+        cptr = [[self.at(crow[r], self.c64(v * w)) for v in range(nv)] for r in range(mr)]
+        init = self._tile_start(k0, [cptr[r][v] for r in range(mr) for v in range(nv)], masked)
+        kl = open_loop(b, k0, k_end, ("tk.head", "tk.body", "tk.exit"), "kk",
+                       carried=[(f"acc{r}.{v}", init[r * nv + v])
+                                for r in range(mr) for v in range(nv)])
+        kk = kl.index
+        brow = self.at(self.panel, b.mul(b.sub(kk, k0), self.c64(nv * w)), "brow")
+        bvec = [self.vload(self.at(brow, self.c64(v * w)), f"b{v}") for v in range(nv)]
+        a_k = b.mul(kk, self.sa_k)
+        new = []
+        for r in range(mr):
+            x = b.load(self.at(self.a, b.add(rows[r], a_k)), typ=self.ty, name=f"a{r}")
+            splat = self._splat(x, vty)
+            for v in range(nv):
+                new.append(b.call(vfma, [splat, bvec[v], kl.carried[r * nv + v]]))
+        close_loop(b, kl, carried=new)
+        for r in range(mr):
+            for v in range(nv):
+                self.vstore(kl.carried[r * nv + v], cptr[r][v], masked=masked)
+
+    def _tile_start(self, k0, ptrs, masked):
+        """The accumulators' first values: zero in the first k block, else what the earlier
+        blocks stored (loaded only then, so the first block never reads the output)."""
+        b = self.b
+        entry = b.block
+        fn = self.fn
+        load_bb, join = fn.append_basic_block("tile.reload"), fn.append_basic_block("tile.start")
+        b.cbranch(b.icmp_signed("==", k0, self.c64(0)), join, load_bb)
+        b.position_at_end(load_bb)
+        loaded = [self.vload(p, masked=masked) for p in ptrs]
+        b.branch(join)
+        b.position_at_end(join)
+        starts = []
+        for i, x in enumerate(loaded):
+            phi = b.phi(self.vty, name=f"start{i}")
+            phi.add_incoming(ir.Constant(self.vty, None), entry)
+            phi.add_incoming(x, load_bb)
+            starts.append(phi)
+        return starts
+
+    def b_offset(self, j):
+        """Element offset of column j in a row of b (a plain ``j`` when b is unit-stride)."""
+        return j if self.sb_j is None else self.b.mul(j, self.sb_j)
+
+
+def _fma(module: ir.Module, ty) -> ir.Function:
+    """``llvm.fma`` for a scalar or vector float type (llvmlite names vector intrinsics not)."""
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    suffix = ("f64" if isinstance(elem, ir.DoubleType) else "f32")
+    name = f"llvm.fma.v{ty.count}{suffix}" if isinstance(ty, ir.VectorType) else f"llvm.fma.{suffix}"
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, ir.FunctionType(ty, [ty, ty, ty]), name)

@@ -1,0 +1,325 @@
+"""Batching rules: how each op of the table runs on a batch of examples (``sg.vmap``).
+
+A rule is ``rule(node, inputs, batched, size) -> Node``: ``node`` is the unbatched node,
+``inputs`` its operands rewritten so far (a batched one has the batch axis, of length ``size``,
+in front of its unbatched shape; an unbatched one is the original operand) and ``batched`` says
+which is which (at least one is). It returns the batched node, batch axis in front, built from
+the same primitives, so a batched graph is differentiated, simplified and compiled like any
+other. The batch axis stays at position 0 inside a transform; ``symgrad.vmap`` moves it where
+``in_axes``/``out_axes`` say at the boundary.
+
+Rules prefer the form a person writes for a batch: a matrix-vector product of a batch of
+vectors becomes one matrix-matrix product, a batch of dot products a row sum, a batch of outer
+products a broadcast multiply, so the generated source reads as batched NumPy, not a loop.
+
+Elementwise ops share one rule (NumPy broadcasting does the work once the batched operands'
+ranks are aligned), keyed by ``OpDef.kind``; every other op has an entry in ``RULES`` keyed by
+name, or in ``NOT_BATCHABLE`` with the reason. Leaves have no operands and are never batched.
+``tests/test_vmap.py`` checks that every op of the table is covered.
+"""
+from __future__ import annotations
+
+from . import ops
+from .index_ops import _index_shape
+from .ir import OPS, Node, Slice, make, toposort
+from .regions import close, placeholder
+
+
+def pad_rank(x: Node, rank: int) -> Node:
+    """A batched operand (batch axis first) with length-1 axes after the batch axis, so that
+    its example part has ``rank`` axes: how an operand of lower rank broadcasts per example."""
+    missing = rank - (x.ndim - 1)
+    if missing <= 0:
+        return x
+    return ops.reshape(x, x.shape[:1] + (1,) * missing + x.shape[1:])
+
+
+def with_batch(x: Node, is_batched: bool, size: int) -> Node:
+    """An operand as a batch: an unbatched one repeated ``size`` times (a broadcast view)."""
+    return x if is_batched else broadcast(x, (size,) + x.shape)
+
+
+def broadcast(x: Node, shape: tuple) -> Node:
+    """``broadcast_to(x, shape)``, from the source of ``x`` when ``x`` is itself a broadcast
+    (one view, not a chain of them)."""
+    return ops.broadcast_to(x.inputs[0] if x.op == "broadcast_to" else x, shape)
+
+
+def batch_slice(size: int) -> Slice:
+    return Slice(0, size, 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise: align ranks, broadcast the rest.
+
+def _elementwise(node, inputs, batched, size):
+    aligned = [pad_rank(x, node.ndim) if b else x for x, b in zip(inputs, batched)]
+    return make(node.op, aligned, node.attrs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Axis ops: every axis attribute moves one place right.
+
+def _reduction(node, inputs, batched, size):
+    axes, keepdims = node.attrs
+    return make(node.op, inputs, (tuple(a + 1 for a in axes), keepdims))
+
+
+def _reshape(node, inputs, batched, size):
+    return ops.reshape(inputs[0], (size,) + node.shape)
+
+
+def _transpose(node, inputs, batched, size):
+    (x,), (perm,) = inputs, node.attrs
+    perm = (0,) + tuple(p + 1 for p in perm)
+    moved = [p for p in perm if x.shape[p] != 1]
+    if moved == sorted(moved):   # only length-1 axes move: a reshape, no copy
+        return ops.reshape(x, tuple(x.shape[p] for p in perm))
+    return ops.transpose(x, perm)
+
+
+def _broadcast_to(node, inputs, batched, size):
+    (x,), (shape,) = inputs, node.attrs
+    return broadcast(pad_rank(x, len(shape)), (size,) + shape)
+
+
+def _joined(node, inputs, batched, size):
+    """concatenate / stack: all operands as batches, the axis one place right."""
+    (axis,) = node.attrs
+    return make(node.op, [with_batch(x, b, size) for x, b in zip(inputs, batched)], (axis + 1,))
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear algebra
+
+def _matmul(node, inputs, batched, size):
+    a, b = inputs
+    batched_a, batched_b = batched
+    left, right = node.inputs
+    if left.ndim == 2 and right.ndim == 2:
+        special = _matrix_product(a, b, batched_a, batched_b, left.shape, right.shape, size)
+        if special is not None:
+            return special
+    rank = max(left.ndim, right.ndim)   # NumPy's batch broadcasting, batch axis in front
+    return ops.matmul(pad_rank(a, rank) if batched_a else a, pad_rank(b, rank) if batched_b else b)
+
+
+def _matrix_product(a, b, batched_a, batched_b, a_shape, b_shape, size):
+    """The batched product of (m, k) @ (k, n) matrices as one GEMM, a broadcast multiply or a
+    row sum where the shapes allow; None for the general batched matmul."""
+    (m, k), (_, n) = a_shape, b_shape
+    if k == 1:   # outer products: a broadcast multiply
+        if n == 1:   # a column times one number per example: x * c[:, None], no length-1 axes
+            column = ops.reshape(a, (size, m) if batched_a else (m,))
+            scale = ops.reshape(b, (size, 1) if batched_b else (1,))
+            return ops.reshape(ops.mul(column, scale), (size, m, 1))
+        return ops.mul(a, b)
+    if batched_a and not batched_b:   # every example's rows against one matrix: one GEMM
+        return ops.reshape(ops.matmul(ops.reshape(a, (size * m, k)), b), (size, m, n))
+    if batched_b and not batched_a and n == 1:   # one matrix times a batch of vectors
+        return ops.reshape(ops.matmul(ops.reshape(b, (size, k)), ops.transpose(a)), (size, m, 1))
+    if batched_a and batched_b and m == 1 and n == 1:   # a batch of dot products: a row sum
+        rows = ops.mul(ops.reshape(a, (size, k)), ops.reshape(b, (size, k)))
+        return ops.reshape(ops.reduce("sum", rows, 1), (size, 1, 1))
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Indexing
+
+def _getitem(node, inputs, batched, size):
+    (index,) = node.attrs
+    return ops.getitem(inputs[0], (batch_slice(size),) + index)
+
+
+def _update(node, inputs, batched, size):
+    """setitem / index_add: the base as a batch, the index keeping the batch axis."""
+    (base, value), (batched_base, batched_value) = inputs, batched
+    (index,) = node.attrs
+    target = _index_shape(node.inputs[0].shape, index)
+    value = pad_rank(value, len(target)) if batched_value else value
+    return make(node.op, (with_batch(base, batched_base, size), value),
+                ((batch_slice(size),) + index,))
+
+
+def _flat_indices(idx: Node, length: int, size: int) -> Node:
+    """Per-example indices into an axis of ``length`` -> indices into the batch axis and that
+    axis flattened together (example ``i``'s entry ``j`` is ``i * length + j``)."""
+    offsets = ops.arange(0, size * length, length, dtype="int64")
+    return ops.add(ops.cast(idx, "int64"), ops.reshape(offsets, (size,) + (1,) * (idx.ndim - 1)))
+
+
+def _take(node, inputs, batched, size):
+    (x, idx), (batched_x, batched_idx) = inputs, batched
+    (axis,) = node.attrs
+    if not batched_idx:   # one index array for every example
+        return make("take", (x, idx), (axis + 1,))
+    if not batched_x:     # a batch of index arrays into one array: gather, batch axis in front
+        out = make("take", (x, idx), (axis,))
+        return _move_axis(out, axis, 0)
+    # both batched: gather from the batch and the axis flattened together
+    length = x.shape[axis + 1]
+    front = _move_axis(x, axis + 1, 1)           # (B, N, other axes...)
+    flat = ops.reshape(front, (size * length,) + front.shape[2:])
+    out = make("take", (flat, _flat_indices(idx, length, size)), (0,))   # (B, *idx, others...)
+    # the axes before the gathered one go back in front of the index axes
+    return _move_block(out, 1, idx.ndim - 1, axis)
+
+
+def _scatter_add(node, inputs, batched, size):
+    (g, idx), (batched_g, batched_idx) = inputs, batched
+    axis, length = node.attrs
+    if not batched_idx:
+        return make("scatter_add", (g, idx), (axis + 1, length))
+    g = with_batch(g, batched_g, size)           # (B, pre..., *idx, rest...)
+    index_axes = idx.ndim - 1
+    front = _move_block(g, 1, axis, index_axes)   # (B, *idx, pre..., rest...)
+    out = make("scatter_add", (front, _flat_indices(idx, length, size)), (0, size * length))
+    out = ops.reshape(out, (size, length) + out.shape[1:])           # (B, N, pre..., rest...)
+    return _move_axis(out, 1, 1 + axis)
+
+
+def _move_axis(x: Node, source: int, dest: int) -> Node:
+    order = [a for a in range(x.ndim) if a != source]
+    order.insert(dest, source)
+    return ops.transpose(x, tuple(order))
+
+
+def _move_block(x: Node, start: int, count: int, shift: int) -> Node:
+    """Move the ``count`` axes from ``start`` on so that ``shift`` axes that followed them come
+    first: (B, block..., next...) with ``shift`` of next -> (B, next[:shift]..., block...)."""
+    axes = list(range(x.ndim))
+    block = axes[start:start + count]
+    following = axes[start + count:start + count + shift]
+    order = axes[:start] + following + block + axes[start + count + shift:]
+    return ops.transpose(x, tuple(order))
+
+
+# ----------------------------------------------------------------------------------------------
+# The tables
+
+# ----------------------------------------------------------------------------------------------
+# Regions.
+# Batching rules for regions (``sg.vmap`` of code with loops and branches).
+# 
+# A batched loop carries every carry batched (an unbatched initial value is broadcast: simpler
+# than finding which carries the batch reaches, and cheap), slices batched per-iteration inputs
+# along their iteration axis (moved in front of the batch axis) and stacks its outputs as
+# ``(n, batch, ...)``, moved back to ``(batch, n, ...)`` by its ``proj``. A branch on an unbatched
+# condition stays a branch over batched bodies; on a batched condition each example may take
+# another side, so both sides run and a select chooses per example: as a branch on ``True`` whose
+# body is that select (simplification then inlines it). The select's derivative keeps the side
+# not taken out (select sinking), as for ``np.where``.
+
+def _batched_params(params, flags, size):
+    """Placeholders for the batched params: (explicit param list, param -> placeholder)."""
+    mapping = {p: placeholder(p.dtype, (size,) + p.shape) for p, f in zip(params, flags) if f}
+    return [mapping.get(p, p) for p in params], mapping
+
+
+def _batched_results(body, mapping, size):
+    """``body``'s results over the batched params, every one batched."""
+    new, batched = batch_nodes(body.results, mapping, size)
+    return [new[r] if r in batched else with_batch(r, False, size) for r in body.results]
+
+
+def _loop(node, inputs, batched, size):
+    body, trips, nc, nx, reverse = node.attrs
+    inits = [with_batch(x, b, size) for x, b in zip(inputs[:nc], batched[:nc])]
+    xs = [ops.transpose(x, (1, 0) + tuple(range(2, x.ndim))) if b else x
+          for x, b in zip(inputs[nc:nc + nx], batched[nc:nc + nx])]
+    flags = [False] + [True] * nc + list(batched[nc:])
+    explicit, mapping = _batched_params(body.params, flags, size)
+    results = _batched_results(body, mapping, size)
+    new_body, captures, _ = close(explicit, results, hoist=True, names=body.names,
+                                  derivative=body.derivative)
+    return make("loop", (*inits, *xs, *inputs[nc + nx:], *captures),
+                (new_body, trips, nc, nx, reverse))
+
+
+def _cond(node, inputs, batched, size):
+    then, other = node.attrs
+    pred, operands, flags = inputs[0], list(inputs[1:]), list(batched[1:])
+    explicit, mapping = _batched_params(then.params, flags, size)   # the sides' params agree
+    a, b = _batched_results(then, mapping, size), _batched_results(other, mapping, size)
+    if not batched[0]:
+        bodies = [close(explicit, r, hoist=False, derivative=body.derivative)[0]
+                  for r, body in zip((a, b), (then, other))]
+        return make("cond", (pred, *operands), tuple(bodies))
+    choice = placeholder("bool", pred.shape)
+    chosen = [ops.where(ops.reshape(choice, (size,) + (1,) * (x.ndim - 1)), x, y)
+              for x, y in zip(a, b)]
+    body = close([choice, *explicit], chosen, hoist=False, derivative=True)[0]
+    return make("cond", (ops.full((), True, "bool"), pred, *operands), (body, body))
+
+
+def _proj(node, inputs, batched, size):
+    (region,) = inputs
+    out = make("proj", (region,), node.attrs)
+    if region.op == "loop" and node.attrs[0] >= region.attrs[2]:   # stacked: (n, batch, ...)
+        return ops.transpose(out, (1, 0) + tuple(range(2, out.ndim)))
+    return out
+
+
+
+
+KIND_RULES: dict = {"elementwise": _elementwise}
+
+RULES: dict = {
+    "sum": _reduction, "prod": _reduction, "max": _reduction, "min": _reduction,
+    "reshape": _reshape, "transpose": _transpose, "broadcast_to": _broadcast_to,
+    "concatenate": _joined, "stack": _joined,
+    "matmul": _matmul,
+    "getitem": _getitem, "setitem": _update, "index_add": _update,
+    "take": _take, "scatter_add": _scatter_add,
+    "loop": _loop, "cond": _cond, "proj": _proj,
+}
+
+# op name -> why it cannot run batched (yet); vmap raises a TypeError naming the op and reason.
+NOT_BATCHABLE: dict = {
+    "custom_gradient": "a @sg.custom_gradient rule under vmap is not supported yet (vmap its "
+                       "gradient instead: sg.vmap(sg.grad(f)) batches the rule's result)",
+}
+
+
+def rule_for(op: str):
+    """The batching rule of ``op``, or a TypeError naming it (never a wrong result)."""
+    rule = RULES.get(op)
+    if rule is not None:
+        return rule
+    if op in NOT_BATCHABLE:
+        raise TypeError(f"vmap: the op {op!r} cannot be batched: {NOT_BATCHABLE[op]}")
+    opdef = OPS.get(op)
+    if opdef is not None and opdef.kind in KIND_RULES:
+        return KIND_RULES[opdef.kind]
+    raise TypeError(f"vmap: the op {op!r} has no batching rule (symgrad.batching.RULES)")
+
+
+def covered(op: str) -> bool:
+    """Whether ``op`` has a rule, is a leaf (never batched) or is listed as not batchable."""
+    kind = OPS[op].kind
+    return op in RULES or op in NOT_BATCHABLE or kind in KIND_RULES or kind == "leaf"
+
+
+def batch_nodes(outputs, batched_inputs: dict, size: int):
+    """Rewrite the graph below ``outputs`` for a batch: ``batched_inputs`` maps argument nodes
+    to their batched replacements (batch axis first). Returns ``(new, batched)``: each node's
+    rewrite (unbatched nodes map to themselves) and the set of nodes that became batched."""
+    new: dict = {}
+    batched: set = set()
+    for node in toposort(outputs):
+        if node in batched_inputs:
+            new[node] = batched_inputs[node]
+            batched.add(node)
+            continue
+        flags = tuple(x in batched for x in node.inputs)
+        if not any(flags):
+            new[node] = node
+            continue
+        out = rule_for(node.op)(node, [new[x] for x in node.inputs], flags, size)
+        if node.dtype != "tuple" and (out.shape != (size,) + node.shape or out.dtype != node.dtype):
+            raise AssertionError(f"internal: batching rule of {node.op!r} gave {out.dtype}"
+                                 f"{list(out.shape)} for {node.dtype}{[size, *node.shape]}")
+        new[node] = out
+        batched.add(node)
+    return new, batched
