@@ -48,6 +48,21 @@ class _PeelFirst(Exception):
     iteration: run that one as written, then loop over the rest."""
 
 
+class _Counter(Exception):
+    """A Python int the body steps by a fixed number (``count += 1``): not carried, its value
+    in iteration i is ``start + i * step`` and after the loop a Python int again."""
+
+    def __init__(self, name, step):
+        self.name, self.step = name, step
+
+
+class _Static(Exception):
+    """A variable the body sets to the same Python value each iteration: not carried."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 class _Reshaped(Exception):
     """A carry changed type in the first iteration: peel it and try again."""
 
@@ -154,11 +169,11 @@ def _carry_type(value):
     return None
 
 
-def _mixes_float32(frame, placeholders) -> bool:
-    """Whether any value the body leaves bound is float32 (a weak carry would meet it)."""
-    from .scope import walk_nodes
+def _mixes_narrow(frame) -> bool:
+    """Whether any value the body leaves bound is of a narrower type than float64 / int64
+    (where a weak Python number and a 64-bit value would promote differently)."""
     roots = [n for v in frame.env.values() for n in walk_nodes(v)]
-    return any(n.dtype == "float32" for n in toposort(roots))
+    return any(n.dtype not in ("float64", "int64", "bool", "tuple") for n in toposort(roots))
 
 
 def _int_range(n: Node, ranges: dict):
@@ -178,6 +193,11 @@ def _int_range(n: Node, ranges: dict):
         products = [x * y for x in a for y in b]
         return min(products), max(products)
     return None
+
+
+def _where(frame, node):
+    loc = frame.source.loc(node)
+    return loc.filename, loc.lineno, loc.col, loc.text
 
 
 class Loops:
@@ -249,8 +269,9 @@ class Loops:
         part = _part(self.eval(it, frame))
         return None if part is None else _Plan(_length(part), [part], False)
 
-    def loop_region(self, stmt, frame, plan: _Plan) -> bool:
-        """Trace the loop as a region; False when it must be unrolled instead."""
+    def loop_region(self, stmt, frame, plan: _Plan):
+        """Trace the loop as a region: True when done; else what is left to unroll (False:
+        all of it; a plan: the iterations after a first one already run, peeled)."""
         assigned, appended, jumps, exits = _body_facts(stmt.body)
         if jumps or plan.trips <= UNROLL_MAX or (exits and appended):
             return False
@@ -263,10 +284,16 @@ class Loops:
                              exits)
                 return True
             except _Fallback:
-                return False
+                return self._left(frame, plan, peeled)
+            except _Static as st:
+                overrides[("static", st.name)] = True
+                continue
+            except _Counter as c:
+                overrides[("counter", c.name)] = c.step
+                continue
             except _PeelFirst:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
-                    return False
+                    return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
                 continue
@@ -276,20 +303,36 @@ class Loops:
                         self.fail(stmt, f"loop-carried variable '{r.name}' changes shape from "
                                   f"{r.before[1]} to {r.after[1]} between iterations",
                                   "give it its final shape before the loop")
-                    return False
-                if r.before[2]:      # a Python number: its dtype is the loop's, not float64
+                    return self._left(frame, plan, peeled)
+                if r.before[2] and r.before[1] == r.after[1]:   # a Python number: its dtype is the loop's
                     overrides[r.name] = r.after
                     continue
                 if peeled or plan.trips <= UNROLL_MAX + 1:
-                    return False
+                    return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
             except UnsupportedSyntaxError:
-                return False
+                return self._left(frame, plan, peeled)
             except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,
                     ZeroDivisionError, RecursionError):
-                return False   # unrolling reproduces a genuine error at the user's line
-        return False
+                return self._left(frame, plan, peeled)   # unrolling reproduces a genuine error at the user's line
+        return self._left(frame, plan, peeled)
+
+    def _left(self, frame, plan, peeled):
+        """What remains to unroll when the region is given up (after a peeled iteration:
+        the rest, as long as it did not break on data)."""
+        if not peeled:
+            return False
+        done = frame.env.pop(DONE, False)
+        if done is not False:
+            raise UnsupportedSyntaxError("a break on data in a loop that cannot be traced as a "
+                                         "loop region", *_where(frame, self.node))
+        return plan
+
+    def plan_items(self, plan) -> list:
+        """The items of the iterations ``plan`` describes (for unrolling them)."""
+        columns = [[self._item(plan, p, i) for i in range(plan.trips)] for p in plan.parts]
+        return list(zip(*columns)) if plan.tupled else columns[0]
 
     def _peel(self, stmt, frame, plan, exits):
         """Run the first iteration unrolled (a break or continue on data in it handled as in
@@ -342,10 +385,19 @@ class Loops:
                 inits.append(ops.cast(ops.lift(started), "bool"))
                 phs.append(done)
                 child.env[DONE] = done
+        counters = {}
         for name in assigned:
             if name in targets or name not in frame.env:
                 continue
             value = frame.env[name]
+            if ("static", name) in overrides:   # the same Python value every iteration
+                child.env[name] = value
+                continue
+            step = overrides.get(("counter", name))
+            if step is not None and done is None:
+                counters[name] = value
+                child.env[name] = index * step + value
+                continue
             if isinstance(value, Undefined) or name in appended:
                 raise _Fallback()
             kind = overrides.get(name) or _carry_type(value)
@@ -388,15 +440,28 @@ class Loops:
         finally:
             self.frames.pop()
             self.frame = frame
+        for (name, kind), ph in zip(carried, phs):
+            value = child.env.get(name)
+            if name in weak and not isinstance(value, Node) and _carry_type(value) is not None:
+                # a Python number the body sets to one value (an inner loop's variable):
+                # not carried once the loop's value before an iteration is that one
+                if frame.env.get(name) == value and type(frame.env.get(name)) is type(value):
+                    raise _Static(name)
+                raise _PeelFirst()
+            if name in weak and kind[0] == "int64" and done is None and isinstance(value, Node) \
+                    and value.op == "add" and ph in value.inputs:
+                other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
+                if other.op == "const" and isinstance(other.attrs[0], int):
+                    raise _Counter(name, other.attrs[0])
         if weak:
             # A Python number carried through the loop stays weak in NumPy (a float32 array
-            # times it stays float32); a float64 carry would promote: only where no float32
-            # is involved, after the first iteration has run as written.
-            if not peeled:
-                raise _PeelFirst()
-            touched = [ph for (name, kind), ph in zip(carried, phs) if name in weak]
-            if any(kind[0] != "float64" for (name, kind) in carried if name in weak) or \
-                    _mixes_float32(child, touched):
+            # times it stays float32); a float64 / int64 carry would promote. Where nothing
+            # narrower is involved the two agree; otherwise the first iteration runs as written
+            # (it gives the carry its NumPy type) and the rest must not mix either.
+            kinds = {kind[0] for (name, kind) in carried if name in weak}
+            if not kinds <= {"float64", "int64", "bool"} or _mixes_narrow(child):
+                if not peeled:
+                    raise _PeelFirst()
                 raise _Fallback()
         new = []
         for (name, kind), ph in zip(carried, phs):
@@ -446,6 +511,8 @@ class Loops:
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
         loc_node = stmt
+        for name, start in counters.items():   # a Python int again, as in NumPy
+            frame.env[name] = start + n * overrides[("counter", name)]
         for (name, _), final in zip(carried, finals):
             if name == DONE:
                 continue
