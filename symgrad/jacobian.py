@@ -34,7 +34,7 @@ from .api import Function, _base, _retarget
 from .autodiff import _param_tree, _wrt_slots, backward, tree_name
 from .batching import batch_nodes
 from .forward import jvp_graph
-from .ir import Graph, Node, is_float, make
+from .ir import Graph, Node, is_float, make, substitute, toposort
 from .runtime import is_node, map_tree, zero_standin
 from .vmap import _carried
 
@@ -50,6 +50,24 @@ def identity_basis(n: int, shape: tuple, dtype: str) -> Node:
     rows = ops.reshape(ops.arange(n), (n, 1))
     cols = ops.reshape(ops.arange(n), (1, n))
     return ops.reshape(ops.cast(ops.eq(rows, cols), dtype), (n,) + shape)
+
+
+def without_identity_products(nodes: list, basis: Node) -> list:
+    """``nodes`` with each matrix product by the (n, n) ``basis`` replaced by the other
+    factor: a linear map applied to every unit vector is the map's matrix (``W @ x`` has the
+    Jacobian ``W``, read off rather than multiplied out)."""
+    if basis.ndim != 2:
+        return list(nodes)
+    mapping = {}
+    for node in toposort(nodes):
+        if node.op != "matmul" or node.ndim != 2:
+            continue
+        a, b = node.inputs
+        if a is basis and b.ndim == 2:
+            mapping[node] = b
+        elif b is basis and a.ndim == 2:
+            mapping[node] = a
+    return substitute(nodes, mapping) if mapping else list(nodes)
 
 
 def choose_mode(mode: str, inputs: list[Node], outputs: list[Node]) -> str:
@@ -96,10 +114,12 @@ def _forward_columns(graph: Graph, result: Graph, i: int, x: Node) -> list:
     jvp = jvp_graph(graph, (i,), [zero_standin(x.dtype, x.shape)], result.name)
     tangent_arg = jvp.inputs[-1]
     tangents = jvp.outputs[len(graph.outputs):]
-    new, batched = batch_nodes(tangents, {tangent_arg: identity_basis(x.size, x.shape, x.dtype)},
-                               x.size)
+    basis = identity_basis(x.size, x.shape, x.dtype)
+    new, batched = batch_nodes(tangents, {tangent_arg: basis}, x.size)
     _keep_tables(result, jvp, new)
-    return [_move_input_axes_last(new[t], x, o) if t in batched else None
+    columns = without_identity_products([new[t] for t in tangents if t in batched], basis)
+    columns = dict(zip([t for t in tangents if t in batched], columns))
+    return [_move_input_axes_last(columns[t], x, o) if t in batched else None
             for t, o in zip(tangents, graph.outputs)]
 
 
@@ -112,10 +132,12 @@ def _reverse_row(graph: Graph, result: Graph, k: int, xs: list[Node]) -> list:
     vjp.stopped = {}
     grads, origin = backward(vjp, xs, seeds=[(o, cotangent)])
     vjp.grad_origin.update((n, s) for n, s in origin.items() if n not in vjp.grad_origin)
-    new, batched = batch_nodes(grads, {cotangent: identity_basis(o.size, o.shape, o.dtype)},
-                               o.size)
+    basis = identity_basis(o.size, o.shape, o.dtype)
+    new, batched = batch_nodes(grads, {cotangent: basis}, o.size)
     _keep_tables(result, vjp, new)
-    return [ops.reshape(new[g], o.shape + x.shape) if g in batched else None
+    rows = without_identity_products([new[g] for g in grads if g in batched], basis)
+    rows = dict(zip([g for g in grads if g in batched], rows))
+    return [ops.reshape(rows[g], o.shape + x.shape) if g in batched else None
             for g, x in zip(grads, xs)]
 
 

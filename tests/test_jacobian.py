@@ -276,3 +276,23 @@ def test_readme_example_is_what_symgrad_prints(tmp_path):
     np.testing.assert_allclose(namespace["J"], [[0.18070664, 0.36141328], [0.14020743, -0.28041487],
                                                 [0.29925125, 0.19950083]], rtol=1e-7)
     assert namespace["JW"].shape == (3, 3, 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("mode", ("fwd", "rev"))
+def test_a_linear_map_has_its_matrix_as_jacobian(mode, target):
+    """A matrix product by the basis is read off as the matrix, not multiplied out."""
+    def linear(x, W):
+        return W @ x
+    x, W = rand(3), rand(4, 3)
+    f = sg.jacobian(linear, mode=mode, target=target)
+    np.testing.assert_array_equal(f(x, W), W)
+    source = f.source_for(x, W)
+    assert "np.arange" not in source and "@" not in source, source
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("mode", MODES)
+def test_empty_arrays(mode, target):
+    assert sg.jacobian(elementwise, mode=mode, target=target)(np.ones(0)).shape == (0, 0)
+    assert sg.jacobian(rosenbrock, mode=mode, target=target)(np.ones(0)).shape == (0,)
