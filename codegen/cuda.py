@@ -137,7 +137,7 @@ class Device:
                 raise RuntimeError(f"{e} while loading PTX for {prog.arch} on {self.name} "
                                    f"({self.arch})") from None
             got = {}
-            for k in prog.plan.kernels:
+            for _, k in ptxmod.all_kernels(prog.plan):   # with the loop bodies' kernels
                 fn = self.call(self.drv.cuModuleGetFunction, module, k.name.encode())
                 per_sm = self.call(self.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor,
                                    fn, ptxmod.BLOCK, 0)
@@ -355,12 +355,18 @@ def run_cuda(signature, values, out=None):
             args[buf.index] = dev.alloc(buf.nbytes)
             results[buf.index] = DeviceArray(args[buf.index], shapes[buf.index], buf.dtype, dev)
 
-    for k in p.kernels:
+    def launch(k, args):
         fn, max_blocks = fns[k.name]
         for z in k.zero:
             dev.call(dev.drv.cuMemsetD8Async, dev.drv.CUdeviceptr(args[z]), 0, p.buffers[z].nbytes, dev.stream)
         work = k.count if k.kind == "block" else -(-k.count // ptxmod.BLOCK)
         dev.launch(fn, max(1, min(work, max_blocks)), [args[b] for b in k.params])
+
+    def copy(dst, src, nbytes):
+        dev.call(dev.drv.cuMemcpyDtoDAsync, dev.drv.CUdeviceptr(dst), dev.drv.CUdeviceptr(src),
+                 nbytes, dev.stream)
+
+    ptxmod.run_steps(p, args, launch, copy)   # loops: a launch sequence per iteration
     for ptr, nbytes in scratch:      # stream-ordered: later work on this stream reuses them safely
         dev.free(ptr, nbytes)
 

@@ -14,6 +14,9 @@ Exported symbols (``sg_`` is renamed to a per-kernel prefix before compilation):
   outermost axis (the thread pool splits that range);
 * ``sg_init<k>(ptrs, params)``: fill stage k's reduction outputs with the identity.
 
+A region stage (a loop or branch) is emitted by ``codegen.regions``; its bodies' stages are
+internal functions of the same module (``sg_r<k>_run`` and its ``sg_r<k>_stage<j>``).
+
 ``ptrs[b]`` is the address of buffer b. Each stage body is a separate function whose buffer
 arguments are ``noalias`` (the scheduler guarantees distinct buffers never overlap), which is
 what lets LLVM vectorise without run-time overlap checks.
@@ -81,17 +84,27 @@ def _bits(value, dtype: str) -> int:
 class KernelModule:
     """Build with ``KernelModule(schedule, math)``; read ``module``, ``params``, ``stage_info``."""
 
-    def __init__(self, schedule: Schedule, math_target: MathTarget, name="symgrad"):
+    def __init__(self, schedule: Schedule, math_target: MathTarget, name="symgrad",
+                 parent: "KernelModule | None" = None, prefix: str = "sg_"):
+        """``parent``/``prefix``: a region body (``codegen.regions``), emitted into the
+        parent's module with the parent's parameters, its functions named ``prefix...``."""
         self.s = schedule
         self.math = math_target
-        self.module = ir.Module(name)
-        self.module.math_calls = set()
-        self.params: list[int] = []
+        self.prefix = prefix
+        if parent is None:
+            self.module = ir.Module(name)
+            self.module.math_calls = set()
+            self.params: list[int] = []
+        else:
+            self.module, self.params = parent.module, parent.params
         self.stage_info: list[StageInfo] = []   # per stage
         wrappers = []
         for st in schedule.stages:
-            wrappers.append(self._stage(st))
-        self._run(wrappers)
+            wrappers.append(st.region.emit(self, st) if st.region is not None else self._stage(st))
+        self.run_fn = self._run(wrappers)
+        if parent is not None:   # called only from the region's loop: inlined there
+            for fn in [self.run_fn] + [f for w in wrappers for f in (w.stage, w.init)]:
+                fn.linkage = "internal"
 
     # -- parameters ----------------------------------------------------------------------------
     def param(self, value: int) -> int:
@@ -180,7 +193,7 @@ class KernelModule:
             bufs.add(self.s.flag)
         bufs = sorted(bufs)
         fty = ir.FunctionType(ir.VoidType(), [PTR] * len(bufs) + [PTR, I64, I64])
-        body = ir.Function(self.module, fty, f"sg_stage{st.index}.body")
+        body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}.body")
         body.linkage = "internal"
         body.attributes.add("nounwind")
         for a in body.args[:len(bufs) + 1]:
@@ -319,7 +332,7 @@ class KernelModule:
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
         self.stage_info.append(StageInfo(extent0_slot, partial, st.serial, st.shape))
         wrap = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
-                           f"sg_stage{st.index}")
+                           f"{self.prefix}stage{st.index}")
         wrap.attributes.add("nounwind")
         ptrs, wparams, wb, we = wrap.args
         ptrs.name, wparams.name, wb.name, we.name = "ptrs", "params", "begin", "end"
@@ -330,7 +343,7 @@ class KernelModule:
         bw.ret_void()
 
         init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
-                           f"sg_init{st.index}")
+                           f"{self.prefix}init{st.index}")
         init.attributes.add("nounwind")
         ptrs, iparams = init.args
         ptrs.name, iparams.name = "ptrs", "params"
@@ -357,7 +370,7 @@ class KernelModule:
         close_loop(b, loop)
 
     def _run(self, wrappers):
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), "sg_run")
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), f"{self.prefix}run")
         fn.attributes.add("nounwind")
         ptrs, params = fn.args
         ptrs.name, params.name = "ptrs", "params"
@@ -368,3 +381,4 @@ class KernelModule:
                    else ir.Constant(I64, 1))
             b.call(fns.stage, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
+        return fn

@@ -21,7 +21,6 @@ import weakref
 from dataclasses import dataclass
 
 from symgrad.ir import Graph, toposort
-from symgrad.regions import straight_line
 
 from . import libdevice
 from .lower import LOWER
@@ -31,6 +30,7 @@ from .ptx_plan import (  # noqa: F401 - re-exported
     BLOCK, IN_MEMORY, KERNEL_RULES, UNSUPPORTED, WARP, FinishJob, Kernel, Plan, ReduceJob,
     ScatterJob, StoreJob)
 from .ptx_plan import plan as _plan
+from .ptx_regions import all_kernels, expand_conds, run_steps, without_conds  # noqa: F401 - run_steps re-exported
 
 DEFAULT_ARCH = "sm_80"
 # Architectures LLVM's NVPTX target is asked for; PTX for an older one JITs on newer GPUs.
@@ -48,15 +48,20 @@ def lowering(op: str) -> str | None:
 
 def plan(graph: Graph) -> Plan:
     """The plan of ``graph`` (``codegen.ptx_plan.plan``), after checking that every op has a
-    lowering: a missing one is a NotImplementedError here, never a crash in native code.
-    Loops and branches are expanded first (no native regions on this target yet)."""
-    graph = straight_line(graph)
-    for n in toposort(graph.outputs):
-        if n.op in UNSUPPORTED:
-            raise NotImplementedError(f"op {n.op!r} is not supported on target='cuda': {UNSUPPORTED[n.op]}")
-        if lowering(n.op) is None:
-            raise NotImplementedError(f"op {n.op!r} has no lowering on target='cuda' (no entry in "
-                                      "symgrad.codegen.lower.LOWER or the tables of codegen.ptx)")
+    lowering (in loop bodies too): a missing one is a NotImplementedError here, never a crash in
+    native code. Loops are steps of the launch sequence, branches selects
+    (``codegen.ptx_regions``)."""
+    graph = without_conds(graph)
+    pending = [graph.outputs]
+    while pending:
+        for n in toposort(pending.pop()):
+            if n.op in UNSUPPORTED:
+                raise NotImplementedError(f"op {n.op!r} is not supported on target='cuda': {UNSUPPORTED[n.op]}")
+            if lowering(n.op) is None:
+                raise NotImplementedError(f"op {n.op!r} has no lowering on target='cuda' (no entry in "
+                                          "symgrad.codegen.lower.LOWER or the tables of codegen.ptx)")
+            if n.op == "loop":
+                pending.append(expand_conds(n.attrs[0].results))
     return _plan(graph)
 
 
@@ -141,7 +146,7 @@ def program(entry, arch: str) -> PtxProgram:
     prog = progs.get(arch)
     if prog is None:
         p, text = _plan_and_text(entry)
-        prog = PtxProgram(p, arch, compile_ptx(text, arch, [k.name for k in p.kernels]))
+        prog = PtxProgram(p, arch, compile_ptx(text, arch, [k.name for _, k in all_kernels(p)]))
         progs[arch] = prog
     return prog
 

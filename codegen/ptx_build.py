@@ -24,6 +24,9 @@ from .opsets import VIEWS
 from .ptx_plan import BLOCK, Kernel, Plan
 
 
+# Buffers passed by value: a 0-d argument, a loop body's index (codegen.ptx_regions).
+BY_VALUE = ("scalar", "index")
+
 class Index:
     """A position in an array of ``shape`` inside one kernel: a flat offset and/or one value per
     axis. Values derived lazily are cached in the kernel's scoped memo, not here, so that a
@@ -49,14 +52,14 @@ class KernelBuilder:
         types = []
         for b in kernel.params:
             buf = plan_.buffers[b]
-            types.append(value_type(buf.dtype) if buf.kind == "scalar" else ir.PointerType(addrspace=space))
+            types.append(value_type(buf.dtype) if buf.kind in BY_VALUE else ir.PointerType(addrspace=space))
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types), kernel.name)
         if not emulate:
             self.fn.calling_convention = "ptx_kernel"
         self.args = {}
         for b, arg in zip(kernel.params, self.fn.args):
             arg.name = f"{plan_.buffers[b].kind}{b}"
-            if plan_.buffers[b].kind != "scalar":
+            if plan_.buffers[b].kind not in BY_VALUE:
                 arg.add_attribute("noalias")
             self.args[b] = arg
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
@@ -153,7 +156,7 @@ class KernelBuilder:
 
     def load(self, buf: int, flat: ir.Value) -> ir.Value:
         dtype = self.plan.buffers[buf].dtype
-        if self.plan.buffers[buf].kind == "scalar":
+        if self.plan.buffers[buf].kind in BY_VALUE:
             return self.args[buf]
         v = self.b.load(self.address(buf, flat), typ=memory_type(dtype),
                         align=storage(dtype).itemsize)

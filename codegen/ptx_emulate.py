@@ -52,8 +52,8 @@ def compile_plan(graph):
     engine.finalize_object()
     st["engines"].append(engine)   # keep the machine code alive
     fns = {}
-    for k in p.kernels:
-        types = [ctype(p.buffers[b].dtype) if p.buffers[b].kind == "scalar" else ctypes.c_void_p
+    for _, k in ptxmod.all_kernels(p):
+        types = [ctype(p.buffers[b].dtype) if p.buffers[b].kind in ("scalar", "index") else ctypes.c_void_p
                  for b in k.params]
         fns[k.name] = ctypes.CFUNCTYPE(None, *types)(engine.get_function_address(k.name))
     return p, fns
@@ -78,11 +78,14 @@ def run(graph, values, compiled=None):
         else:   # garbage, as on the GPU: a kernel that forgets to write shows up
             store[buf.index] = np.full(buf.size, 0x5A, np.uint8).view(dt) if dt.itemsize == 1 else \
                 np.frombuffer(np.full(buf.size * dt.itemsize, 0x7F, np.uint8).tobytes(), dt).copy()
-    for k in p.kernels:
+    addr = {b: v if p.buffers[b].kind == "scalar" else v.ctypes.data for b, v in store.items()}
+
+    def launch(k, addr):
         for z in k.zero:
-            store[z][...] = 0
-        args = [store[b] if p.buffers[b].kind == "scalar" else store[b].ctypes.data for b in k.params]
-        fns[k.name](*args)
+            ctypes.memset(addr[z], 0, p.buffers[z].nbytes)
+        fns[k.name](*[addr[b] for b in k.params])
+
+    ptxmod.run_steps(p, addr, launch, ctypes.memmove)   # loops: per iteration (ptx_regions)
     outs = []
     for node, b in zip(graph.outputs, p.outputs):
         a = store[b][:node.size]

@@ -15,6 +15,7 @@ from .dtypes import memory_type
 from .loop_body import REDUCE_KIND, identity
 from .lower import LOWER, Scalar
 from .ptx_build import KernelBuilder
+from .ptx_regions import all_kernels
 from .ptx_plan import WARP, FinishJob, Kernel, Plan, ReduceJob, StoreJob, _reads
 
 
@@ -267,9 +268,9 @@ def build_module(p: Plan, emulate_with=None) -> str:
     if emulate_with is None:
         module.triple = "nvptx64-nvidia-cuda"
     math_target = emulate_with or libdevice.LibdeviceMath()
-    for k in p.kernels:
-        k.params = _kernel_params(p, k)
-        kb = KernelBuilder(module, p, k, math_target, emulate=emulate_with is not None)
+    for sub, k in all_kernels(p):   # with the kernels of loop bodies (codegen.ptx_regions)
+        k.params = _kernel_params(sub, k)
+        kb = KernelBuilder(module, sub, k, math_target, emulate=emulate_with is not None)
         KERNEL_EMITTERS[k.kind](kb)
         kb.b.ret_void()
     text = str(module)

@@ -30,7 +30,6 @@ import re
 from dataclasses import dataclass, field
 
 from symgrad.ir import Graph, Node, is_float, toposort
-from symgrad.regions import EXPANDED
 
 from .buffers import Buffer
 from .lower import LOWER
@@ -43,11 +42,11 @@ SPLIT_CHUNK = 4 * BLOCK * 8  # elements one block reduces before a reduction is 
 
 # Ops whose values are buffers from the start: kernel parameters (an array by pointer, a 0-d
 # value by value) and constant arrays.
-IN_MEMORY = ("arg", "array")
+IN_MEMORY = ("arg", "array", "param")   # param: a loop body's (codegen.ptx_regions)
 # Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
-    **EXPANDED,
+    "cond": "expanded into a select first (codegen.ptx_regions.expand_conds)",
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
 
 
@@ -123,11 +122,12 @@ def _reads(root: Node, source: dict, skip_root=True) -> list:
     return out
 
 
-def plan(graph: Graph) -> Plan:
+def plan(graph: Graph, buffers: list | None = None) -> Plan:
     """Decide buffers and kernels for ``graph`` (deterministic: toposort order throughout).
-    Callers go through ``codegen.ptx.plan``, which first checks that every op has a lowering."""
+    Callers go through ``codegen.ptx.plan``, which first checks that every op has a lowering.
+    ``buffers``: the list a loop body's buffers are numbered in (its parent plan's)."""
     order = toposort(graph.outputs)
-    buffers: list[Buffer] = []
+    buffers = [] if buffers is None else buffers
     source: dict[Node, int] = {}
 
     def new(kind, dtype, size, ref=None):
@@ -155,7 +155,11 @@ def plan(graph: Graph) -> Plan:
     for n in order:
         if n.op in LEAVES:
             continue
-        if n.op in KERNEL_RULES:   # computed by kernels of its own, into memory
+        if n.op == "loop":         # its inputs in memory (contiguous) for the body's kernels
+            for x in n.inputs:
+                if x.op not in IN_MEMORY and x not in mat:
+                    mat.append(x)
+        elif n.op in KERNEL_RULES:   # computed by kernels of its own, into memory
             if n.op == "matmul":
                 for x in n.inputs:
                     if not cheap(x) and x not in mat:
@@ -194,7 +198,14 @@ def plan(graph: Graph) -> Plan:
             staged.append((lvl, maps[key]))
         maps[key].jobs.append(StoreJob(n, dest))
 
+    looped: set = set()
     for n in mat:
+        if n.op == "proj":        # a loop's result: the loop's step, once per loop
+            if n.inputs[0] not in looped:
+                looped.add(n.inputs[0])
+                staged += [(level[n], k) for k in
+                           KERNEL_RULES["proj"](n, source, new, buffers, f"{base}_r{len(buffers)}")]
+            continue
         if n.size == 0:
             continue      # nothing to compute (its buffer still exists, of one element)
         rule = KERNEL_RULES.get(n.op)
@@ -207,7 +218,8 @@ def plan(graph: Graph) -> Plan:
             store(1, n, out_of[n])
     staged.sort(key=lambda lk: lk[0])   # stable: toposort order within a level
     for i, (_, k) in enumerate(staged):
-        k.name = f"{base}_k{i}"
+        if k.kind != "loop":
+            k.name = f"{base}_k{i}"
         kernels.append(k)
     trig = {(n.op, n.inputs[0]): n for n in order if n.op in ("sin", "cos") and is_float(n.dtype)}
     sincos = {n: trig[("cos" if op == "sin" else "sin", x)] for (op, x), n in trig.items()
@@ -255,4 +267,13 @@ KERNEL_RULES = {
     **{op: _reduction_kernels for op in sorted(REDUCTIONS)},   # block/warp-shuffle reductions
     "matmul": _reduction_kernels,                              # a sum over k
     "scatter_add": _scatter_kernels,                           # atomic adds
+    # a loop is a step of the launch sequence (codegen.ptx_regions), planned at its first
+    # result; its inputs are in memory
+    "loop": lambda *args: _loop_steps(*args),
+    "proj": lambda *args: _loop_steps(*args),
 }
+
+
+def _loop_steps(*args):
+    from .ptx_regions import loop_steps as steps   # plans the body with plan() itself
+    return steps(*args)

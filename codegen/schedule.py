@@ -11,7 +11,9 @@ The result is a list of :class:`Stage`\\ s, each one loop nest over a concrete s
   an offset over their operand's buffer, computed here in Python from the concrete shapes;
 * sinks say what a loop writes: ``store`` a value into a (strided) view, ``accum`` into one
   (index_add), ``reduce`` into a reduction's buffer, ``matmul`` (a reduction over the middle
-  axis of an ``(..., m, k, n)`` loop).
+  axis of an ``(..., m, k, n)`` loop);
+* a loop or branch (``symgrad.regions``) is one serial *region stage* (``codegen.regions``): its
+  body is scheduled as a nested Schedule and runs from a real loop or branch in the kernel.
 
 Stages are appended in dependency order, and a node joins the *first* compatible loop whose
 inputs are ready, so chains of same-shaped work (a function and its gradient, a reduction of a
@@ -26,7 +28,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from symgrad.ir import Graph, Node, is_float, toposort, use_counts
-from symgrad.regions import EXPANDED, straight_line
 
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
@@ -62,6 +63,7 @@ class Stage:
     serial: bool = False  # must not be split across threads (a scatter over axis 0)
     ssa: list = field(default_factory=list)
     sinks: list = field(default_factory=list)
+    region: object = None  # kind "region": a loop or branch (codegen.regions), emitted by it
 
     @property
     def size(self) -> int:
@@ -69,13 +71,17 @@ class Stage:
 
 
 class Schedule:
-    """Build with ``Schedule(graph)``; read ``stages``, ``buffers``, ``home``, ``loc``."""
+    """Build with ``Schedule(graph)``; read ``stages``, ``buffers``, ``home``, ``loc``.
+    ``parent``: the schedule a region body (``codegen.regions``) is part of; the body's
+    buffers are numbered in the parent's list and share its error flag."""
 
-    def __init__(self, graph: Graph):
-        graph = straight_line(graph)   # loops and branches unrolled: no native regions yet
+    def __init__(self, graph: Graph, parent: "Schedule | None" = None):
+        if parent is None:
+            graph = _regions().prepare(graph)   # what is not lowered natively is expanded
         self.graph = graph
+        self.parent = parent
         self.stages: list[Stage] = []
-        self.buffers: list[Buffer] = []
+        self.buffers: list[Buffer] = [] if parent is None else parent.buffers
         self.home: dict[Node, int] = {}     # elementwise node -> stage computing it
         self.loc: dict[Node, View] = {}     # node -> where its values live
         self.ready: dict[Node, int] = {}    # node with a loc -> first stage that may read it
@@ -140,6 +146,8 @@ class Schedule:
 
     def _flag(self) -> int:
         """The int64 error slot gathers and scatters set on an out-of-bounds index."""
+        if self.parent is not None:
+            self.flag = self.parent._flag()
         if self.flag is None:
             self.flag = self._buffer("flag", "int64", 1)
         return self.flag
@@ -465,11 +473,19 @@ SCHEDULE_RULES = {
     "scatter_add": Schedule._scatter_add,
     "setitem": Schedule._region_update,
     "index_add": Schedule._region_update,
+    "param": Schedule._arg,               # a region body's parameter: the body's argument
+    **{op: (lambda s, n: _regions().SCHEDULE_REGION[n.op](s, n)) for op in ("loop", "cond", "proj")},
 }
+
+
+def _regions():
+    from . import regions   # region lowering schedules its bodies with Schedule itself
+    return regions
+
+
 # Ops the CPU back end refuses with NotImplementedError, and why (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
-    **EXPANDED,
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
 
 

@@ -58,7 +58,12 @@ def annotate_llvm(text: str, schedule) -> str:
     headers = {}
     for k, st in enumerate(schedule.stages):
         nodes = list(st.ssa) + [s.node for s in st.sinks]
+        if st.region is not None:   # a loop or branch: what its bodies compute
+            from .regions import region_nodes
+            nodes += region_nodes(st.region)
         shape = f"{st.kind} over {'x'.join(map(str, st.shape))}" if st.shape else "scalar"
+        if st.region is not None:
+            shape = st.region.label
         lines = [f"stage {k} ({shape}) computes:"] + [
             f"  {entry}" for entry in describe(graph, nodes)]
         # the stage's loop (``.body``; inlined into the stage function once optimised)
@@ -84,8 +89,9 @@ def annotate_ptx(text: str, plan) -> str:
     """GPU back end: each ``.entry`` preceded by the user's lines its kernel computes."""
     graph = plan.graph
     headers = {}
-    for kernel in plan.kernels:
-        nodes = _fused(plan, [job.node for job in kernel.jobs])
+    from .ptx_regions import all_kernels
+    for sub, kernel in all_kernels(plan):   # with the kernels of loop bodies
+        nodes = _fused(sub, [job.node for job in kernel.jobs])
         lines = [f"kernel {kernel.name} ({kernel.kind}) computes:"] + [
             f"  {entry}" for entry in describe(graph, nodes)]
         pattern = re.compile(rf"^\.visible \.entry {re.escape(kernel.name)}\(")

@@ -193,9 +193,12 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        (b_x,) = parent.derivable.outputs
-        if np.shape(values[1]) != b_x.shape:
-            raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
+        if parent.derivable.in_tree is None:
+            (b_x,) = parent.derivable.outputs
+            if np.shape(values[1]) != b_x.shape:
+                raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")
+        elif arg_key(values[1]).value[0] != arg_key(values[0]).value[0]:
+            raise ValueError("hvp: v must have the structure of x (the same containers and keys)")
         return hvp_graph(parent.derivable, i, f"hvp_{self.fn.__name__}"), parent.captures
 
     # -- being called while another function is traced (symgrad.expressions) --------------------

@@ -165,8 +165,7 @@ def hvp_graph(grad: Graph, wrt: int, name: str) -> Graph:
     respect to parameter ``wrt`` (x): the gradient of ``<grad(x), v>`` with respect to x, its
     parameters reordered to ``(x, v, *rest)``."""
     if grad.in_tree is not None:
-        raise TypeError(f"{name}: a Hessian-vector product of a function with pytree arguments "
-                        "is not supported (pass the arrays as separate arguments)")
+        return _hvp_tree_graph(grad, wrt, name)
     (b_x,) = grad.outputs
     v = make("arg", (), (len(grad.params), "v", b_x.dtype, b_x.shape))
     inner = grad.derive(grad.name, (reduce("sum", b_x * v),), 0)
@@ -184,6 +183,52 @@ def hvp_graph(grad: Graph, wrt: int, name: str) -> Graph:
     out.outputs = tuple(substitute(out.outputs, mapping))
     out.params = tuple(inner.params[k] for k in order)
     out.inputs = tuple(inputs)
+    out.names = {mapping.get(n, n): v for n, v in out.names.items()}
+    out.name = name
+    return out
+
+
+def _hvp_tree_graph(grad: Graph, wrt: int, name: str) -> Graph:
+    """``hvp_graph`` where the arguments are pytrees: ``v`` has the structure of x (one
+    tangent leaf per data leaf of x), the parameters become ``(x, v, *rest)``."""
+    slots = _wrt_slots(grad, wrt)
+    x_tree = grad.in_tree[wrt]
+    paths = dict(zip(tree_leaves(x_tree), tree_paths(x_tree, "v")))
+    vs = {}
+    for k, b in zip(slots, grad.outputs):
+        vs[k] = make("arg", (), (len(grad.params) + len(vs), paths[k].replace("[", "_").replace(
+            "]", "").replace("'", "").replace(".", "_"), b.dtype, b.shape))
+    objective = None
+    for k, b in zip(slots, grad.outputs):
+        term = reduce("sum", b * vs[k])
+        objective = term if objective is None else add(objective, term)
+    inner = grad.derive(grad.name, (objective,), 0)
+    inner.params = grad.params + tuple(v.attrs[1] for v in vs.values())
+    inner.inputs = grad.inputs + tuple(vs.values())
+    v_tree = map_tree(x_tree, lambda k: vs[k].attrs[0] if k in vs else k)
+    inner.in_tree = tuple(grad.in_tree) + (v_tree,)
+    inner.top_params = tuple(grad.top_params) + ("v",)
+    out = grad_graph(inner, (wrt,), True, False)
+    # Reorder to (x, v, *rest): every flat input renumbered by its new position.
+    n_top = len(inner.in_tree)
+    order = [wrt, n_top - 1] + [t for t in range(n_top - 1) if t != wrt]
+    position, mapping, inputs, params = {}, {}, [], []
+    for t in order:
+        for k in tree_leaves(inner.in_tree[t]) if is_node(inner.in_tree[t]) else [inner.in_tree[t]]:
+            if isinstance(k, StaticLeaf):
+                continue
+            old = inner.inputs[k]
+            position[k] = len(inputs)
+            new = None if old is None else make("arg", (), (len(inputs),) + old.attrs[1:])
+            if old is not None:
+                mapping[old] = new
+            inputs.append(new)
+            params.append(inner.params[k])
+    out.outputs = tuple(substitute(out.outputs, mapping))
+    out.inputs, out.params = tuple(inputs), tuple(params)
+    out.in_tree = tuple(map_tree(inner.in_tree[t], lambda k: k if isinstance(k, StaticLeaf)
+                                 else position[k]) for t in order)
+    out.top_params = tuple(inner.top_params[t] for t in order)
     out.names = {mapping.get(n, n): v for n, v in out.names.items()}
     out.name = name
     return out

@@ -202,13 +202,18 @@ class ControlFlow:
         if stmt.orelse:
             self.fail(stmt, "for ... else")
         plan = self.plan_of(stmt, frame)
-        if plan is not None and self.loop_region(stmt, frame, plan):
+        left = False if plan is None else self.loop_region(stmt, frame, plan)
+        if left is True:
             return
-        iterable = self.eval(stmt.iter, frame)   # a traced array iterates over its rows
-        try:
-            items = iter(iterable)
-        except TypeError:
-            self.fail(stmt.iter, f"iteration over {type(iterable).__name__}")
+        if left is not False:     # a first iteration ran (peeled): unroll the rest
+            items = iter(self.plan_items(left))
+            iterable = self.eval(stmt.iter, frame)
+        else:
+            iterable = self.eval(stmt.iter, frame)   # a traced array iterates over its rows
+            try:
+                items = iter(iterable)
+            except TypeError:
+                self.fail(stmt.iter, f"iteration over {type(iterable).__name__}")
         origin = row_buffers(iterable, self.origin_of(stmt.iter, frame))   # rows: views of it
         frame.loop_depth += 1
         try:

@@ -15,14 +15,13 @@ the loop index, a static value the body needs (``range(i)``), containers rebound
 from __future__ import annotations
 
 import ast
-import numbers
-
-import numpy as np
 
 from . import ops, regions
-from .aliases import NO_BUFFERS
+from .aliases import NO_BUFFERS, row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
+from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
+                        _target_names)
 from .scope import MISSING, Break, Continue, Return, Undefined, first_seen, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -48,6 +47,21 @@ class _PeelFirst(Exception):
     iteration: run that one as written, then loop over the rest."""
 
 
+class _Counter(Exception):
+    """A Python int the body steps by a fixed number (``count += 1``): not carried, its value
+    in iteration i is ``start + i * step`` and after the loop a Python int again."""
+
+    def __init__(self, name, step):
+        self.name, self.step = name, step
+
+
+class _Static(Exception):
+    """A variable the body sets to the same Python value each iteration: not carried."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 class _Reshaped(Exception):
     """A carry changed type in the first iteration: peel it and try again."""
 
@@ -57,10 +71,10 @@ class _Reshaped(Exception):
 
 class StackedList(list):
     """A list the loop body appends to: it records the items (the stacked outputs); reading it
-    inside the body needs its contents per iteration, which only unrolling gives."""
-
-    def append(self, item):
-        list.append(self, item)
+    inside the body needs its contents per iteration, which only unrolling gives. ``append``
+    stays list's own builtin method: the tracer calls a container's builtin methods directly,
+    whereas a Python-level override would be traced like user code (its ``self`` parameter
+    then iterated by the alias analysis, which refuses)."""
 
     def _refuse(self, *args, **kwargs):
         raise _Fallback()
@@ -69,115 +83,16 @@ class StackedList(list):
     remove = index = count = sort = reverse = __setitem__ = __delitem__ = _refuse
 
 
-def _walk_body(stmts):
-    """The AST nodes of a loop body, not entering nested functions, lambdas and classes."""
-    stack = list(stmts)
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _in_inner_loop(jump, stmts) -> bool:
-    """Whether a break/continue belongs to a loop nested in the body."""
-    for node in _walk_body(stmts):
-        if isinstance(node, (ast.For, ast.While)) and any(j is jump for j in ast.walk(node)):
-            return True
-    return False
-
-
-def _body_facts(stmts):
-    """(names the body rebinds, in first-seen order; names it calls ``.append`` on; whether it
-    has return/yield/global; which of break/continue belong to this loop)."""
-    assigned: dict[str, None] = {}
-    appended: dict[str, None] = {}
-    jumps = False
-    exits: set[str] = set()
-    for node in sorted(_walk_body(stmts), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            assigned.setdefault(node.id)
-        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
-            base = node.value
-            while isinstance(base, (ast.Subscript, ast.Attribute)):
-                base = base.value
-            if isinstance(base, ast.Name):
-                assigned.setdefault(base.id)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                isinstance(node.func.value, ast.Name):
-            if node.func.attr == "append":
-                appended.setdefault(node.func.value.id)
-        elif isinstance(node, (ast.Return, ast.Yield, ast.Global, ast.Nonlocal)):
-            jumps = True
-        elif isinstance(node, (ast.Break, ast.Continue)) and not _in_inner_loop(node, stmts):
-            exits.add(type(node).__name__.lower())
-    return list(assigned), list(appended), jumps, exits
-
-
-def _target_names(target) -> list[str]:
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-
-
-class _Plan:
-    """How a loop iterates: its trip count and, per loop target, how item i is made."""
-
-    def __init__(self, trips: int, parts: list, tupled: bool):
-        self.trips, self.parts, self.tupled = trips, parts, tupled
-
-
-def _part(value):
-    """('range', range) or ('rows', node) for a value a loop region can iterate, else None."""
-    if isinstance(value, range):
-        return ("range", value)
-    if isinstance(value, Node) and value.ndim >= 1:
-        return ("rows", value)
-    return None
-
-
-def _length(part) -> int:
-    return len(part[1]) if part[0] == "range" else part[1].shape[0]
-
-
-def _carry_type(value):
-    """(dtype, shape, weak) of a value a loop may carry, or None."""
-    if isinstance(value, Node):
-        return value.dtype, value.shape, False
-    if isinstance(value, bool):
-        return "bool", (), True
-    if isinstance(value, numbers.Integral):
-        return "int64", (), True
-    if isinstance(value, numbers.Real) and not isinstance(value, np.generic):
-        return "float64", (), True
-    if isinstance(value, (np.generic, np.ndarray)) and value.dtype.kind in "fiub":
-        return value.dtype.name, value.shape, False
-    return None
-
-
-def _mixes_float32(frame, placeholders) -> bool:
-    """Whether any value the body leaves bound is float32 (a weak carry would meet it)."""
-    from .scope import walk_nodes
+def _mixes_narrow(frame) -> bool:
+    """Whether any value the body leaves bound is of a narrower type than float64 / int64
+    (where a weak Python number and a 64-bit value would promote differently)."""
     roots = [n for v in frame.env.values() for n in walk_nodes(v)]
-    return any(n.dtype == "float32" for n in toposort(roots))
+    return any(n.dtype not in ("float64", "int64", "bool", "tuple") for n in toposort(roots))
 
 
-def _int_range(n: Node, ranges: dict):
-    """(lowest, highest) value of an integer expression of loop indices, or None."""
-    if n in ranges:
-        return ranges[n]
-    if n.op == "const" and isinstance(n.attrs[0], int) and not isinstance(n.attrs[0], bool):
-        return n.attrs[0], n.attrs[0]
-    if n.op in ("add", "sub", "mul") and n.dtype.startswith("int"):
-        a, b = (_int_range(i, ranges) for i in n.inputs)
-        if a is None or b is None:
-            return None
-        if n.op == "add":
-            return a[0] + b[0], a[1] + b[1]
-        if n.op == "sub":
-            return a[0] - b[1], a[1] - b[0]
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    return None
+def _where(frame, node):
+    loc = frame.source.loc(node)
+    return loc.filename, loc.lineno, loc.col, loc.text
 
 
 class Loops:
@@ -249,8 +164,9 @@ class Loops:
         part = _part(self.eval(it, frame))
         return None if part is None else _Plan(_length(part), [part], False)
 
-    def loop_region(self, stmt, frame, plan: _Plan) -> bool:
-        """Trace the loop as a region; False when it must be unrolled instead."""
+    def loop_region(self, stmt, frame, plan: _Plan):
+        """Trace the loop as a region: True when done; else what is left to unroll (False:
+        all of it; a plan: the iterations after a first one already run, peeled)."""
         assigned, appended, jumps, exits = _body_facts(stmt.body)
         if jumps or plan.trips <= UNROLL_MAX or (exits and appended):
             return False
@@ -263,10 +179,16 @@ class Loops:
                              exits)
                 return True
             except _Fallback:
-                return False
+                return self._left(frame, plan, peeled)
+            except _Static as st:
+                overrides[("static", st.name)] = True
+                continue
+            except _Counter as c:
+                overrides[("counter", c.name)] = c.step
+                continue
             except _PeelFirst:
                 if peeled or plan.trips <= UNROLL_MAX + 1:
-                    return False
+                    return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
                 continue
@@ -276,26 +198,43 @@ class Loops:
                         self.fail(stmt, f"loop-carried variable '{r.name}' changes shape from "
                                   f"{r.before[1]} to {r.after[1]} between iterations",
                                   "give it its final shape before the loop")
-                    return False
-                if r.before[2]:      # a Python number: its dtype is the loop's, not float64
+                    return self._left(frame, plan, peeled)
+                if r.before[2] and r.before[1] == r.after[1]:   # a Python number: its dtype is the loop's
                     overrides[r.name] = r.after
                     continue
                 if peeled or plan.trips <= UNROLL_MAX + 1:
-                    return False
+                    return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
             except UnsupportedSyntaxError:
-                return False
+                return self._left(frame, plan, peeled)
             except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,
                     ZeroDivisionError, RecursionError):
-                return False   # unrolling reproduces a genuine error at the user's line
-        return False
+                return self._left(frame, plan, peeled)   # unrolling reproduces a genuine error at the user's line
+        return self._left(frame, plan, peeled)
+
+    def _left(self, frame, plan, peeled):
+        """What remains to unroll when the region is given up (after a peeled iteration:
+        the rest, as long as it did not break on data)."""
+        if not peeled:
+            return False
+        done = frame.env.pop(DONE, False)
+        if done is not False:
+            raise UnsupportedSyntaxError("a break on data in a loop that cannot be traced as a "
+                                         "loop region", *_where(frame, self.node))
+        return plan
+
+    def plan_items(self, plan) -> list:
+        """The items of the iterations ``plan`` describes (for unrolling them)."""
+        columns = [[self._item(plan, p, i) for i in range(plan.trips)] for p in plan.parts]
+        return list(zip(*columns)) if plan.tupled else columns[0]
 
     def _peel(self, stmt, frame, plan, exits):
         """Run the first iteration unrolled (a break or continue on data in it handled as in
         the region: the done flag it sets starts the rest); the plan for the rest."""
         items = [self._item(plan, p, 0) for p in plan.parts]
-        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt)
+        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt,
+                    origin=self._items_origin(stmt, frame, plan))
         depth, saved_exits = frame.loop_depth, frame.exits
         frame.loop_depth += 1
         if exits:
@@ -316,6 +255,12 @@ class Loops:
             else:
                 rest.append(("rows", ops.getitem(p[1], slice(1, None))))
         return _Plan(plan.trips - 1, rest, plan.tupled)
+
+    def _items_origin(self, stmt, frame, plan) -> frozenset:
+        """Where the loop's items live, as the unrolled loop binds them (rows of an array are
+        views of it): a write into a row is refused in a region too, never silently dropped."""
+        return row_buffers(None if plan.tupled else plan.parts[0][1],
+                           self.origin_of(stmt.iter, frame))
 
     @staticmethod
     def _item(plan, part, i):
@@ -342,10 +287,19 @@ class Loops:
                 inits.append(ops.cast(ops.lift(started), "bool"))
                 phs.append(done)
                 child.env[DONE] = done
+        counters = {}
         for name in assigned:
             if name in targets or name not in frame.env:
                 continue
             value = frame.env[name]
+            if ("static", name) in overrides:   # the same Python value every iteration
+                child.env[name] = value
+                continue
+            step = overrides.get(("counter", name))
+            if step is not None and done is None:
+                counters[name] = value
+                child.env[name] = index * step + value
+                continue
             if isinstance(value, Undefined) or name in appended:
                 raise _Fallback()
             kind = overrides.get(name) or _carry_type(value)
@@ -378,7 +332,8 @@ class Loops:
                 items.append(row)
         self.frames.append(child)
         try:
-            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt)
+            self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt,
+                        origin=self._items_origin(stmt, frame, plan))
             try:
                 self.exec_block(stmt.body, child, ())
             except BodyDone:
@@ -388,15 +343,28 @@ class Loops:
         finally:
             self.frames.pop()
             self.frame = frame
+        for (name, kind), ph in zip(carried, phs):
+            value = child.env.get(name)
+            if name in weak and not isinstance(value, Node) and _carry_type(value) is not None:
+                # a Python number the body sets to one value (an inner loop's variable):
+                # not carried once the loop's value before an iteration is that one
+                if frame.env.get(name) == value and type(frame.env.get(name)) is type(value):
+                    raise _Static(name)
+                raise _PeelFirst()
+            if name in weak and kind[0] == "int64" and done is None and isinstance(value, Node) \
+                    and value.op == "add" and ph in value.inputs:
+                other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
+                if other.op == "const" and isinstance(other.attrs[0], int):
+                    raise _Counter(name, other.attrs[0])
         if weak:
             # A Python number carried through the loop stays weak in NumPy (a float32 array
-            # times it stays float32); a float64 carry would promote: only where no float32
-            # is involved, after the first iteration has run as written.
-            if not peeled:
-                raise _PeelFirst()
-            touched = [ph for (name, kind), ph in zip(carried, phs) if name in weak]
-            if any(kind[0] != "float64" for (name, kind) in carried if name in weak) or \
-                    _mixes_float32(child, touched):
+            # times it stays float32); a float64 / int64 carry would promote. Where nothing
+            # narrower is involved the two agree; otherwise the first iteration runs as written
+            # (it gives the carry its NumPy type) and the rest must not mix either.
+            kinds = {kind[0] for (name, kind) in carried if name in weak}
+            if not kinds <= {"float64", "int64", "bool"} or _mixes_narrow(child):
+                if not peeled:
+                    raise _PeelFirst()
                 raise _Fallback()
         new = []
         for (name, kind), ph in zip(carried, phs):
@@ -446,6 +414,8 @@ class Loops:
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
         loc_node = stmt
+        for name, start in counters.items():   # a Python int again, as in NumPy
+            frame.env[name] = start + n * overrides[("counter", name)]
         for (name, _), final in zip(carried, finals):
             if name == DONE:
                 continue
@@ -461,4 +431,5 @@ class Loops:
                 frame.env[name].extend(ops.getitem(s, t) for s in mine)
         if n and done is None:   # the loop variables keep their last values, as in Python
             last = [self._item(plan, p, n - 1) for p in plan.parts]
-            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt)
+            self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt,
+                        origin=self._items_origin(stmt, frame, plan))

@@ -126,6 +126,10 @@ def _residuals(bwd_outputs, forward_set: set, given: set, state: set) -> list[No
     """The forward-body values the backward body reads that it must be given per iteration
     (the params given anyway, numbers, cheap copies of other values and values computed from
     the index and loop-invariant inputs alone (``state``: the carries and rows) excepted)."""
+    # The stored values of an inner loop's augmented form are forward values too (the
+    # forward body runs that loop; only its primal results were reachable from the results).
+    forward_set = forward_set | {m for m in toposort(bwd_outputs)
+                                 if m.op == "proj" and m.inputs[0] in forward_set}
     stateful: set = set()
     for m in toposort(list(forward_set)):
         if m in state or any(i in stateful for i in m.inputs):

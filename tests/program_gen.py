@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -535,6 +536,58 @@ class _Builder:
             self.flag_zero_d_alias(first, start)
         self.bind(acc, shape)
 
+    def st_region_loop(self):
+        """A loop long enough to become a loop region (more than symgrad.loops.UNROLL_MAX
+        trips): a recurrence in one of the forms people write, carried from a Python 0.0 (its
+        first iteration is peeled; a scalar that becomes an array), a copy of an expression or
+        a scaled operand. Bounded maps keep the recurrence finite and smooth."""
+        shape = self.any_shape()
+        acc = self.fresh("acc")
+        trips = self.rng.randint(6, 8)   # 6 or more: a peeled loop still has 5 left
+        start = len(self.lines)
+        first = self.choice(["0.0", self.owning(self.expression(shape)),
+                             f"{self.operand(shape)} * 0.5"])
+        self.emit(f"{acc} = {first}")
+        step = self.operand(shape)       # read from outside the body: a loop-invariant input
+        form = self.choice(["recurrence", "recurrence", "where", "branch", "append", "nested",
+                            "augmented", "index"])
+        if form == "index" and self.param_of(("N",)) is None:
+            form = "recurrence"
+        new = f"{self.transcendental(acc)} * 0.5 + {step} * (k + 1.0) * 0.1"
+        if form == "append":
+            rows = self.fresh("rows")
+            self.emit(f"{rows} = []")
+        if form == "index":   # the elements of x read by the loop index (a sliced input)
+            self.emit(f"for k in range(len({self.param_of(('N',))})):")
+            new = f"{self.transcendental(acc)} * 0.5 + {step} * {self.param_of(('N',))}[k]"
+        else:
+            self.emit(f"for k in range({trips}):")
+        if form in ("recurrence", "index"):
+            self.emit(f"{acc} = {new}", 2)
+        elif form == "where":
+            self.emit(f"{acc} = np.where({acc} > 0.1, {self.transcendental(acc)}, 0.5 * {acc})"
+                      f" + {step} * 0.1", 2)
+        elif form == "branch":
+            test = acc if not shape else f"np.sum({acc})"
+            self.emit(f"if {test} > {self.choice(CONSTANTS)}:", 2)
+            self.emit(f"{acc} = {new}", 3)
+            self.emit("else:", 2)
+            self.emit(f"{acc} = {acc} * 0.5 - {step} * 0.1", 3)
+        elif form == "append":
+            self.emit(f"{acc} = {new}", 2)
+            self.emit(f"{rows}.append({acc} * (k + 1.0))", 2)
+        elif form == "nested":
+            self.emit("for j in range(5):", 2)
+            self.emit(f"{acc} = {self.transcendental(acc)} * 0.5 + {step} * (j - k) * 0.05", 3)
+        else:
+            self.emit(f"{acc} {self.choice(['+=', '-='])} {self.transcendental(step)} * 0.1 * k", 2)
+            self.flag_zero_d_alias(first, start)
+        if form == "append":
+            out = self.fresh("stacked")
+            self.emit(f"{out} = np.{self.choice(['sum', 'mean'])}(np.stack({rows}), axis=0)")
+            self.bind(out, shape)
+        self.bind(acc, shape)
+
     # -- outputs ------------------------------------------------------------------------
     def _output_shapes(self):
         shapes = sorted({PARAM_SHAPES[p] for p in self.params})
@@ -562,24 +615,31 @@ class _Builder:
 STATEMENTS = {"assign": 3, "branch": 3, "early_return": 1, "inplace": 3, "augmented": 2,
               "alias": 1, "argument_view": 1, "argument_write": 0.25, "rows": 3,
               "static_loop": 1.5}
+# The mix for programs built around loop regions (tests/test_loops.py): every program has
+# at least one region loop among the other constructs.
+LOOP_STATEMENTS = {"assign": 2, "branch": 1, "inplace": 1, "augmented": 1, "rows": 1,
+                   "region_loop": 6}
+REGION_LOOP = r"for k in range\(([5-9]|len\(\w+\))\):"   # st_region_loop's header
 
 
-def generate(seed: int, max_statements: int = 4, max_depth: int = 2) -> Program:
+def generate(seed: int, max_statements: int = 4, max_depth: int = 2,
+             statements: dict = STATEMENTS) -> Program:
     """The program for this seed (deterministic): candidates are drawn from one seeded stream
     until NumPy runs one without an error or a non-finite value at a sample point."""
     rng = random.Random(seed)
     while True:
-        program = _candidate(rng, seed, max_statements, max_depth)
-        if _numpy_accepts(program):
+        program = _candidate(rng, seed, max_statements, max_depth, statements)
+        if _numpy_accepts(program) and ("region_loop" not in statements or
+                                        re.search(REGION_LOOP, program.text)):
             return program
 
 
-def _candidate(rng, seed, max_statements, max_depth) -> Program:
+def _candidate(rng, seed, max_statements, max_depth, statements=STATEMENTS) -> Program:
     params = rng.choice(SIGNATURES)
     sizes = {"N": rng.choice([1, 3, 4, 4, 6]), "M": rng.choice([2, 3, 3])}
     dtype = rng.choice(["float64", "float64", "float32"])
     b = _Builder(rng, params, sizes, max_depth, dtype)
-    kinds, weights = zip(*STATEMENTS.items())
+    kinds, weights = zip(*statements.items())
     returned_early = False
     for _ in range(rng.randint(1, max_statements)):
         kind = rng.choices(kinds, weights)[0]

@@ -97,8 +97,21 @@ def _cases():
                                                 o.full((2,), 1.5, x.dtype)])),
         ("identity", ([((3,), F), ((), F)], lambda x, s: [x, s, x * s])),
         ("scalar", ([((), F), ((), F)], lambda x, y: [x * o.sin(y) + o.exp(-x * x)])),
+        ("loop", ([((6, 3), F), ((3,), F)], _scan_case)),   # + its reverse loop (the gradient)
     ])
     return table
+
+
+def _scan_case(xs, x0):
+    """A loop over the rows of xs with a reduction in its body (several kernels per iteration)
+    and a stacked output."""
+    from symgrad import ops as o, regions
+    i = regions.placeholder("int64")
+    c = regions.placeholder(x0.dtype, x0.shape)
+    row = regions.placeholder(xs.dtype, xs.shape[1:])
+    new = o.tanh(c * row) + o.reduce("sum", c) * 0.1 + o.cast(i, x0.dtype) * 0.01
+    finals, stacks = regions.scan(6, i, [c], [x0], [row], [xs], [new], [o.exp(c)])
+    return [finals[0], stacks[0]]
 
 
 def _graph(name, spec, build, dtype):
@@ -259,14 +272,19 @@ def test_kernels_use_libdevice_not_intrinsics(emitted):
 
 def test_every_op_is_lowered_or_listed():
     from symgrad.codegen import ptx
-    from symgrad.ir import OPS
+    from symgrad.ir import OPS, toposort
     unhandled = [op for op in OPS if ptx.lowering(op) is None and op not in ptx.UNSUPPORTED]
     assert not unhandled
     # every op appears in some emitted case, so "lowered" is checked by ptxas, not assumed
     seen = set()
     for dt in ("float32", "float64"):
         for _, g in _graphs(dt):
-            seen |= {n.op for n in g.nodes()}
+            pending = [g.outputs]   # and the nodes of loop bodies
+            while pending:
+                for n in toposort(pending.pop()):
+                    seen.add(n.op)
+                    if n.op == "loop":
+                        pending.append(n.attrs[0].results)
     assert set(OPS) - set(ptx.UNSUPPORTED) <= seen, sorted(set(OPS) - seen)
 
 

@@ -316,3 +316,24 @@ def test_ptx_of_a_pytree_gradient_assembles(tmp_path):
         r = subprocess.run([ptxas, f"-arch={arch}", str(tmp_path / f"{arch}.ptx"), "-o", os.devnull],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
+
+
+def dict_loss(params, X, y):
+    z = X @ params["W"] + params["b"]
+    return np.sum((np.tanh(z) - y) ** 2) + 0.1 * np.sum(params["W"] ** 2)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_hessian_vector_product_of_a_pytree_argument(target):
+    P = {"W": np.random.default_rng(3).normal(size=(3, 2)), "b": np.random.default_rng(3).normal(size=2)}
+    V = {"W": np.random.default_rng(3).normal(size=(3, 2)), "b": np.random.default_rng(3).normal(size=2)}
+    X, y = np.random.default_rng(3).normal(size=(5, 3)), np.random.default_rng(3).normal(size=(5, 2))
+    h = sg.hvp(dict_loss, target=target)(P, V, X, y)
+    g, eps = sg.grad(dict_loss), 1e-6
+    up = g({k: P[k] + eps * V[k] for k in P}, X, y)
+    down = g({k: P[k] - eps * V[k] for k in P}, X, y)
+    assert set(h) == {"W", "b"}
+    for k in P:
+        np.testing.assert_allclose(h[k], (up[k] - down[k]) / (2 * eps), rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="structure of x"):
+        sg.hvp(dict_loss, target=target)(P, {"W": V["W"]}, X, y)

@@ -288,3 +288,48 @@ def test_forward_mode_runs_through_loops_and_branches_natively(target):
     assert sg.jvp(newton_sqrt, target=target)(2.0, 1.0)[1] == pytest.approx(0.5 / np.sqrt(2.0))
     hvp = sg.jvp(sg.grad(rnn_value), target=target)(W, X, h0, tW)[1]   # forward over reverse
     np.testing.assert_allclose(hvp, sg.hvp(rnn_value)(W, tW, X, h0), rtol=1e-9, atol=1e-12)
+
+
+def counted_mean(xs):
+    total = 0.0
+    count = 0
+    for x in xs:
+        total = total + np.sum(x * x)
+        count += x.shape[0]
+    return total / count, count
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_python_int_counter_stays_out_of_the_loop_and_a_python_int_after_it(target):
+    xs = rng.normal(size=(9, 3))
+    f = sg.differentiate(counted_mean, target=target)
+    assert "loop(" in f.ir_for(xs)
+    value, count = f(xs)
+    assert count == 27 and value == pytest.approx(np.sum(xs * xs) / 27)
+
+
+def nested_loops(X, w):
+    total = 0.0
+    for row in X:
+        acc = np.zeros_like(w)
+        for k in range(6):
+            acc = np.tanh(acc * w + row[k % 3])
+        total = total + np.sum(acc * row[0])
+    return total
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_nested_data_loops_first_and_second_order(target):
+    X, w = rng.normal(size=(7, 3)), np.array([0.5, -0.2])
+    f = sg.differentiate(nested_loops, wrt=(0, 1), target=target)
+    assert f(X, w) == pytest.approx(nested_loops(X, w), rel=1e-12)
+    assert sg.check_grad(nested_loops, X, w, wrt=(0, 1)) < 1e-6
+    grad_w = sg.grad(nested_loops, wrt=1, target=target)
+    inner = sg.differentiate(lambda X, w: np.sum(grad_w(X, w)), wrt=1, target=target)
+    eps = 1e-6
+    e = np.array([1.0, 0.0])
+    fd = (np.sum(sg.grad(nested_loops, wrt=1)(X, w + eps * e)) -
+          np.sum(sg.grad(nested_loops, wrt=1)(X, w - eps * e))) / (2 * eps)
+    assert inner.grad(X, w)[0] == pytest.approx(fd, rel=1e-5)
+    body = sg.differentiate(nested_loops, target="python").ir_for(X, w)
+    assert "        body(" in body and "loop(" in body.split("body(", 1)[1]   # a loop in a loop

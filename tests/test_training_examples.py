@@ -3,6 +3,7 @@ never decreases and its gradient M-step is the closed form, FGSM's stop_gradient
 perturbation a constant, exact derivatives beat finite differences in scipy."""
 import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -33,6 +34,29 @@ def test_mlp_adam_with_global_norm_clipping(capsys):
     assert any(n > 0.1 for n in out["norms"])           # clipping was active
     text = capsys.readouterr().out
     assert "[" + "#" * 28 + "]  200/200" in text and "final training MSE" in text
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_rnn_clipping(capsys, target):
+    """The seed's question: the RNN's gradient norm before clipping exceeds the threshold
+    (the recurrent weights start in the exploding regime), never after; the loss falls."""
+    out = load("rnn_clipping").main(["--steps", "40", "--seq", "6", "--hidden", "8",
+                                     "--clip", "0.5", "--target", target])
+    assert max(out["norms_before"]) > 2 * out["clip"]                    # clipping was active
+    assert max(out["norms_after"]) <= out["clip"] * (1 + 1e-9)
+    assert all(a == pytest.approx(min(b, out["clip"]), rel=1e-9)
+               for a, b in zip(out["norms_after"], out["norms_before"]))
+    assert np.mean(out["losses"][-10:]) < np.mean(out["losses"][:10])
+    text = capsys.readouterr().out
+    assert "[" + "#" * 28 + "]   40/40" in text and "clipped on" in text and "sample:" in text
+
+
+def test_rnn_clipping_gradient_source_has_the_two_loops(capsys):
+    load("rnn_clipping").main(["--show-source", "--seq", "6", "--hidden", "4", "--target", "python"])
+    source = capsys.readouterr().out
+    # ``total = 0.0`` is a Python number; with float64 work it needs no peeled first step
+    assert re.search(r"^    for i in range\(6\):$", source, re.M), source
+    assert re.search(r"^    for i_1 in reversed\(range\(6\)\):$", source, re.M), source
 
 
 def test_em_gmm():

@@ -1,0 +1,117 @@
+"""What a ``for`` loop is, for the loop-region tracer (``symgrad.loops``): the facts of its
+body read from the AST (what it rebinds, appends to, how it exits), how it iterates (a
+:class:`_Plan`: its trip count and how item i is made), what a carry may hold, and the range of
+an integer made from loop indices.
+"""
+from __future__ import annotations
+
+import ast
+import numbers
+
+import numpy as np
+
+from .ir import Node
+
+
+def _walk_body(stmts):
+    """The AST nodes of a loop body, not entering nested functions, lambdas and classes."""
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _in_inner_loop(jump, stmts) -> bool:
+    """Whether a break/continue belongs to a loop nested in the body."""
+    for node in _walk_body(stmts):
+        if isinstance(node, (ast.For, ast.While)) and any(j is jump for j in ast.walk(node)):
+            return True
+    return False
+
+
+def _body_facts(stmts):
+    """(names the body rebinds, in first-seen order; names it calls ``.append`` on; whether it
+    has return/yield/global; which of break/continue belong to this loop)."""
+    assigned: dict[str, None] = {}
+    appended: dict[str, None] = {}
+    jumps = False
+    exits: set[str] = set()
+    for node in sorted(_walk_body(stmts), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            assigned.setdefault(node.id)
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            base = node.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                assigned.setdefault(base.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name):
+            if node.func.attr == "append":
+                appended.setdefault(node.func.value.id)
+        elif isinstance(node, (ast.Return, ast.Yield, ast.Global, ast.Nonlocal)):
+            jumps = True
+        elif isinstance(node, (ast.Break, ast.Continue)) and not _in_inner_loop(node, stmts):
+            exits.add(type(node).__name__.lower())
+    return list(assigned), list(appended), jumps, exits
+
+
+def _target_names(target) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+class _Plan:
+    """How a loop iterates: its trip count and, per loop target, how item i is made."""
+
+    def __init__(self, trips: int, parts: list, tupled: bool):
+        self.trips, self.parts, self.tupled = trips, parts, tupled
+
+
+def _part(value):
+    """('range', range) or ('rows', node) for a value a loop region can iterate, else None."""
+    if isinstance(value, range):
+        return ("range", value)
+    if isinstance(value, Node) and value.ndim >= 1:
+        return ("rows", value)
+    return None
+
+
+def _length(part) -> int:
+    return len(part[1]) if part[0] == "range" else part[1].shape[0]
+
+
+def _carry_type(value):
+    """(dtype, shape, weak) of a value a loop may carry, or None."""
+    if isinstance(value, Node):
+        return value.dtype, value.shape, False
+    if isinstance(value, bool):
+        return "bool", (), True
+    if isinstance(value, numbers.Integral):
+        return "int64", (), True
+    if isinstance(value, numbers.Real) and not isinstance(value, np.generic):
+        return "float64", (), True
+    if isinstance(value, (np.generic, np.ndarray)) and value.dtype.kind in "fiub":
+        return value.dtype.name, value.shape, False
+    return None
+
+
+def _int_range(n: Node, ranges: dict):
+    """(lowest, highest) value of an integer expression of loop indices, or None."""
+    if n in ranges:
+        return ranges[n]
+    if n.op == "const" and isinstance(n.attrs[0], int) and not isinstance(n.attrs[0], bool):
+        return n.attrs[0], n.attrs[0]
+    if n.op in ("add", "sub", "mul") and n.dtype.startswith("int"):
+        a, b = (_int_range(i, ranges) for i in n.inputs)
+        if a is None or b is None:
+            return None
+        if n.op == "add":
+            return a[0] + b[0], a[1] + b[1]
+        if n.op == "sub":
+            return a[0] - b[1], a[1] - b[0]
+        products = [x * y for x in a for y in b]
+        return min(products), max(products)
+    return None

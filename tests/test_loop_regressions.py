@@ -1,0 +1,148 @@
+"""Regressions in loop regions (symgrad.loops, symgrad.region_autodiff) found by
+tests/test_loops.py, each on target="python" and target="cpu"."""
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+
+def appended_rows(W, xs):
+    h = np.zeros(W.shape[0])
+    hs = []
+    for x in xs:
+        h = np.tanh(W @ h + x)
+        hs.append(h)
+    return np.sum(np.stack(hs) * np.arange(1.0, len(xs) + 1.0)[:, None])
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_list_appended_in_a_loop_becomes_a_stacked_output(target):
+    """StackedList.append was a Python method: the tracer inlined it like user code and its
+    alias analysis iterated the list (which refuses), so every loop appending to a list fell
+    back to unrolling."""
+    rng = np.random.default_rng(0)
+    W, xs = 0.5 * rng.standard_normal((3, 3)), rng.standard_normal((7, 3))
+    f = sg.differentiate(appended_rows, target=target)
+    assert f.ir_for(W, xs).count("= loop(") == 1
+    assert f(W, xs) == pytest.approx(appended_rows(W, xs), rel=1e-12)
+    assert sg.check_grad(appended_rows, W, xs) < 1e-6
+
+
+def nested_rows(w, X):
+    acc = 0.0 * w
+    for row in X:
+        for v in row:
+            acc = 0.9 * acc + np.sin(v * w)
+    return np.sum(acc * acc)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_gradient_of_a_loop_inside_a_loop(target):
+    """The outer backward body reads the values the inner (augmented) loop stored: they were
+    collected as the inner loop node itself (a tuple, which a stack cannot hold: an
+    AttributeError in the proj shape rule) instead of as the proj results the body reads."""
+    rng = np.random.default_rng(0)
+    w, X = rng.standard_normal(2), rng.standard_normal((6, 5))
+    f = sg.differentiate(nested_rows, target=target)
+    assert f.ir_for(w, X).count("= loop(") == 2            # the inner one listed in its body
+    assert f.grad.source_for(w, X).count("in reversed(range(") == 2
+    assert f(w, X) == pytest.approx(nested_rows(w, X), rel=1e-12)
+    assert sg.check_grad(nested_rows, w, X) < 1e-6
+    np.testing.assert_allclose(f.grad(w, X), sg.grad(nested_rows, target="python")(w, X), rtol=1e-11)
+
+
+def index_as_float(x, t):
+    acc = x * 0.5
+    for k in range(7):
+        acc = np.exp(np.tanh(acc)) * 0.5 + t * x * (k + 1.0) * 0.1
+    return np.sum(acc)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_loop_unrolled_after_its_first_iteration_ran_runs_it_once(target):
+    """In float32, ``k + 1.0`` (an int64 loop index) promotes the carry to float64, so the
+    loop is peeled and then unrolled; the unrolling ran all 7 iterations again after the
+    peeled one (8 in all: a wrong value, found by the random loop programs, seed 37)."""
+    x, t = np.array([0.7, -0.2], np.float32), np.float32(0.3)
+    f = sg.differentiate(index_as_float, target=target)
+    value = f(x, t)
+    assert np.asarray(value).dtype == np.float32
+    np.testing.assert_allclose(value, index_as_float(x, t), rtol=1e-6)
+    np.testing.assert_allclose(f.grad(x, t), sg.grad(index_as_float, target="python")(
+        x.astype(np.float64), 0.3), rtol=1e-5)
+
+
+def write_into_argument_rows(X):
+    acc = 0.0
+    for row in X:
+        row *= 2.0
+        acc = acc + np.sum(row)
+    return acc
+
+
+def write_into_local_rows(X):
+    Y = X * 1.0
+    acc = 0.0
+    for row in Y:
+        row *= 2.0
+        acc = acc + np.sum(row)
+    return acc + np.sum(Y)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+@pytest.mark.parametrize("fn, owner", [(write_into_argument_rows, "argument 'X'"),
+                                       (write_into_local_rows, "'Y'")])
+@pytest.mark.parametrize("rows", [3, 6])
+def test_write_into_the_rows_a_loop_iterates_is_refused(fn, owner, rows, target):
+    """The rows of a loop region were bound without the iterated array's buffers: writing
+    into them was accepted, and NumPy's write-through to the array was silently lost (a
+    wrong value for the local; the caller's array left as it was). Unrolled (3 rows) and as a
+    region (6 rows) it is refused alike."""
+    f = sg.differentiate(fn, target=target)
+    with pytest.raises(sg.UnsupportedSyntaxError, match=f"row.*share memory with {owner}"):
+        f(np.arange(3.0 * rows).reshape(rows, 3))
+
+
+def write_into_enumerated_rows(X):
+    Y = X * 1.0
+    for i, row in enumerate(Y):
+        row[0] = i * 1.0
+    return np.sum(Y * X)
+
+
+@pytest.mark.xfail(strict=True, reason="the items of enumerate()/zip() over an array are bound "
+                   "without its buffers (also when unrolled, symgrad.control_flow.stmt_For): a "
+                   "write into them is accepted and its write-through to the array lost")
+def test_write_into_enumerated_rows_is_refused_or_right():
+    X = np.arange(9.0).reshape(3, 3)
+    try:
+        value = sg.differentiate(write_into_enumerated_rows, target="python")(X)
+    except sg.UnsupportedSyntaxError:
+        return
+    assert value == pytest.approx(write_into_enumerated_rows(X.copy()))
+
+
+def mean_with_a_counter(w, xs):
+    total = 0.0
+    count = 0
+    for x in xs:
+        total += np.sum(np.tanh(w * x))
+        count += x.shape[0]
+    return total / count
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_python_int_counter_carried_through_a_loop(target):
+    """``count += x.shape[0]`` (ADBench's LSTM objective) carries a Python int: only float64
+    weak carries were allowed, so the whole loop fell back to unrolling (a 1024-step loop then
+    took minutes to trace). In float32 the loop still unrolls (NumPy keeps the int weak)."""
+    rng = np.random.default_rng(0)
+    w, xs = rng.standard_normal(3), rng.standard_normal((9, 3))
+    f = sg.differentiate(mean_with_a_counter, target=target)
+    assert "= loop(" in f.ir_for(w, xs)
+    assert f(w, xs) == pytest.approx(mean_with_a_counter(w, xs), rel=1e-12)
+    assert sg.check_grad(mean_with_a_counter, w, xs) < 1e-6
+    w32, xs32 = w.astype(np.float32), xs.astype(np.float32)
+    value = f(w32, xs32)
+    assert np.asarray(value).dtype == np.asarray(mean_with_a_counter(w32, xs32)).dtype
+    np.testing.assert_allclose(value, mean_with_a_counter(w32, xs32), rtol=1e-6)
