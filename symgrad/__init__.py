@@ -14,6 +14,7 @@ from .check import check_grad
 from .custom_gradient import custom_gradient
 from .errors import UnsupportedSyntaxError
 from .export import export
+from .jacobian import hessian, jacobian
 from .numpy_api import DUALS as _DUALS
 from .vmap import vmap
 from .train.clip import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
@@ -34,6 +35,6 @@ def __getattr__(name):
 
 
 __all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "jvp", "custom_gradient",
-           "vmap", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value",
+           "vmap", "jacobian", "hessian", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value",
            "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]

@@ -78,13 +78,15 @@ def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict |
     return cotangent, replaced
 
 
-def backward(graph: Graph, wrt: list[Node]) -> tuple[list[Node], dict[Node, Node]]:
+def backward(graph: Graph, wrt: list[Node], seeds=None) -> tuple[list[Node], dict[Node, Node]]:
     """Cotangents of ``sum(outputs)`` for each ``wrt`` node, and the node each derivative term
     came from (for the generated code's ``# grad of line ...`` comments). Primal loops in
     ``graph.outputs`` are replaced by their augmented forms (they store what the backward
-    loops read)."""
+    loops read). ``seeds``, (output, cotangent) pairs, replace the ones of the sum: a
+    vector-Jacobian product (``symgrad.jacobian``)."""
     origin: dict[Node, Node] = {}
-    seeds = [(out, full(out.shape, 1, out.dtype)) for out in graph.outputs]
+    if seeds is None:
+        seeds = [(out, full(out.shape, 1, out.dtype)) for out in graph.outputs]
     cotangent, replaced = reverse_pass(graph.outputs, seeds, wrt, graph, origin)
     grads = [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt]
     if replaced:

@@ -182,6 +182,11 @@ def _examples():
         out.append((f"rosenbrock-jvp-of-grad-{dt}", sg.jvp(sg.grad(rosen))._compiled(
             [np.linspace(-1, 1, 100).astype(dt), np.ones(100, dt)])))
         out.append((f"w1-jvp-{dt}", sg.jvp(w1, wrt=(0, 1))._compiled([x, y, y, x])))
+        for mode in ("fwd", "rev"):   # Jacobians: the basis (arange ==) and batched passes
+            out.append((f"w1-jacobian-{mode}-{dt}",
+                        sg.jacobian(w1, wrt=(0, 1), mode=mode)._compiled([x, y])))
+        out.append((f"rosenbrock-hessian-{dt}", sg.hessian(rosen)._compiled(
+            [np.linspace(-1, 1, 50).astype(dt)])))
     return out
 
 

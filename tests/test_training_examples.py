@@ -97,6 +97,7 @@ def test_scipy_rosenbrock(capsys):
     ("fgsm.py", ["--steps", "5", "--quiet"]),
     ("scipy_rosenbrock.py", ["--n", "4", "--methods", "BFGS,trust-ncg"]),
     ("clipping.py", []),
+    ("newton.py", ["--n", "4", "--quiet"]),
 ])
 def test_runs_as_a_script(script, args):
     proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True,
@@ -110,3 +111,17 @@ def test_per_example_clipping_dp_sgd():
     assert out["max_clipped_norm"] <= 1.0 + 1e-12         # every example clipped to norm 1
     assert out["losses"][-1] < 0.7 * out["losses"][0]
     assert out["accuracy"] > 0.85
+
+
+@pytest.mark.parametrize("target", ["cpu", "python"])
+def test_newton_with_sg_hessian(target):
+    out = load("newton").main(["--n", "10", "--target", target, "--quiet"])
+    np.testing.assert_allclose(out["x"], 1.0, atol=1e-10)
+    gnorms = [g for _, g in out["history"]]
+    assert gnorms[-1] < 1e-10
+    if importlib.util.find_spec("scipy") is None:   # optional: the example skips scipy's part
+        assert "scipy" not in out
+        return
+    assert out["hess_error"] < 1e-10 and out["grad_error"] < 1e-10   # scipy's rosen_hess/der
+    assert out["scipy"].success
+    np.testing.assert_allclose(out["scipy"].x, 1.0, atol=1e-6)
