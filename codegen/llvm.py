@@ -227,7 +227,11 @@ class Native:
             table[buf] = a.ctypes.data
         for i, cell, k in scalar_in:
             cell[k] = values[i]
-        flat_out = self._out_arrays(out, values) if out is not None else None
+        # a dict/list/namedtuple out= (a pytree result) is filled from the result afterwards
+        structured = out is not None and (
+            type(self.graph.out_tree) not in (int, tuple) or
+            (type(out) is not tuple and not isinstance(out, np.ndarray)))
+        flat_out = self._out_arrays(out, values) if out is not None and not structured else None
         results = [None] * len(self.outs)
         for t, buf, shape, dt in self.array_outs:
             arr = flat_out[t] if flat_out is not None and flat_out[t] is not None \
@@ -248,6 +252,8 @@ class Native:
             results[t] = _copy(results[first])
         del keep
         tree = self.graph.out_tree
+        if structured:
+            return write_out(self.pick(results), out)
         if out is not None:
             if all(given is not None for t, given in zip(self.top, flat_out) if type(t) is int) \
                     and all(type(t) is int for t in self.top):

@@ -448,16 +448,27 @@ def finish(result, graph, values):
 
 
 def write_out(result, out):
-    """Copy results into caller-provided arrays (shape and dtype must match exactly)."""
-    results = result if isinstance(result, tuple) else (result,)
-    outs = out if isinstance(out, tuple) else (out,)
-    if len(outs) != len(results):
-        raise ValueError(f"out= needs {len(results)} arrays, got {len(outs)}")
-    for r, o in zip(results, outs):
+    """Copy results into caller-provided arrays (shape and dtype must match exactly): ``out``
+    is an array for an array result, else a container of the result's structure (a tuple for
+    a tuple, a dict with the same keys for a dict, nested alike)."""
+    if isinstance(result, (tuple, list, dict)):
+        shape, results = walk_tree(result)
+        out_shape, outs = walk_tree(out) if isinstance(out, (tuple, list, dict)) else (None, [out])
+        if len(outs) != len(results):
+            raise ValueError(f"out= needs {len(results)} arrays, got {len(outs)}")
+        if out_shape != shape:
+            raise ValueError("out= must have the structure of the result (the same containers "
+                             f"and keys): the result is a {type(result).__name__}")
+    else:
+        results, outs = (result,), (out if isinstance(out, tuple) else (out,))
+        if len(outs) != 1:
+            raise ValueError(f"out= needs 1 arrays, got {len(outs)}")
+    for r, o in zip(results, outs):   # every entry checked before any is written
         if not isinstance(o, np.ndarray) or o.shape != np.shape(r) or o.dtype != np.asarray(r).dtype:
             raise ValueError(f"out= array must have shape {np.shape(r)} and dtype "
                              f"{np.asarray(r).dtype}, got {getattr(o, 'shape', None)} "
                              f"{getattr(o, 'dtype', type(o).__name__)}")
+    for r, o in zip(results, outs):
         o[...] = r
     return out
 

@@ -337,3 +337,24 @@ def test_hessian_vector_product_of_a_pytree_argument(target):
         np.testing.assert_allclose(h[k], (up[k] - down[k]) / (2 * eps), rtol=1e-6, atol=1e-8)
     with pytest.raises(ValueError, match="structure of x"):
         sg.hvp(dict_loss, target=target)(P, {"W": V["W"]}, X, y)
+
+
+def _dict_result(p, x):
+    return {"a": np.sum(x @ p["W"]), "v": p["b"] * 2.0}
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_out_with_a_dict_result(target):
+    p = {"W": np.arange(6.0).reshape(3, 2), "b": np.array([1.0, -1.0])}
+    x = np.ones((4, 3))
+    f = sg.differentiate(_dict_result, target=target)
+    out = {"a": np.zeros(()), "v": np.zeros(2)}
+    got = f(p, x, out=out)
+    assert got is out and out["a"] == pytest.approx(np.sum(x @ p["W"]))
+    np.testing.assert_array_equal(out["v"], [2.0, -2.0])
+    with pytest.raises(ValueError, match="structure of the result"):
+        f(p, x, out=(np.zeros(()), np.zeros(2)))
+    bad = {"a": np.zeros(()), "v": np.zeros(3)}      # checked before anything is written
+    with pytest.raises(ValueError, match="shape"):
+        f(p, x, out=bad)
+    assert bad["a"] == 0.0
