@@ -253,6 +253,35 @@ def _cond(node, inputs, batched, size):
     return make("cond", (ops.full((), True, "bool"), pred, *operands), (body, body))
 
 
+def _custom_gradient(node, inputs, batched, size):
+    """A custom gradient rule per example: the value batched, the rule's graph batched over a
+    batched upstream (and the captured values batched where they are); an unbatched float
+    argument's gradient is the sum over the examples."""
+    from .custom_gradient import Rule, fresh_hole   # custom_gradient sits beside this module
+    rule = node.attrs[0]
+    k = len(rule.gradients)
+    value, args, captured = inputs[0], inputs[1:1 + k], inputs[1 + k:]
+    upstream = fresh_hole("upstream", rule.upstream.dtype, (size,) + rule.upstream.shape)
+    mapping = {rule.upstream: upstream}
+    holes = []
+    for hole, b in zip(rule.captured, batched[1 + k:]):
+        if b:
+            mapping[hole] = fresh_hole(hole.attrs[1], hole.dtype, (size,) + hole.shape)
+        holes.append(mapping.get(hole, hole))
+    present = [g for g in rule.gradients if g is not None]
+    new, done = batch_nodes(present, mapping, size)
+    grads, it = [], iter(present)
+    for g, b in zip(rule.gradients, batched[1:1 + k]):
+        if g is None:
+            grads.append(None)
+            continue
+        g = next(it)
+        out = new[g] if g in done else with_batch(g, False, size)
+        grads.append(out if b else ops.reduce("sum", out, (0,)))
+    new_rule = Rule(rule.name, upstream, tuple(holes), tuple(grads))
+    return make(node.op, (with_batch(value, batched[0], size), *args, *captured), (new_rule,))
+
+
 def _proj(node, inputs, batched, size):
     (region,) = inputs
     out = make("proj", (region,), node.attrs)
@@ -272,14 +301,11 @@ RULES: dict = {
     "matmul": _matmul,
     "getitem": _getitem, "setitem": _update, "index_add": _update,
     "take": _take, "scatter_add": _scatter_add,
-    "loop": _loop, "cond": _cond, "proj": _proj,
+    "loop": _loop, "cond": _cond, "proj": _proj, "custom_gradient": _custom_gradient,
 }
 
 # op name -> why it cannot run batched (yet); vmap raises a TypeError naming the op and reason.
-NOT_BATCHABLE: dict = {
-    "custom_gradient": "a @sg.custom_gradient rule under vmap is not supported yet (vmap its "
-                       "gradient instead: sg.vmap(sg.grad(f)) batches the rule's result)",
-}
+NOT_BATCHABLE: dict = {}
 
 
 def rule_for(op: str):

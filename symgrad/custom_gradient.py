@@ -76,6 +76,11 @@ class Rule:
         return [None if r is None else next(built) for r in self.gradients]
 
 
+def fresh_hole(name: str, dtype: str, shape) -> Node:
+    """A placeholder of a rule (the upstream, a captured value): an ``arg`` no graph has."""
+    return make("arg", (), (-next(_ids), name, dtype, tuple(shape)))
+
+
 def split_result(result, name: str):
     from .scope import InterpFunction   # a function defined while tracing (scope sits above)
     if not (isinstance(result, tuple) and len(result) == 2 and

@@ -425,8 +425,32 @@ def _uses_custom_rule(x):
     return np.sum(_clipped_square(x))
 
 
-def test_vmap_of_a_custom_gradient_rule_is_refused_and_vmap_of_its_gradient_works():
+def test_vmap_of_a_custom_gradient_rule_keeps_the_rule_per_example():
     X = np.array([[0.1, 2.0], [3.0, -0.2]])
-    with pytest.raises(TypeError, match="custom_gradient"):
-        sg.vmap(_uses_custom_rule)(X)
-    np.testing.assert_allclose(sg.vmap(sg.grad(_uses_custom_rule))(X), np.clip(2.0 * X, -1.0, 1.0))
+    for target in ("python", "cpu"):
+        np.testing.assert_allclose(sg.vmap(_uses_custom_rule, target=target)(X),
+                                   np.sum(X * X, axis=1))
+        np.testing.assert_allclose(sg.vmap(sg.grad(_uses_custom_rule), target=target)(X),
+                                   np.clip(2.0 * X, -1.0, 1.0))
+        # the gradient of the sum of the batched outputs goes through the batched rule
+        np.testing.assert_allclose(sg.grad(sg.vmap(_uses_custom_rule, target=target))(X),
+                                   np.clip(2.0 * X, -1.0, 1.0))
+
+
+@sg.custom_gradient
+def _scaled(w, x):
+    return w * x, lambda up: (np.sum(up * x), np.clip(up * w, -0.5, 0.5))
+
+
+def _uses_two_argument_rule(w, x):
+    return np.sum(_scaled(w, x))
+
+
+def test_vmap_of_a_custom_rule_with_an_unbatched_argument_sums_its_gradient():
+    w, X = 1.5, np.array([[0.1, 2.0], [3.0, -0.2], [1.0, 1.0]])
+    for target in ("python", "cpu"):
+        batched = sg.vmap(_uses_two_argument_rule, in_axes=(None, 0), target=target)
+        np.testing.assert_allclose(batched(w, X), w * np.sum(X, axis=1))
+        g_w, g_x = sg.grad(batched, wrt=(0, 1))(w, X)
+        assert g_w == pytest.approx(np.sum(X))
+        np.testing.assert_allclose(g_x, np.clip(np.full_like(X, w), -0.5, 0.5))
