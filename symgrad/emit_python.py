@@ -165,7 +165,13 @@ class _Emitter:
             self.python_numbers.add(n)
 
     def bind_array(self, n: Node):
-        """A constant array: a name bound in the namespace (never printed)."""
+        """A constant array: a name bound in the namespace (never printed), except an array of
+        one repeated number (``np.zeros(3)``), which is spelled, so the source runs as shown."""
+        value = n.attrs[0].value
+        if value.size and value.dtype.kind in "fiub" and np.all(value == value.flat[0]):
+            first = value.flat[0].item()
+            self.expr[n] = self.spell_full(full_node(value.shape, first, value.dtype.name))
+            return
         name = self.namer.name(self.graph.names.get(n, "c"))
         self.namespace[name] = n.attrs[0].value
         self.expr[n] = (name, sp.ATOM)

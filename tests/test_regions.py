@@ -333,3 +333,18 @@ def test_nested_data_loops_first_and_second_order(target):
     assert inner.grad(X, w)[0] == pytest.approx(fd, rel=1e-5)
     body = sg.differentiate(nested_loops, target="python").ir_for(X, w)
     assert "        body(" in body and "loop(" in body.split("body(", 1)[1]   # a loop in a loop
+
+
+def zeros_started(W, xs):
+    h = np.zeros(3)
+    for t in range(xs.shape[0]):
+        h = np.tanh(W @ h + xs[t])
+    return np.sum(h)
+
+
+def test_generated_source_runs_as_shown_with_only_numpy():
+    W, xs = np.eye(3) * 0.5, rng.normal(size=(6, 3))
+    source = sg.grad(zeros_started, target="python").source_for(W, xs)
+    namespace = {"np": np}
+    exec(source, namespace)                      # nothing but NumPy: the constant is spelled
+    np.testing.assert_allclose(namespace["grad_zeros_started"](W, xs), sg.grad(zeros_started)(W, xs))
