@@ -168,7 +168,8 @@ class _Emitter:
         """A constant array: a name bound in the namespace (never printed), except an array of
         one repeated number (``np.zeros(3)``), which is spelled, so the source runs as shown."""
         value = n.attrs[0].value
-        if value.size and value.dtype.kind in "fiub" and np.all(value == value.flat[0]):
+        if value.size and value.dtype.kind in "fiub" and np.all(value == value.flat[0]) and \
+                np.all(np.signbit(value) == np.signbit(value.flat[0])):   # -0.0 is not 0.0
             first = value.flat[0].item()
             self.expr[n] = self.spell_full(full_node(value.shape, first, value.dtype.name))
             return
