@@ -186,7 +186,9 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 from test_random_programs import _load, program_text  # noqa: E402
 
 
-@settings(max_examples=10, deadline=None)
+# derandomize: the same ten programs every run (sympy's simplification of some generated
+# formulas takes minutes; a run must not depend on which ones a random draw picks)
+@settings(max_examples=10, deadline=None, derandomize=True)
 @given(text=program_text(), seed=st.integers(0, 2 ** 16))
 def test_random_programs_sympy_form_evaluates_to_the_gradient(tmp_path_factory, text, seed):
     fn = _load(text, tmp_path_factory.mktemp("sympy_programs"))
