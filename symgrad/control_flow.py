@@ -78,7 +78,11 @@ class ControlFlow:
         if has_return:
             value = self.merge(cond, branches[0], branches[1], stmt, "return value", frame)
             raise Return(value, _merged_buffers(returned[0], returned[1], value, frame.source.loc(stmt)))
-        then, other = branches
+        self.join_branches(cond, branches[0], branches[1], stmt, frame)
+
+    def join_branches(self, cond, then: Frame, other: Frame, stmt, frame: Frame):
+        """Bind in ``frame`` what the two sides of a data-dependent ``if`` bound: one choice
+        for every variable both sides have, ``Undefined`` for one only one side has."""
         loc = frame.source.loc(stmt)
         names = sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env))
         both = [n for n in names if then.env.get(n, MISSING) is not MISSING
@@ -98,7 +102,7 @@ class ControlFlow:
             self.bind_buffers(frame, name, frame.env[name],
                               _merged_buffers(then.buffers.get(name, NO_BUFFERS),
                                               other.buffers.get(name, NO_BUFFERS), frame.env[name], loc))
-            if frame.env[name] is not a:
+            if frame.env[name] is not a and name.isidentifier():   # not a hidden flag
                 self.record(frame, stmt, frame.env[name], name)
 
     def merge(self, cond, a, b, stmt, what, frame):

@@ -17,12 +17,12 @@ from __future__ import annotations
 import ast
 
 from . import ops, regions
-from .aliases import NO_BUFFERS, row_buffers
+from .aliases import row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
 from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
                         _target_names)
-from .scope import MISSING, Break, Continue, Return, Undefined, first_seen, fork, walk_nodes
+from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
 # readable); longer ones become loop regions.
@@ -125,19 +125,7 @@ class Loops:
                 self.frames.pop()
                 self.frame = frame
             sides.append(child)
-        then, other = sides
-        loc = frame.source.loc(stmt)
-        names = sorted(set(then.env) | set(other.env), key=first_seen(then.env, other.env))
-        both = [n for n in names if n in then.env and n in other.env]
-        chosen = dict(zip(both, self.merge(cond, tuple(then.env[n] for n in both),
-                                           tuple(other.env[n] for n in both), stmt,
-                                           [f"variable '{n}'" for n in both], frame)))
-        for name in names:
-            if name not in chosen:
-                frame.env[name] = Undefined(name, loc)
-                continue
-            frame.env[name] = chosen[name]
-            frame.buffers[name] = then.buffers.get(name, NO_BUFFERS) | other.buffers.get(name, NO_BUFFERS)
+        self.join_branches(cond, sides[0], sides[1], stmt, frame)
         raise BodyDone()
 
     def plan_of(self, stmt, frame):
