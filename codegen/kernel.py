@@ -52,10 +52,20 @@ PTR = ir.PointerType()
 # iteration of a transcendental-heavy body (measured: +7.6 us a call at 64 iterations, none
 # at 4), so the bound stays where that loss is at most ~2 us a call.
 LIGHT_MAX_ITERATIONS = 16
+# Beside a much larger stage, a small one is light too: unoptimised, a loop runs ~10x slower,
+# so a stage of at most 1/LIGHT_SHARE of the largest one's iterations costs at most ~0.5% of
+# the largest one's time (ADBench GMM: its (K,) and (K, d) stages beside the (K, n, d) ones),
+# up to LIGHT_CAP iterations.
+LIGHT_SHARE = 2048
+LIGHT_CAP = 4096
 
 
-def _light(st: Stage) -> bool:
-    return st.size <= LIGHT_MAX_ITERATIONS
+def light_bound(schedule: Schedule) -> int:
+    """The most iterations a stage of ``schedule`` may have to be compiled light."""
+    biggest = max((st.size for st in schedule.stages), default=0)
+    return max(LIGHT_MAX_ITERATIONS, min(LIGHT_CAP, biggest // LIGHT_SHARE))
+
+
 
 
 # A stage whose loop calls more of our own float64 functions (codegen.f64math: exp, sin, tanh,
@@ -129,6 +139,7 @@ class KernelModule:
         else:
             self.module, self.params = parent.module, parent.params
         self.stage_info: list[StageInfo] = []   # per stage
+        self.light = light_bound(schedule)      # stages up to this size compile light
         wrappers = []
         for st in schedule.stages:
             wrappers.append(st.region.emit(self, st) if st.region is not None else self._stage(st))
@@ -227,7 +238,7 @@ class KernelModule:
         body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}.body")
         body.linkage = "internal"
         body.attributes.add("nounwind")
-        if _light(st) and not blocked:
+        if st.size <= self.light and not blocked:
             _compile_light(body)
         for a in body.args[:len(bufs) + 1]:
             a.add_attribute("noalias")
@@ -384,7 +395,7 @@ class KernelModule:
         init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
                            f"{self.prefix}init{st.index}")
         init.attributes.add("nounwind")
-        if _light(st):
+        if st.size <= self.light:
             _compile_light(init)
         ptrs, iparams = init.args
         ptrs.name, iparams.name = "ptrs", "params"

@@ -126,3 +126,26 @@ def test_library_simd_versions_are_vectorised():
         assert body is not None, lanes
         assert re.search(rf'fmul <{lanes} x double>', body.group(0)), lanes
         assert "br " not in body.group(0), "one vector iteration, no loop left"
+
+
+def beside_a_big_stage(small, big):
+    s = np.exp(small) * np.sin(small) - small * small        # stages over small's elements
+    return np.sum(np.tanh(big[:, None] * s[None, :])) + np.sum(s * np.log1p(s * s))
+
+
+def test_small_stages_beside_a_big_one_compile_light():
+    from symgrad.codegen.kernel import LIGHT_CAP, LIGHT_SHARE
+    n_small = 2 * LIGHT_MAX_ITERATIONS + 3                   # above the absolute bound
+    n_big = 2 * LIGHT_SHARE            # the (big, small) stage: 2 * SHARE * n_small iterations
+    assert n_small <= LIGHT_CAP
+    rng = np.random.default_rng(4)
+    small, big = rng.uniform(0.1, 1.0, n_small), rng.uniform(-1.0, 1.0, n_big)
+    cpu = sg.differentiate(beside_a_big_stage, wrt=(0, 1))
+    ref = sg.differentiate(beside_a_big_stage, wrt=(0, 1), target="python")
+    assert cpu(small, big) == pytest.approx(ref(small, big), rel=1e-12)
+    for got, want in zip(cpu.grad(small, big), ref.grad(small, big)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+    assert light_functions(cpu.grad.llvm_ir(small, big))
+    # alone, the same small stages get the full pipeline
+    alone = sg.grad(lambda small: np.sum(np.exp(small) * np.sin(small) - small * small))
+    assert light_functions(alone.llvm_ir(small)) == set()
