@@ -139,7 +139,9 @@ class KernelModule:
         else:
             self.module, self.params = parent.module, parent.params
         self.stage_info: list[StageInfo] = []   # per stage
-        self.light = light_bound(schedule)      # stages up to this size compile light
+        # stages up to this size compile light; none in a loop region's body, whose stages
+        # run once per iteration (ADBench LSTM: 14-element stages, 1023 steps)
+        self.light = light_bound(schedule) if parent is None else -1
         wrappers = []
         for st in schedule.stages:
             wrappers.append(st.region.emit(self, st) if st.region is not None else self._stage(st))

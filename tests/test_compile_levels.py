@@ -149,3 +149,26 @@ def test_small_stages_beside_a_big_one_compile_light():
     # alone, the same small stages get the full pipeline
     alone = sg.grad(lambda small: np.sum(np.exp(small) * np.sin(small) - small * small))
     assert light_functions(alone.llvm_ir(small)) == set()
+
+
+def recurrence(w, xs):
+    h = np.zeros(4)
+    for t in range(xs.shape[0]):
+        h = np.tanh(w * h + xs[t]) * np.exp(-h * h)
+    return np.sum(h)
+
+
+def test_loop_bodies_keep_the_full_pipeline():
+    """A loop region's stages run once per iteration: never compiled light, however few
+    elements they have."""
+    w, xs = np.linspace(0.1, 0.4, 4), np.linspace(-1.0, 1.0, 200).reshape(50, 4)
+    cpu = sg.differentiate(recurrence, wrt=(0, 1))
+    ref = sg.differentiate(recurrence, wrt=(0, 1), target="python")
+    assert "= loop(" in cpu.grad.ir_for(w, xs)
+    assert cpu(w, xs) == pytest.approx(ref(w, xs), rel=1e-12)
+    for got, want in zip(cpu.grad(w, xs), ref.grad(w, xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+    light = light_functions(cpu.grad.llvm_ir(w, xs))
+    region = re.findall(r'define [^\n]*@"(sg_r\d+_\w+)"', cpu.grad.llvm_ir(w, xs))
+    assert region, "the loop is a region of its own functions"
+    assert not light & set(region)
