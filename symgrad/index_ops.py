@@ -280,6 +280,10 @@ def concatenate(xs, axis=0) -> Node:
 # pieces up, while the table stays small.
 GATHER_MIN_PIECES = 8
 GATHER_MAX_TABLE = 1 << 16
+# The walk looks at most this many joins and pieces: a join built step by step in a loop
+# (acc = np.concatenate([acc, piece])) that never qualifies is walked again at every step, and
+# the bound keeps that linear in the steps.
+GATHER_MAX_NODES = 1024
 
 
 def _is_zeros(n: Node) -> bool:
@@ -290,9 +294,10 @@ def _is_zeros(n: Node) -> bool:
 
 
 def _pieces(x: Node):
-    """(the one array the pieces of ``x`` read, the number of pieces, the joins and pieces in
-    an order that puts every input before its user) when ``x`` is made only of basic-index
-    pieces of one array, zeros and joins of those; else None. No arrays are built here."""
+    """(the one array the pieces of ``x`` read, the number of pieces (a piece used twice counts
+    twice), the joins and pieces in an order that puts every input before its user) when ``x``
+    is made only of basic-index pieces of one array, zeros and joins of those; else None. No
+    arrays are built here."""
     base, count, order, seen = None, 0, [], set()
     stack = [(x, False)]
     while stack:                          # iterative: the joins may nest deeply
@@ -301,8 +306,11 @@ def _pieces(x: Node):
             order.append(n)
             continue
         if n in seen:
+            count += n.op not in ("concatenate", "stack")
             continue
         seen.add(n)
+        if len(seen) > GATHER_MAX_NODES:
+            return None
         if n.op in ("concatenate", "stack"):
             stack.append((n, True))
             stack.extend((p, False) for p in n.inputs)

@@ -132,3 +132,39 @@ def test_gather_on_the_cuda_plan():
     want = sg.grad(gmm_like, wrt=(0, 1), target="python")(icf, x)
     for got, w in zip(ptx_emulate.run(graph, [icf, x]), want):
         np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-13)
+
+
+def test_a_join_grown_step_by_step_stops_the_walk():
+    """``acc = np.concatenate([acc, piece])`` in a long static loop: each step's walk over the
+    nested joins stops at GATHER_MAX_NODES (linear in the steps, not quadratic), and a join
+    past the bound is left a join."""
+    from symgrad import index_ops
+    from symgrad.ir import Slice, make
+    a = make("arg", (), (0, "a", "float64", (8,)))
+    acc = make("exp", (a,), ())            # not a piece: no step's join ever qualifies
+    visits = []
+    real = index_ops._pieces
+
+    def counted(x):
+        found = real(x)
+        visits.append(len(found[2]) if found else 0)
+        return found
+    index_ops._pieces = counted
+    try:
+        for i in range(1, 2 * index_ops.GATHER_MAX_NODES):
+            acc = index_ops.concatenate([acc, index_ops.getitem(a, (Slice(i % 7, i % 7 + 1, 1),))])
+    finally:
+        index_ops._pieces = real
+    assert acc.op == "concatenate" and acc.shape == (8 + 2 * index_ops.GATHER_MAX_NODES - 1,)
+    assert visits == [0] * len(visits)     # every walk gave up
+
+
+def test_repeated_pieces_count_as_pieces():
+    """The same slice used many times (interned: one node) still makes many pieces."""
+    v = np.linspace(-1.0, 1.0, 8)
+    cpu, _ = _check(repeated, (v,), 0)
+    assert "take(" in cpu.ir_for(v)
+
+
+def repeated(v):
+    return np.sum(np.exp(np.concatenate([v[0:2], v[1:3]] * 5)))
