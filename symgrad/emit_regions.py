@@ -11,13 +11,13 @@ from .ir import Node, make, use_counts
 
 
 def _scope(em):
-    return (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.outputs, em.lines,
-            em.last_comment)
+    return (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.products,
+            em.outputs, em.lines, em.last_comment)
 
 
 def _restore(em, saved):
-    (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.outputs, em.lines,
-     em.last_comment) = saved
+    (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.products, em.outputs,
+     em.lines, em.last_comment) = saved
 
 
 def named(em, n: Node) -> str:
@@ -35,10 +35,11 @@ def emit_body(em, body, bindings: dict, python_numbers=()) -> tuple[list[str], l
     saved = _scope(em)
     em.expr, em.var, em.nesting = {}, {}, {}
     em.python_numbers = set(python_numbers)
-    em.counts, em.outputs, em.lines = use_counts(body.results), set(body.results), []
+    from .emit_python import STATEMENTS, _Emitter, display_counts
+    (em.counts, em.products), em.outputs, em.lines = display_counts(body.results), \
+        set(body.results), []
     for p in body.params:
         em.expr[p] = (bindings[p], sp.ATOM)
-    from .emit_python import STATEMENTS, _Emitter
     from .ir import toposort
     for n in toposort(body.results, known=set(body.params)):
         STATEMENTS.get(n.op, _Emitter.expression)(em, n)
