@@ -248,6 +248,7 @@ STATEMENTS = {
     "scatter_add": _Emitter.scatter_statement,
     "loop": emit_regions.loop_statement,
     "cond": emit_regions.cond_statement,
+    "remat": emit_regions.remat_statement,
     "proj": emit_regions.proj_expression,
 }
 # op -> a spelling the emitter gives instead of the op table's (``full`` reads the arguments'
