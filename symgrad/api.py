@@ -35,6 +35,7 @@ from .emit_python import emit
 from .frontend import trace
 from . import settings
 from .forward import build_jvp, tangent_params, trial_arguments
+from .checkpoint import lowerable as inline_checkpoints
 from .custom_gradient import lowerable
 from .ir import Graph
 from .pickling import _find, _importable_name, _rebuild, _unpickled
@@ -56,7 +57,9 @@ class Compiled:
 
     def __init__(self, graph: Graph, captures: list):
         self.derivable = graph               # what derivatives are taken of (custom rules kept)
-        self.graph = lowerable(graph)        # what back ends run and emitters print
+        # what back ends run and emitters print (checkpoints inlined: their recomputations
+        # in backward passes stay regions)
+        self.graph = inline_checkpoints(lowerable(graph))
         self.captures = captures
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)

@@ -250,6 +250,7 @@ STATEMENTS = {
     "scatter_add": _Emitter.scatter_statement,
     "loop": emit_regions.loop_statement,
     "cond": emit_regions.cond_statement,
+    "remat": emit_regions.remat_statement,
     "proj": emit_regions.proj_expression,
 }
 def _vector(x: Node, axis: int) -> Node | None:
