@@ -31,6 +31,7 @@ def rows_for(n: int) -> dict:
     g(x)
     native = g._cache[g._last_key].prepared["cpu"]
     plan = native.plan(("array",)) if hasattr(native, "plan") else None   # (older checkouts)
+    python_plan = _python_plan(native)
     keep = np.empty(n)     # the kernel alone writes here, a live array (never a freed one)
     _, _, (_, _, table), ptrs_addr, _, _ = native.cached
     # the other rows leave their (since freed) outputs in the table: point it at live arrays
@@ -47,11 +48,26 @@ def rows_for(n: int) -> dict:
     rows = {
         f"n={n}: f.grad(x), the whole call": (g, (x,)),
         f"n={n}: the plan alone (no API frame)": (plan, ((x,),)),
+        f"n={n}: the Python plan alone (no native entry)": (python_plan, ((x,),)),
         f"n={n}: Native(values), the full path": (native, ((x,),)),
         f"n={n}: the kernel alone (table stores + ctypes call, GIL released)": (kernel_only, ()),
         f"n={n}: NumPy hand gradient": (w3_grad_numpy, (x,)),
     }
     return {name: row for name, row in rows.items() if row[0] is not None}
+
+
+def _python_plan(native):
+    """The Python plan of this signature, as where native entries are unavailable."""
+    try:
+        from symgrad.codegen import call_plan, native_entry
+    except ImportError:       # (older checkouts)
+        return None
+    saved = native_entry._runtime
+    native_entry._runtime = {"ok": False}
+    try:
+        return call_plan.call_plan(native, ("array",), holding_gil=True)
+    finally:
+        native_entry._runtime = saved
 
 
 def numba_rows(n: int) -> dict:

@@ -13,6 +13,12 @@ What bounds a call then (measured in ``benchmarks/call_overhead.py``): the argum
 and the buffer-protocol address of each array (~0.2-0.3 us each: ``ctypes.c_char.from_buffer``
 is the cheapest route from Python to a NumPy data pointer; ``a.ctypes.data`` is ~5x slower),
 ``np.empty`` per output (~0.1 us), the ctypes call itself (~0.2 us) and the kernel.
+
+A plan for a kernel that runs holding the GIL is therefore, where the process allows it, a
+native entry (``codegen.native_entry``): the same checks and steps in machine code, called
+as a builtin. Its machine code is one small generic function, cached on disk like a kernel;
+where no cache holds it yet, compiling it (tens of ms) waits until a Python plan has served
+``NATIVE_AFTER`` calls, so a function called a few times never pays for it.
 """
 from __future__ import annotations
 
@@ -21,6 +27,13 @@ import ctypes
 import numpy as np
 
 from symgrad.backends import MISS
+
+from . import native_entry
+
+# Hot calls of one Python plan before the native entry is compiled for it, when no cache
+# holds the entry's machine code: compiling costs ~20-100 ms, ~1 us saved per call earns it
+# back only over many calls (and with the disk cache on, later processes just load it).
+NATIVE_AFTER = 2000
 
 # The kernel of a small call, run holding the GIL: releasing and retaking it costs more than
 # such a kernel runs (and only calls below the parallel threshold, i.e. short ones, use it).
@@ -64,6 +77,11 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
     arg_specs = argument_specs(native, kinds)
     if arg_specs is None:
         return None
+    if holding_gil and native_entry.ready(compile=False):
+        entry = native_entry.entry_for(native, arg_specs, native._state())
+        if entry is not None:
+            return entry
+    calls_left = NATIVE_AFTER if holding_gil and native_entry.available() else None
     arity = len(kinds)
     ptrs, scratch, (_, _, table), ptrs_addr, scalar_in, scalar_out = native.cached
     out_specs = tuple((t, buf, shape, dt) for t, buf, shape, dt in native.array_outs)
@@ -76,8 +94,15 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
                               and native.graph.out_tree == 0) else None
 
     def plan(args):
+        nonlocal calls_left
         if len(args) != arity:
             return MISS
+        if calls_left is not None:
+            calls_left -= 1
+            if calls_left <= 0:
+                calls_left = None
+                if _install_native_entry(native, kinds, arg_specs):
+                    return MISS   # nothing run: the full path runs it and takes the entry
         lock = native.lock        # read each call: a forked child replaces it
         if not lock.acquire(False):
             return MISS           # a concurrent call: the full path gives it private memory
@@ -112,6 +137,15 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
             lock.release()
 
     return plan
+
+
+def _install_native_entry(native, kinds, arg_specs) -> bool:
+    """Compile (if need be) and install the native entry as this signature's plan."""
+    entry = native_entry.entry_for(native, arg_specs, native._state())
+    if entry is None:
+        return False
+    native.plans[kinds] = entry
+    return True
 
 
 def _address(a: np.ndarray) -> int:
