@@ -82,8 +82,11 @@ check.float:
   %is.float = icmp eq ptr %arg.type, %float
   br i1 %is.float, label %check.next, label %decline
 
-check.array:
+check.array:                                   ; an ndarray's fields are read only once it is one
   %is.ndarray = icmp eq ptr %arg.type, %ndarray
+  br i1 %is.ndarray, label %check.fields, label %decline
+
+check.fields:
   %descr = call ptr @field.ptr(ptr %arg, i64 ARRAY_DESCR)
   %want.descr = call ptr @slot.ptr(ptr %rec, i64 2)
   %descr.ok = icmp eq ptr %descr, %want.descr
@@ -97,8 +100,7 @@ check.array:
   %layout = and i32 %flags, C_CONTIGUOUS_ALIGNED
   %layout.ok = icmp eq i32 %layout, C_CONTIGUOUS_ALIGNED
   %ok.1 = and i1 %descr.ok, %nd.ok
-  %ok.2 = and i1 %ok.1, %layout.ok
-  %ok = and i1 %ok.2, %is.ndarray
+  %ok = and i1 %ok.1, %layout.ok
   br i1 %ok, label %dims.start, label %decline
 
 dims.start:

@@ -128,7 +128,8 @@ def ready(compile: bool) -> bool:
     """Whether ``sg_enter``'s machine code is loaded: from memory or the disk cache, else,
     when ``compile``, compiled now (tens of milliseconds: see ``call_plan``'s countdown)."""
     if _runtime.get("enter") is None and available():
-        _, addrs = jit.load(entry_text(), ["sg_enter"], compile=compile)
+        text = _runtime.get("text") or _runtime.setdefault("text", entry_text())
+        _, addrs = jit.load(text, ["sg_enter"], compile=compile)
         _runtime["enter"] = None if addrs is None else addrs["sg_enter"]
     return bool(_runtime.get("enter"))
 
