@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import sysconfig
 
 import numpy as np
 
@@ -67,8 +66,10 @@ def available() -> bool:
 
 
 def _c_api() -> dict:
-    if sys.implementation.name != "cpython" or sys.maxsize != 2 ** 63 - 1 or \
-            sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # a free-threaded build ("t" ABI, 3.13+), even with its GIL on: other object headers
+    free_threaded = "t" in getattr(sys, "abiflags", "") or \
+        not getattr(sys, "_is_gil_enabled", lambda: True)()
+    if sys.implementation.name != "cpython" or sys.maxsize != 2 ** 63 - 1 or free_threaded:
         raise ValueError("not a GIL-holding 64-bit CPython")
     api = ctypes.pythonapi
 
@@ -148,13 +149,15 @@ def entry_for(native, arg_specs, state):
     ``call_plan.argument_specs``), using ``state`` (a ``Native._state()`` of its own); ``None``
     when this process has no native entries or the signature's results are not ones the
     entry builds (0-d results other than float64, a nested pytree, more than MAX_RESULTS)."""
-    if not ready(compile=True):
+    picks = _result_picks(native) if available() else None
+    if picks is None:
         return None
-    picks = _result_picks(native)
     _, _, (_, cells, table), _, scalar_in, scalar_out = state
-    if picks is None or any(not isinstance(cell, ctypes.Array) or cell._type_ is not ctypes.c_double
+    if any(not isinstance(cell, ctypes.Array) or cell._type_ is not ctypes.c_double
                             for _, cell, _ in scalar_out):
         return None            # (a 0-d result the ctypes cells do not hold as a float64)
+    if not ready(compile=True):
+        return None
     float_cells = {i: ctypes.addressof(cell) + 8 * k for i, cell, k in scalar_in}
     layout = Layout(len(SLOTS))
     args = [[KIND_FLOAT, float_cells[i], 0, 0, 0] if buf is None else
