@@ -8,6 +8,10 @@ Each row is a fresh ``python`` process, the rows interleaved run by run, medians
   after ``import symgrad``), with the machine code on disk (a warm ``SYMGRAD_CACHE_DIR``) and
   cold (``SYMGRAD_NO_CACHE=1``), and the same plus the import.
 
+symgrad's own modules are byte-compiled first, as ``pip install`` does (an editable install on
+a machine with ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile every changed module's
+source in every process, which no installed copy does).
+
     python benchmarks/startup.py [--runs 9]
 """
 from __future__ import annotations
@@ -58,10 +62,20 @@ def run(code: str, args=(), env=None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def byte_compile():
+    import compileall
+
+    import symgrad
+    from symgrad import codegen
+    for package in (symgrad, codegen):
+        compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=9)
     runs = ap.parse_args().runs
+    byte_compile()
     w4 = W4.format(here=HERE)
     load = os.getloadavg()[0]
     samples: dict = {}
