@@ -66,6 +66,9 @@ def available() -> bool:
 
 
 def _c_api() -> dict:
+    """The addresses the entry calls and compares with: C API functions, NumPy's
+    ``PyArray_Empty`` (slot 184 of its ABI-stable API table; slot 2 is ``PyArray_Type``, which
+    :func:`_layouts_match` checks), and ``PyCFunction_NewEx`` to make the builtins."""
     # a free-threaded build ("t" ABI, 3.13+), even with its GIL on: other object headers
     free_threaded = "t" in getattr(sys, "abiflags", "") or \
         not getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -76,17 +79,18 @@ def _c_api() -> dict:
     def address(name):
         return ctypes.cast(getattr(api, name), ctypes.c_void_p).value
 
-    get_pointer = api.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    # private prototypes: setting restype/argtypes on ctypes.pythonapi's shared function
+    # objects would change them for every other user in the process
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", api))
     try:
         from numpy._core import _multiarray_umath as multiarray
     except ImportError:                      # NumPy 1.x
         from numpy.core import _multiarray_umath as multiarray
     table = get_pointer(multiarray._ARRAY_API, None)
     array_api = (ctypes.c_void_p * 185).from_address(table)
-    make = api.PyCFunction_NewEx
-    make.restype, make.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object,
-                                                     ctypes.c_void_p]
+    make = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)(
+        ("PyCFunction_NewEx", api))
     return dict(array_type=array_api[2], array_empty=array_api[184], make_function=make,
                 incref=address("Py_IncRef"), decref=address("Py_DecRef"),
                 float_from_double=address("PyFloat_FromDouble"),
