@@ -10,10 +10,19 @@ import pytest
 from symgrad.codegen import mathlib
 
 FIRST_GRADIENT = """
+import ctypes.util
 import sys
 import numpy as np
 import symgrad as sg
 from workload import rosenbrock
+
+
+def no_search(name):
+    raise AssertionError("find_library runs ldconfig in a subprocess: load by soname first")
+
+
+if {glibc}:
+    ctypes.util.find_library = no_search
 assert 'sympy' not in sys.modules and 'llvmlite' not in sys.modules
 g = sg.grad(rosenbrock)(np.linspace(0.0, 1.0, 5))
 assert 'llvmlite' in sys.modules
@@ -30,12 +39,24 @@ def rosenbrock(x):
 """
 
 
-def test_a_first_cpu_gradient_imports_no_sympy(tmp_path):
+def test_a_first_cpu_gradient_imports_no_sympy_and_no_pool(tmp_path):
     (tmp_path / "workload.py").write_text(WORKLOAD)
-    run = subprocess.run([sys.executable, "-c", FIRST_GRADIENT], cwd=tmp_path, check=True,
-                         capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", FIRST_GRADIENT.format(glibc=_glibc())],
+                         cwd=tmp_path, check=True, capture_output=True, text=True)
     loaded = run.stdout.split()
     assert "sympy" not in loaded and "symgrad.sympy_form" not in loaded
+    assert "concurrent.futures" not in loaded      # a small kernel never makes the pool
+
+
+def _glibc() -> bool:
+    """Whether libm and libmvec load by their glibc sonames here (else find_library may be
+    needed, and is allowed)."""
+    try:
+        ctypes.CDLL("libm.so.6")
+        ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def test_libraries_load_by_soname_else_through_find_library(monkeypatch):
