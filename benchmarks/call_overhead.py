@@ -1,10 +1,11 @@
 """Where a call of a compiled CPU function spends its time (issue 13, item 2).
 
 W3 (the Rosenbrock gradient, n = 1000) and a scalar-free 8-element version of it, timed per
-call, next to each step of the hot path alone: the plan (``codegen.call_plan``) without the
-API, the kernel alone through ctypes, and the primitives a call cannot avoid (``np.empty``,
-the buffer-protocol data address, an empty ctypes call). Medians of REPS batches, the rows
-interleaved batch by batch so that machine load hits every row alike.
+call, next to each step of the hot path alone: the plan (``codegen.call_plan``: the native
+entry where the process has one) without the API, the Python plan that serves where it has
+not, the kernel alone through ctypes, and the primitives a Python plan cannot avoid
+(``np.empty``, the buffer-protocol data address, an empty ctypes call). Medians of REPS
+batches, the rows interleaved batch by batch so that machine load hits every row alike.
 
     python benchmarks/call_overhead.py [--reps 9] [--calls 20000]
 """
