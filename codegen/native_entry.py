@@ -129,6 +129,11 @@ def _layouts_match() -> bool:
             and type(made) is np.ndarray and made.shape == (4, 5) and made.dtype == dt)
 
 
+def loaded() -> bool:
+    """Whether ``sg_enter``'s machine code is loaded in this process already."""
+    return bool(_runtime.get("enter"))
+
+
 def ready(compile: bool) -> bool:
     """Whether ``sg_enter``'s machine code is loaded: from memory or the disk cache, else,
     when ``compile``, compiled now (tens of milliseconds: see ``call_plan``'s countdown)."""
@@ -148,20 +153,21 @@ class Descriptor(ctypes.Array):
     _length_ = 0
 
 
+def builds(native) -> bool:
+    """Whether an entry can serve this signature: this process has entries, and the results
+    are ones the entry builds (arrays and float64 0-d results, alone or as a flat tuple)."""
+    return available() and _result_picks(native) is not None and all(
+        spec.dtype == np.float64 for spec in native.outs if spec is not None and spec.slot is not None)
+
+
 def entry_for(native, arg_specs, state):
     """A builtin ``entry(args) -> result or MISS`` for the plan's argument specs (see
     ``call_plan.argument_specs``), using ``state`` (a ``Native._state()`` of its own); ``None``
-    when this process has no native entries or the signature's results are not ones the
-    entry builds (0-d results other than float64, a nested pytree, more than MAX_RESULTS)."""
-    picks = _result_picks(native) if available() else None
-    if picks is None:
+    unless :func:`builds` and the machine code is :func:`loaded`."""
+    if not (loaded() and builds(native)):
         return None
+    picks = _result_picks(native)
     _, _, (_, cells, table), _, scalar_in, scalar_out = state
-    if any(not isinstance(cell, ctypes.Array) or cell._type_ is not ctypes.c_double
-                            for _, cell, _ in scalar_out):
-        return None            # (a 0-d result the ctypes cells do not hold as a float64)
-    if not ready(compile=True):
-        return None
     float_cells = {i: ctypes.addressof(cell) + 8 * k for i, cell, k in scalar_in}
     layout = Layout(len(SLOTS))
     args = [[KIND_FLOAT, float_cells[i], 0, 0, 0] if buf is None else

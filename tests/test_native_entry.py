@@ -228,16 +228,28 @@ def test_entry_keeps_what_it_uses_alive_and_is_freed_with_it():
     assert native() is None
 
 
-def test_python_plan_hands_over_to_the_entry_after_its_countdown(monkeypatch):
-    real = native_entry.ready
-    monkeypatch.setattr(native_entry, "ready", lambda compile: compile and real(True))
-    monkeypatch.setattr(cp, "NATIVE_AFTER", 5)
+def test_python_plan_hands_over_to_the_entry_after_its_countdowns(monkeypatch):
+    """A process that has not loaded the entry: a Python plan first, a look in the disk cache
+    after NATIVE_SOON calls (here: nothing there), a compile after NATIVE_AFTER more."""
+    real_ready, is_loaded, looks = native_entry.ready, [False], []
+
+    def ready(compile):
+        looks.append(compile)
+        is_loaded[0] = compile and real_ready(True)
+        return is_loaded[0]
+
+    monkeypatch.setattr(native_entry, "ready", ready)
+    monkeypatch.setattr(native_entry, "loaded", lambda: is_loaded[0])
+    monkeypatch.setattr(cp, "NATIVE_SOON", 2)
+    monkeypatch.setattr(cp, "NATIVE_AFTER", 3)
     g = sg.differentiate(rosenbrock).grad
     x = np.linspace(0.0, 1.0, 6)
-    g(x)
-    assert type(g._hot[0]).__name__ == "function"          # not compiled yet: Python plan
-    results = [g(x) for _ in range(8)]
-    assert type(g._hot[0]).__name__ == "builtin_function_or_method"
+    kinds, results = [], []
+    for _ in range(8):
+        results.append(g(x))
+        kinds.append(type(g._hot[0]).__name__)
+    assert looks == [False, True]
+    assert kinds[:5] == ["function"] * 5 and kinds[-1] == "builtin_function_or_method"
     for r in results:
         np.testing.assert_array_equal(r, results[0])
 
@@ -285,7 +297,7 @@ import symgrad as sg
 from symgrad.codegen import call_plan, jit
 sys.path.insert(0, {here!r})
 from test_native_entry import rosenbrock
-call_plan.NATIVE_AFTER = 2
+call_plan.NATIVE_SOON, call_plan.NATIVE_AFTER = 1, 2
 g = sg.grad(rosenbrock)
 x = np.linspace(0.0, 1.0, 7)
 kinds = []
@@ -309,6 +321,6 @@ def test_disk_cache_gives_later_processes_the_entry_at_once(tmp_path):
     first_kind, last_kind, hits, compiles = run()
     assert (first_kind, last_kind) == ("function", "builtin_function_or_method")
     assert (int(hits), int(compiles)) == (0, 2)             # the kernel and the entry
-    first_kind, last_kind, hits, compiles = run()
-    assert (first_kind, last_kind) == ("builtin_function_or_method",) * 2
+    first_kind, last_kind, hits, compiles = run()   # loaded from the disk after 1 call
+    assert (first_kind, last_kind) == ("function", "builtin_function_or_method")
     assert (int(hits), int(compiles)) == (2, 0)
