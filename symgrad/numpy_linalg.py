@@ -9,8 +9,10 @@ index (no data-dependent addressing in any back end); derivatives of every order
 differentiating the loop (``symgrad.region_autodiff`` stores each step's matrix, n^3 values
 per matrix; the pivot choice is an integer: no derivative).
 
-Pivoting as LAPACK: the first entry of largest magnitude in the column. Rows are exchanged by
-selects, so a swapped row is copied bitwise.
+Pivoting as LAPACK: the first entry of largest magnitude in the column; a NaN wins (as in
+``np.argmax``), so a NaN entry makes every result NaN (NumPy's OpenBLAS skips NaN pivots and
+leaves some entries finite: a NaN here is never hidden where NumPy shows one). Rows are
+exchanged by selects: a swapped row is copied bitwise.
 
 ``det`` of a 1x1, 2x2 or 3x3 matrix is its closed form (the cofactor expansion): a handful of
 products, as accurate as LAPACK's (NumPy computes det as sign * exp(sum(log |pivot|)), itself
@@ -175,7 +177,9 @@ def slogdet(a):
     if x.shape[-1] == 0:
         return SlogdetResult(ops.full(x.shape[:-2], 1.0, x.dtype), ops.full(x.shape[:-2], 0.0, x.dtype))
     pivots, odd = _lu_pivots(x)
-    sign = ops.reduce("prod", ops.sign(ops.stop_gradient(pivots)), -1)
+    pivots_sign = ops.stop_gradient(pivots)   # as NumPy: a NaN pivot counts as positive
+    pivots_sign = ops.where(ops.lt(pivots_sign, 0), -1.0, ops.where(ops.eq(pivots_sign, 0), 0.0, 1.0))
+    sign = ops.reduce("prod", ops.cast(pivots_sign, x.dtype), -1)
     sign = ops.where(odd, -sign, sign)
     return SlogdetResult(sign, ops.reduce("sum", ops.log(ops.abs_(pivots)), -1))
 

@@ -47,6 +47,9 @@ ROWS = [
                                                np.linalg.matrix_power(x, -2).ravel()]), (3, 3), "matrix"),
     ("det", lambda x: np.stack([np.linalg.det(x), np.linalg.det(x[:2, :2]), np.linalg.det(x[:1, :1])]), (3, 3), "matrix"),
     ("det_batch", lambda x: np.linalg.det(x), (2, 3, 3), "matrix"),
+    # (scaled: a det of 3^5 in sin() would vary too fast for the finite differences)
+    ("det_lu", lambda x: np.stack([np.linalg.det(x / 2), np.linalg.det(x[:4, :4] / 2)]), (5, 5), "matrix"),
+    ("det_lu_batch", lambda x: np.linalg.det(x[..., ::-1, :] / 2), (2, 5, 5), "matrix"),
     ("slogdet", lambda x: np.concatenate([np.linalg.slogdet(x)[0] * np.linalg.slogdet(x)[1],
                                           np.linalg.slogdet(x).logabsdet]), (2, 3, 3), "matrix"),
     ("inv", lambda x: np.linalg.inv(x), (3, 3), "matrix"),
@@ -79,13 +82,7 @@ def _input(kind, shape, seed):
     return x
 
 
-# The unrolled factorisations compile slowly on the CPU (LLVM sees every pivot step: seconds
-# per gradient, cold). On target='cpu' one row per factorisation routine runs (det: LU;
-# inv: Gauss-Jordan, which solve shares; cholesky), target='python' runs every row.
-CPU_SKIPS_SAME_ROUTINE = ("det_batch", "slogdet", "inv_batch", "solve", "solve_batch", "matrix_power",
-                          "cholesky_batch")
-FIRST_ORDER = [row + ("python",) for row in ROWS] + \
-    [row + ("cpu",) for row in ROWS if row[0] not in CPU_SKIPS_SAME_ROUTINE]
+FIRST_ORDER = [row + (target,) for target in TARGETS for row in ROWS]
 
 
 @pytest.mark.parametrize("name, fn, shape, kind, target", FIRST_ORDER,
@@ -105,9 +102,10 @@ def test_values_and_first_order(name, fn, shape, kind, target):
     np.testing.assert_allclose(g32, loss.grad(x), rtol=2e-3, atol=2e-3)
 
 
-# Second order on the CPU for the contraction, sorting and scan rows (the factorisations'
-# second derivatives take tens of seconds to compile there); target='python' runs them all.
-CPU_SECOND_ORDER = ("einsum_chain", "tensordot", "sort", "cumsum_cumprod")
+# Second order on the CPU for some contraction, sorting and scan rows and every factorisation
+# routine (LU, Gauss-Jordan, Cholesky; batched); target='python' runs them all.
+CPU_SECOND_ORDER = ("einsum_chain", "tensordot", "sort", "cumsum_cumprod", "det", "det_lu_batch",
+                    "slogdet", "inv", "solve_batch", "cholesky_batch")
 SECOND_ORDER = [row + ("python",) for row in ROWS] + \
     [row + ("cpu",) for row in ROWS if row[0] in CPU_SECOND_ORDER]
 
