@@ -119,21 +119,26 @@ def _loop(n: int, carries: list, step, names: tuple) -> list:
 # ----------------------------------------------------------------------------------------------
 # LU: det, slogdet
 
-def _lu_step(k, a, odd):
-    """Exchange the pivot row in, then clear column k below the diagonal."""
+def _lu_step(k, a, odd, det):
+    """Exchange the pivot row in, then clear column k below the diagonal; ``det`` is the
+    signed product of the pivots so far (a product in the loop: the derivative of a ``prod``
+    reduction divides by each factor, nan at a zero pivot)."""
     piv = _Pivot(a, k)
     a, row_k = piv.exchange(a)
     safe = ops.where(ops.eq(piv.pivot, 0), 1.0, piv.pivot)   # a zero pivot: its column is zero
     factors = ops.where(ops.gt(piv.rows, k), piv.column, 0.0) / _last(safe)
-    return [a - _outer(factors, row_k), ops.ne(odd, piv.swapped(k))]
+    swapped = piv.swapped(k)
+    return [a - _outer(factors, row_k), ops.ne(odd, swapped),
+            ops.where(swapped, -det, det) * piv.pivot]
 
 
-def _lu_pivots(a: Node) -> tuple:
-    """The pivots (..., n) of LU with partial pivoting (U's diagonal: row k is final after
-    step k), and the parity of its row exchanges (a bool, True when odd)."""
-    u, odd = _loop(a.shape[-1], [a, ops.full(a.shape[:-2], False, "bool")], _lu_step,
-                   ("lu", "odd"))
-    return diagonal(u, 0, -2, -1), odd
+def _lu(a: Node) -> tuple:
+    """LU with partial pivoting: U's diagonal (..., n) (the pivots: row k is final after step
+    k), the parity of the row exchanges (a bool, True when odd) and the determinant."""
+    batch = a.shape[:-2]
+    u, odd, det = _loop(a.shape[-1], [a, ops.full(batch, False, "bool"), ops.full(batch, 1.0, a.dtype)],
+                        _lu_step, ("lu", "odd", "det"))
+    return diagonal(u, 0, -2, -1), odd, det
 
 
 def _closed_form_det(x: Node) -> Node:
@@ -161,9 +166,7 @@ def det(a):
         return ops.full(x.shape[:-2], 1.0, x.dtype)
     if x.shape[-1] <= CLOSED_FORM_MAX:
         return _closed_form_det(x)
-    pivots, odd = _lu_pivots(x)
-    value = ops.reduce("prod", pivots, -1)
-    return ops.where(odd, -value, value)
+    return _lu(x)[2]
 
 
 # NumPy's result type: ``sign, logdet = slogdet(a)`` and ``slogdet(a).logabsdet`` both work
@@ -176,7 +179,7 @@ def slogdet(a):
     x = _square_stack(a, "slogdet")
     if x.shape[-1] == 0:
         return SlogdetResult(ops.full(x.shape[:-2], 1.0, x.dtype), ops.full(x.shape[:-2], 0.0, x.dtype))
-    pivots, odd = _lu_pivots(x)
+    pivots, odd, _ = _lu(x)
     pivots_sign = ops.stop_gradient(pivots)   # as NumPy: a NaN pivot counts as positive
     pivots_sign = ops.where(ops.lt(pivots_sign, 0), -1.0, ops.where(ops.eq(pivots_sign, 0), 0.0, 1.0))
     sign = ops.reduce("prod", ops.cast(pivots_sign, x.dtype), -1)
