@@ -396,3 +396,18 @@ def test_ptx_of_the_factorisations_runs_in_the_emulator():
     for routine in ROUTINES.values():
         py = sg.grad(routine, target="python")
         np.testing.assert_allclose(ptx_emulate.run(py.graph_for((a,))[0], [a]), py(a), rtol=1e-11, atol=1e-13)
+
+
+def _all_routines(a):
+    return lu_loss(a) + gauss_jordan_loss(a) + cholesky_loss(a)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vmap_and_forward_mode_through_the_loops(target):
+    a = _matrix((3, 5, 5))
+    grad = sg.grad(_all_routines, target=target)
+    np.testing.assert_allclose(sg.vmap(grad)(a), np.stack([grad(m) for m in a]), rtol=1e-12, atol=1e-13)
+    v = np.linspace(-1.0, 1.0, 25).reshape(5, 5)
+    value, tangent = sg.jvp(_all_routines, target=target)(a[0], v)
+    assert value == pytest.approx(_all_routines(a[0]), rel=1e-13)
+    assert tangent == pytest.approx(np.sum(grad(a[0]) * v), rel=1e-11)
