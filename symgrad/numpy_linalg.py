@@ -255,7 +255,7 @@ def _cholesky_step(x: Node):
     def step(j, lower):
         at_j = ops.eq(rows, j)
         done = _pick_row(lower, at_j)                                       # L[j, :j], zeros on
-        s = _pick(x, at_j) - ops.reshape(ops.matmul(lower, _last(done)), done.shape)
+        s = _pick(x, at_j) - ops.reduce("sum", lower * _last_row(done), -1)
         d = _last(ops.sqrt(_pick(s, at_j)))
         column = ops.where(ops.gt(rows, j), s / d, ops.where(at_j, d, 0.0))
         return [ops.where(at_j, _last(column), lower)]
