@@ -63,11 +63,18 @@ def _assign(targets: list[str], values: list[str]) -> list[str]:
     return [", ".join(t for t, _ in pairs) + " = " + ", ".join(v for _, v in pairs)]
 
 
+def _narrow_number(em, n: Node) -> bool:
+    return n in em.python_numbers and n.dtype not in ("float64", "int64", "bool")
+
+
 def loop_statement(em, n: Node):
     body, trips, nc, nx, reverse = n.attrs
     names = list(body.names) + [None] * (len(body.params) - len(body.names))
     params = body.params
-    inits = [named(em, i) for i in n.inputs[:nc]]
+    # A carry started from a Python number of a narrow dtype (float32) starts as a NumPy scalar
+    # of it: as a Python number, np.where(c, -x, x) in the body would make it float64.
+    inits = [f"{sp.dtype_name(i.dtype)}({named(em, i)})" if _narrow_number(em, i) else named(em, i)
+             for i in n.inputs[:nc]]
     xs = [named(em, i) for i in n.inputs[nc:nc + nx]]
     consts = [named(em, i) for i in n.inputs[nc + nx:]]
     comment = em.comment_for(n)
@@ -88,7 +95,8 @@ def loop_statement(em, n: Node):
     bindings.update(zip(params[1:1 + nc], carries))
     bindings.update((p, f"{x}[{index}]") for p, x in zip(params[1 + nc:1 + nc + nx], xs))
     bindings.update(zip(params[1 + nc + nx:], consts))
-    numbers = [p for p, i in zip(params[1:1 + nc], n.inputs[:nc]) if i in em.python_numbers]
+    numbers = [p for p, i in zip(params[1:1 + nc], n.inputs[:nc])
+               if i in em.python_numbers and not _narrow_number(em, i)]
     lines, results = emit_body(em, body, bindings, [params[0], *numbers])
     lines += [f"{s}[{index}] = {r}" for s, r in zip(stacks, results[nc:])]
     lines += _assign(carries, results[:nc])

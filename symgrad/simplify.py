@@ -198,6 +198,14 @@ def _where(n):
     if v is not None:                           # where(True, x, y) -> x
         chosen = a if v else b
         return chosen if _same_type(chosen, n) else n
+    merged = _merged_selects(c, a, b)
+    # the operand that gave n its shape may be the one dropped: keep n's shape
+    return n if merged is None else _widen(merged, n)
+
+
+def _merged_selects(c, a, b):
+    """A select nested in ``where(c, a, b)`` folded into it (each one select fewer: no
+    swapping back), or None."""
     if a.op == "where" and a.inputs[0] is c:    # where(c, where(c, x, y), z) -> where(c, x, z)
         return where(c, a.inputs[1], b)
     if b.op == "where" and b.inputs[0] is c:    # where(c, x, where(c, y, z)) -> where(c, x, z)
@@ -208,7 +216,7 @@ def _where(n):
             return where(d, x, where(c, y, w))  # -> where(d, x, where(c, y, w))
         if y is w:                              # where(c, where(d, x, y), where(d, u, y))
             return where(d, where(c, x, u), y)  # -> where(d, where(c, x, u), y)
-    return n                                    # (each one select fewer: no swapping back)
+    return None
 
 
 # -- select sinking (derivative nodes only; see the module docstring) --------------------------
