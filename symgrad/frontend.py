@@ -28,6 +28,7 @@ from .ir import INT_DTYPES, Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
+from .while_loops import WhileLoops
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .arguments import bind_argument
 from .runtime import build_tree
@@ -36,7 +37,7 @@ from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
 
-class Tracer(Expressions, Calls, Loops, ControlFlow):
+class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
@@ -51,6 +52,8 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
         self.call_buffers = None               # ... of the last inlined call (None: not one)
         self.pending_arguments = None          # buffers of the arguments of the next call
+        self.guard_scopes: list[dict] = [{}]   # per region body being traced: while key -> guard
+        self.exit_flag = None                  # the done flag of the loop region traced last
 
     # -- errors ------------------------------------------------------------------------------
     def fail(self, node: ast.AST, construct: str, hint: str = ""):
@@ -87,7 +90,8 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
-                      top_params=tuple(params) if has_trees else None)
+                      top_params=tuple(params) if has_trees else None,
+                      guards=dict(self.guard_scopes[0]))
         return graph
 
     def run_body(self, frame: Frame, tree):
