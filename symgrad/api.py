@@ -10,6 +10,8 @@ identity; ``symgrad.captures``); a call whose signature is cached first checks t
 holds the same object and traces again if one was rebound, so a changed ``SCALE`` is seen on
 the next call whatever the shape. Derived functions (``f.grad``, ...) share their parent's
 record. Calls go to the target's back end through ``symgrad.backends``.
+A signature with ``while`` loops on data checks their guards after each call and runs again
+with a larger cap where one fired (``symgrad.guards``).
 
 A Function pickles by reference to its Python function (module and qualified name) and is
 rebuilt, with empty caches, where it is unpickled (multiprocessing, concurrent.futures, Dask).
@@ -39,7 +41,6 @@ from .custom_gradient import lowerable
 from .ir import Graph
 from .pickling import _find, _importable_name, _rebuild, _unpickled
 from . import guards
-from .guards import with_guard_outputs
 from .runtime import arg_key, deliver, flat_plan, flat_values, standin
 from .simplify import simplify
 
@@ -61,7 +62,7 @@ class Compiled:
         self.graph = lowerable(graph)        # what emitters print (and back ends run)
         self.captures = captures
         # while loops on data: back ends run their guards as hidden outputs (symgrad.guards)
-        self.guarded = _GuardedSignature(self) if self.graph.guards else None
+        self.guarded = guards.GuardedSignature(self.graph) if self.graph.guards else None
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
         self.prepared: dict = {}
@@ -80,15 +81,6 @@ class Compiled:
             if prepared is None:
                 prepared = self.prepared[backend.name] = backend.prepare(self.guarded or self)
         return prepared
-
-
-class _GuardedSignature:
-    """What back ends see of a signature with while loops on data: its graph with the guards
-    as extra outputs, ``(results, (guard, ...))``."""
-    __slots__ = ("graph", "__weakref__")
-
-    def __init__(self, entry: Compiled):
-        self.graph = with_guard_outputs(entry.graph)
 
 
 _prepare_lock = threading.Lock()
@@ -273,7 +265,8 @@ class Function:
             key = tuple([arg_key(v) for v in values])
             entry = self._compiled(values, key)
         if entry.guarded is not None:   # while loops on data: checked, maybe run again
-            return self._call_guarded(entry, backend, values, out)
+            return self._call_guarded(entry, backend, values, out,
+                                      key if backend.signature_values is None else None)
         prepared = entry.prepared.get(self._backend_name)
         if prepared is None:
             prepared = entry.prepare(backend)
@@ -284,21 +277,17 @@ class Function:
             self._hot = None if plan is None else (plan, entry.captures)
         return backend.run(prepared, values, out)
 
-    def _call_guarded(self, entry: Compiled, backend, values, out):
+    def _call_guarded(self, entry: Compiled, backend, values, out, key):
         """A call of a signature with while loops on data: run it; while a guard says a loop
         ran out of its cap of trips, grow that cap (``symgrad.guards.grow``: every entry
         that read it traces again) and run again. ``out=`` is written once, when right."""
-        self._hot = None
-        while True:
-            prepared = entry.prepare(backend)
-            flat = values if entry.flat_plan is None else flat_values(values, entry.flat_plan)
-            result, flags = backend.run(prepared, flat, None)
-            fired = guards.fired(entry.graph, flags)
-            if not fired:
-                return deliver(result, out)
-            guards.grow(fired)
-            entry = self._compiled(values if backend.signature_values is None
-                                   else backend.signature_values(list(values)))
+        entry, prepared, result = guards.run_guarded(entry, backend, values, lambda: self._compiled(
+            values if backend.signature_values is None else backend.signature_values(list(values))))
+        plan = None if key is None or entry.flat_plan is not None else \
+            backend.call_plan(prepared, tuple([k.kind for k in key]))
+        self._hot = None if plan is None else (guards.checked_plan(plan, entry.graph, MISS),
+                                               entry.captures)
+        return deliver(result, out)
 
     def _load_backend(self):
         self._backend = backends.backend(self._backend_name)

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import ops
 from .ir import Graph, Node
+from .runtime import flat_values
 
 # The trips a data while gets first; a call that needs more grows the cap by GROWTH (the
 # trip count is a run-time parameter of the compiled loop: growing it does not recompile).
@@ -103,3 +104,39 @@ def with_guard_outputs(graph: Graph) -> Graph:
 def fired(graph: Graph, flags) -> list:
     """The keys of the guards (of ``graph``, in order) whose run-time value ``flags`` is true."""
     return [key for key, flag in zip(graph.guards, flags) if bool(np.asarray(flag))]
+
+
+class GuardedSignature:
+    """What back ends see of a signature with while loops on data (``symgrad.backends``): its
+    graph with the guards as extra outputs."""
+    __slots__ = ("graph", "__weakref__")
+
+    def __init__(self, graph: Graph):
+        self.graph = with_guard_outputs(graph)
+
+
+def run_guarded(entry, backend, values, retrace):
+    """Run ``entry`` (a ``symgrad.api.Compiled`` with guards) on ``backend``; while a guard
+    fired, grow those caps and run the entry ``retrace()`` gives (traced with them). Returns
+    ``(entry, prepared, results)`` of the run whose caps sufficed."""
+    while True:
+        prepared = entry.prepare(backend)
+        flat = values if entry.flat_plan is None else flat_values(values, entry.flat_plan)
+        result, flags = backend.run(prepared, flat, None)
+        keys = fired(entry.graph, flags)
+        if not keys:
+            return entry, prepared, result
+        grow(keys)
+        entry = retrace()
+
+
+def checked_plan(plan, graph: Graph, miss):
+    """A back end's call plan for a guarded signature: its results, or ``miss`` (the API then
+    takes the full path, which grows the cap and runs again) when a guard fired."""
+    def run(args):
+        got = plan(args)
+        if got is miss:
+            return miss
+        result, flags = got
+        return miss if fired(graph, flags) else result
+    return run
