@@ -11,6 +11,10 @@ that iteration peeled off; one that changes again is refused, naming it and its 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
 the loop index, a static value the body needs (``range(i)``), containers rebound in the body.
+
+A ``while`` on data (``symgrad.while_loops``) is traced through :meth:`Loops.loop_region` too
+(``force``: it cannot unroll); the guards of while loops in a body are carried, one bool per
+while statement, or-accumulated over the iterations.
 """
 from __future__ import annotations
 
