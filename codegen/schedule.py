@@ -474,7 +474,7 @@ SCHEDULE_RULES = {
     "setitem": Schedule._region_update,
     "index_add": Schedule._region_update,
     "param": Schedule._arg,               # a region body's parameter: the body's argument
-    **{op: (lambda s, n: _regions().SCHEDULE_REGION[n.op](s, n)) for op in ("loop", "cond", "proj")},
+    **{op: (lambda s, n: _regions().SCHEDULE_REGION[n.op](s, n)) for op in ("loop", "cond", "remat", "proj")},
 }
 
 

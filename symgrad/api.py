@@ -37,6 +37,7 @@ from .emit_python import emit
 from .frontend import trace
 from . import settings
 from .forward import build_jvp, tangent_params, trial_arguments
+from .checkpoint import lowerable as inline_checkpoints
 from .custom_gradient import lowerable
 from .ir import Graph
 from .pickling import _find, _importable_name, _rebuild, _unpickled
@@ -59,7 +60,9 @@ class Compiled:
 
     def __init__(self, graph: Graph, captures: list):
         self.derivable = graph               # what derivatives are taken of (custom rules kept)
-        self.graph = lowerable(graph)        # what emitters print (and back ends run)
+        # what back ends run and emitters print (checkpoints inlined: their recomputations
+        # in backward passes stay regions)
+        self.graph = inline_checkpoints(lowerable(graph))
         self.captures = captures
         # while loops on data: back ends run their guards as hidden outputs (symgrad.guards)
         self.guarded = guards.GuardedSignature(self.graph) if self.graph.guards else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
 from .ops import add, cast, full, reduce, unbroadcast, zeros_like
-from .region_autodiff import apply_replacements, cond_vjp, loop_vjp
+from .region_autodiff import apply_replacements, cond_vjp, loop_vjp, remat_vjp
 from .regions import TUPLE
 from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
 
@@ -26,7 +26,7 @@ def active_nodes(order: list[Node], wrt: set[Node]) -> set[Node]:
     return active
 
 
-_REGION_VJPS = {"loop": loop_vjp, "cond": cond_vjp}
+_REGION_VJPS = {"loop": loop_vjp, "cond": cond_vjp, "remat": remat_vjp}
 
 
 def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict | None = None):

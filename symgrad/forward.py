@@ -19,9 +19,9 @@ from .autodiff import _param_tree, _wrt_slots, tree_name
 from .ir import FLOAT_DTYPES, OPS, Graph, Node, is_float, label_new, make
 from .ops import broadcast_to, cast, zeros_like
 from .ir import substitute
-from .region_forward import cond_jvp, loop_jvp
+from .region_forward import cond_jvp, loop_jvp, remat_jvp
 
-_REGION_JVPS = {"loop": loop_jvp, "cond": cond_jvp}
+_REGION_JVPS = {"loop": loop_jvp, "cond": cond_jvp, "remat": remat_jvp}
 from .runtime import flat_plan, is_node, map_tree, walk_tree
 
 

@@ -33,6 +33,7 @@ from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, descri
 from .arguments import bind_argument
 from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
+from .checkpoint import Checkpoint, checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
@@ -62,6 +63,8 @@ class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
 
     # -- entry -------------------------------------------------------------------------------
     def trace(self, fn, args: list, name: str | None = None) -> Graph:
+        if isinstance(fn, Checkpoint):   # its own inputs are all it has: nothing to checkpoint
+            fn = fn.fn
         custom, fn = (fn, fn.fn) if isinstance(fn, CustomGradient) else (None, fn)
         source = function_source(fn)
         frame = Frame(self, source, fn.__globals__, None, closure_of(fn), fn.__name__)
@@ -415,9 +418,14 @@ class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
                     f.buffers[other] = f.buffers.get(other, NO_BUFFERS) | added
 
     def stmt_FunctionDef(self, stmt, frame, cont):
-        if stmt.decorator_list:
-            self.fail(stmt, "decorators on a nested def")
-        frame.env[stmt.name] = self.make_closure(stmt, frame)
+        wrappers = [self.eval(d, frame) for d in stmt.decorator_list]
+        for d, wrapper in zip(stmt.decorator_list, wrappers):
+            if wrapper is not checkpoint:   # the one decorator that needs nothing run
+                self.fail(d, "decorators on a nested def", "only @sg.checkpoint is supported there")
+        value = self.make_closure(stmt, frame)
+        for _ in wrappers:
+            value = checkpoint(value)
+        frame.env[stmt.name] = value
 
     def stmt_Raise(self, stmt, frame, cont):
         exc = self.eval(stmt.exc, frame) if stmt.exc is not None else RuntimeError("re-raise")

@@ -306,7 +306,7 @@ def _region(n):
     return simplify_region(n, lambda outputs, forward: simplify_nodes(outputs, None, forward))
 
 
-RULES = {"loop": _region, "cond": _region, "sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
+RULES = {"loop": _region, "cond": _region, "remat": _region, "sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
          "where": _where, "reshape": _reshape, "broadcast_to": _fold_shape,
          "transpose": _fold_shape, "getitem": _fold_shape}
 

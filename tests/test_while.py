@@ -502,3 +502,29 @@ def test_refused_while_loops_name_the_line(fn, args, words):
         f(*args)
     assert words in str(info.value)
     assert info.value.lineno > 0 and os.path.basename(__file__) in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# sg.checkpoint: a while inside a recomputed cell
+
+@sg.checkpoint
+def _newton_cell(h, x):
+    y = h + 1.0
+    while abs(y * y - x) > 1e-12 * x:
+        y = 0.5 * (y + x / y)
+    return np.tanh(y * h)
+
+
+def _checkpointed_rnn(h, xs):
+    for t in range(xs.shape[0]):
+        h = _newton_cell(h, xs[t])
+    return h
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_while_inside_a_checkpointed_cell(target):
+    xs = np.array([0.2, 0.03, 0.5, 0.7, 0.15, 2e-4])
+    f = sg.differentiate(_checkpointed_rnn, target=target)
+    plain = _checkpointed_rnn   # called eagerly, a checkpointed function is the function
+    _assert_close(f(0.7, xs), plain(0.7, xs), 1e-12)
+    _assert_close(sg.grad(f)(0.7, xs), _fd_grad(plain, (0.7, xs), 0), 1e-6)
