@@ -14,6 +14,7 @@ import numpy as np
 from . import ops, regions
 from .aliases import NO_BUFFERS, row_buffers, zero_d_buffers
 from .ir import Node, is_float
+from .while_loops import WhileLoops
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data,
                     walk_nodes)
 
@@ -34,7 +35,7 @@ class _Merged:
         self.index = index
 
 
-class ControlFlow:
+class ControlFlow(WhileLoops):
     """``if``, ``for``, ``break``, ``continue`` and ``while``; the tracer supplies ``eval``,
     ``exec_block``, ``fail``, ``assign`` and the rest."""
 

@@ -28,7 +28,6 @@ from .ir import INT_DTYPES, Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
-from .while_loops import WhileLoops
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .arguments import bind_argument
 from .runtime import build_tree
@@ -38,7 +37,7 @@ from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
 
-class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
+class Tracer(Expressions, Calls, Loops, ControlFlow):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
@@ -53,8 +52,6 @@ class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
         self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
         self.call_buffers = None               # ... of the last inlined call (None: not one)
         self.pending_arguments = None          # buffers of the arguments of the next call
-        self.guard_scopes: list[dict] = [{}]   # per region body being traced: while key -> guard
-        self.exit_flag = None                  # the done flag of the loop region traced last
 
     # -- errors ------------------------------------------------------------------------------
     def fail(self, node: ast.AST, construct: str, hint: str = ""):
@@ -79,7 +76,7 @@ class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
             in_tree.append(param_tree)
             self.bind_buffers(frame, param, frame.env[param],
                               foreign_buffers(f"argument '{param}'", frame.env[param]))
-        self.frames = [frame]
+        self.frames, self.guard_scopes = [frame], [{}]   # guard_scopes: symgrad.while_loops
         try:
             result = self.run_body(frame, tree)
         except RecursionError:
@@ -93,8 +90,7 @@ class Tracer(Expressions, Calls, WhileLoops, Loops, ControlFlow):
         graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
-                      top_params=tuple(params) if has_trees else None,
-                      guards=dict(self.guard_scopes[0]))
+                      top_params=tuple(params) if has_trees else None, guards=self.guard_scopes[0])
         return graph
 
     def run_body(self, frame: Frame, tree):
