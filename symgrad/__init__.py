@@ -15,6 +15,7 @@ from .checkpoint import checkpoint
 from .custom_gradient import custom_gradient
 from .errors import UnsupportedSyntaxError
 from .export import export
+from .guards import WhileLimitError
 from .jacobian import hessian, jacobian
 from .numpy_api import DUALS as _DUALS
 from .vmap import vmap
@@ -36,6 +37,6 @@ def __getattr__(name):
 
 
 __all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "jvp", "custom_gradient", "checkpoint",
-           "vmap", "jacobian", "hessian", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value",
+           "vmap", "jacobian", "hessian", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "WhileLimitError", "export", "clip_by_value",
            "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]

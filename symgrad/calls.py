@@ -265,7 +265,11 @@ class Calls:
         if graph.in_tree is not None:   # pytree arguments: the graph's inputs are their leaves
             values = flat_values(values, flat_plan(graph.in_tree))
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
-        return unflatten_tree(graph.out_tree, substitute(graph.outputs, mapping))
+        n_out = len(graph.outputs)
+        both = substitute(list(graph.outputs) + list(graph.guards.values()), mapping)
+        for key, guard in zip(graph.guards, both[n_out:]):   # its while loops' caps: ours too
+            self.add_guard(key, guard)
+        return unflatten_tree(graph.out_tree, both[:n_out])
 
     def call_python(self, fn, args, kwargs, node):
         source = function_source(fn)

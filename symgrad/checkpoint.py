@@ -85,12 +85,19 @@ def trace_call(tracer, cp: Checkpoint, args, kwargs, node):
     inner_kwargs = {k: replace_leaves(v, stand_in) for k, v in kwargs.items()}
     if not operands:   # nothing traced goes in: nothing to recompute from
         return tracer.call(cp.fn, list(args), dict(kwargs), node)
-    result = tracer.call(cp.fn, inner_args, inner_kwargs, node)
+    tracer.open_guards()   # while loops inside: their guards are results of the region too
+    try:
+        result = tracer.call(cp.fn, inner_args, inner_kwargs, node)
+    finally:
+        guards = tracer.close_guards()
     leaves = list(dict.fromkeys(walk_nodes(result)))
-    if not leaves:
+    if not leaves and not guards:
         return result
     memo: dict = {}
-    outs = dict(zip(leaves, checkpointed(params, operands, leaves, memo)))
+    results = list(dict.fromkeys(leaves + list(guards.values())))
+    outs = dict(zip(results, checkpointed(params, operands, results, memo)))
+    for key, guard in guards.items():
+        tracer.add_guard(key, outs[guard])
     for old, new in memo.items():   # the body's nodes cite the user's lines too
         if old in tracer.locs:
             tracer.locs.setdefault(new, tracer.locs[old])
@@ -106,10 +113,13 @@ def lowerable(graph: Graph) -> Graph:
     on its operands, in loop and branch bodies too; the recomputations of backward passes stay
     regions. ``graph`` itself when it has no checkpoint."""
     memo: dict[Node, Node] = {}
-    outputs = _inline(graph.outputs, memo)
-    if all(a is b for a, b in zip(outputs, graph.outputs)):
+    roots = list(graph.outputs) + list(graph.guards.values())   # guards: symgrad.guards
+    outputs = _inline(roots, memo)
+    if all(a is b for a, b in zip(outputs, roots)):
         return graph
-    result = graph.derive(graph.name, outputs, graph.out_tree)
+    n_out = len(graph.outputs)
+    result = graph.derive(graph.name, outputs[:n_out], graph.out_tree)
+    result.guards = dict(zip(graph.guards, outputs[n_out:]))
     for old, new in memo.items():
         if new is not old:
             for table in (result.names, result.locs, result.grad_origin):

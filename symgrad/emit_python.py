@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from . import emit_regions, spelling as sp
+from .guards import CAPS, INITIAL_CAP
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
 from .runtime import DictTree, ListTree
@@ -57,6 +58,9 @@ class Namer:
         self.temps = 0
 
     def name(self, hint: str | None) -> str:
+        if hint is not None and not hint.isidentifier():   # a hidden variable (``<trip>``)
+            hint = re.sub(r"\W+", "_", hint).strip("_") or None
+            hint = None if hint is None or hint[0].isdigit() else hint
         if hint is None:
             while True:
                 self.temps += 1
@@ -134,14 +138,27 @@ class _Emitter:
     # -- the walk ----------------------------------------------------------------------------
     def run(self) -> tuple[str, dict]:
         g = self.graph
-        self.counts, self.products = display_counts(g.outputs)
+        roots = list(g.outputs) + list(g.guards.values())   # guards: symgrad.guards
+        self.counts, self.products = display_counts(roots)
         self.outputs = set(g.outputs)
-        for n in _schedule(g):
+        for n in _schedule(g, roots):
             STATEMENTS.get(n.op, _Emitter.expression)(self, n)
+        self.guard_statements()
         ret = self.render_tree(g.out_tree, top=True)
         body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
         source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"
         return source, self.namespace
+
+    def guard_statements(self):
+        """A while loop on data ran at most its cap of trips (``symgrad.guards``): the source
+        says so where that was too few, rather than return a wrong number."""
+        for key, node in self.graph.guards.items():
+            cap = CAPS.get(key, INITIAL_CAP)
+            message = (f"the while loop at line {key[1]} needs more than {cap} trips here "
+                       "(this code stops there; the symgrad Function retries with a larger "
+                       "cap)")
+            self.lines.append(f"if {self.expr[node][0]}:")
+            self.lines.append(f"    raise RuntimeError({message!r})")
 
     def expression(self, n: Node):
         """An op spelled as an expression: inlined into its consumer, or named when it is
@@ -354,10 +371,10 @@ def function_name(graph: Graph) -> str:
     return name
 
 
-def _schedule(graph: Graph) -> list[Node]:
+def _schedule(graph: Graph, roots) -> list[Node]:
     """Topological order with the forward computation first, then the derivative: a node is
     forward when neither it nor anything it depends on was created by autodiff."""
-    order = toposort(graph.outputs)
+    order = toposort(roots)
     forward: dict[Node, bool] = {}
     for n in order:
         forward[n] = (n in graph.locs or not n.inputs) and all(forward[i] for i in n.inputs)

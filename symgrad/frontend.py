@@ -76,7 +76,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             in_tree.append(param_tree)
             self.bind_buffers(frame, param, frame.env[param],
                               foreign_buffers(f"argument '{param}'", frame.env[param]))
-        self.frames = [frame]
+        self.frames, self.guard_scopes = [frame], [{}]   # guard_scopes: symgrad.while_loops
         try:
             result = self.run_body(frame, tree)
         except RecursionError:
@@ -90,7 +90,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
-                      top_params=tuple(params) if has_trees else None)
+                      top_params=tuple(params) if has_trees else None, guards=self.guard_scopes[0])
         return graph
 
     def run_body(self, frame: Frame, tree):

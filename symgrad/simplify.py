@@ -361,7 +361,7 @@ def forward_nodes(graph: Graph) -> set[Node]:
     """The nodes of the user's computation: traced from a source line (or leaves) and computed
     from such nodes only. What autodiff built is not among them."""
     forward: set[Node] = set()
-    for n in toposort(graph.outputs):
+    for n in toposort(list(graph.outputs) + list(graph.guards.values())):
         if (n in graph.locs or not n.inputs) and all(i in forward for i in n.inputs):
             forward.add(n)
     return forward
@@ -371,13 +371,17 @@ def simplify(graph: Graph) -> Graph:
     """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
     memo: dict[Node, Node] = {}
     forward = forward_nodes(graph)
-    outputs = simplify_nodes(graph.outputs, memo, forward)
+    # the guards of while loops (symgrad.guards) are simplified with the outputs: one loop
+    # computes both
+    outputs = simplify_nodes(list(graph.outputs) + list(graph.guards.values()), memo, forward)
     for _ in range(8):   # pruning a region's results may let its body simplify further
         pruned = prune_loops(outputs)
         if all(a is b for a, b in zip(pruned, outputs)):
             break
         outputs = simplify_nodes(pruned, memo, forward)
-    result = graph.derive(graph.name, outputs, graph.out_tree)
+    n_out = len(graph.outputs)
+    result = graph.derive(graph.name, outputs[:n_out], graph.out_tree)
+    result.guards = dict(zip(graph.guards, outputs[n_out:]))
     for table in (result.locs, result.grad_origin):
         for old, value in list(table.items()):
             new = memo.get(old)
