@@ -11,7 +11,9 @@ first call compiles), next to NumPy's BLAS with the same thread count (``--threa
 SYMGRAD_NUM_THREADS and OPENBLAS_NUM_THREADS before NumPy loads). GMM: ``gmm_objective`` of
 examples/gmm_objective.py (triangle gathered from icf, batched matmul in (K, n, d) layout,
 logsumexp with a max) and of benchmarks/workloads.py (the (n, K, d, d) broadcast form),
-objective and gradient with respect to (alphas, means, icf).
+objective and gradient with respect to (alphas, means, icf); with ``--jax``, ``jax.jit`` of the
+same batched-matmul source (``np`` rebound to jax.numpy, ``sg.stop_gradient`` to
+``jax.lax.stop_gradient``, float64), timed in the same loop as ours, call by call.
 """
 from __future__ import annotations
 
@@ -60,7 +62,44 @@ def bench_matmul(sizes, reps):
     return out
 
 
-def bench_gmm(dims, reps):
+def jax_gmm(G):
+    """``G.gmm_objective`` under jax.jit: the same source with its helpers' ``np`` rebound."""
+    import types
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    stop = types.SimpleNamespace(stop_gradient=jax.lax.stop_gradient)
+
+    def rebind(fn, **extra):
+        g = dict(fn.__globals__, np=jnp, sg=stop, **extra)
+        return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    f = rebind(G.gmm_objective, logsumexp=rebind(G.logsumexp),
+               logsumexp_columns=rebind(G.logsumexp_columns))
+    static = (4, 5, 7)     # wishart_gamma, wishart_m, log_gamma_term: Python numbers (math.log)
+    objective = jax.jit(f, static_argnums=static)
+    gradient = jax.jit(jax.grad(f, argnums=(0, 1, 2)), static_argnums=static)
+
+    def prepare(args):
+        jargs = tuple(jnp.asarray(a) if isinstance(a, G.np.ndarray) else a for a in args)
+        return (lambda: objective(*jargs).block_until_ready(),
+                lambda: jax.block_until_ready(gradient(*jargs)), lambda: gradient(*jargs))
+    return prepare
+
+
+def alternated_ms(fns, reps):
+    """Medians of ``reps`` calls of each of ``fns``, called in turn (so load hits all alike)."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, ts in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return [1e3 * sorted(ts)[len(ts) // 2] for ts in times]
+
+
+def bench_gmm(dims, reps, with_jax=False):
     sys.path.insert(0, os.path.join(HERE, "..", "examples"))
     sys.path.insert(0, HERE)
     import gmm_objective as G
@@ -70,14 +109,25 @@ def bench_gmm(dims, reps):
     out = {}
     fb = sg.differentiate(G.gmm_objective, wrt=(0, 1, 2))
     fw = sg.differentiate(W.gmm_objective, wrt=(0, 1, 2))
+    jax_prepare = jax_gmm(G) if with_jax else None
     for d in dims:
         _, k, n = sizes[d]
         args = G.make_problem(d, k, n)
         t = time.perf_counter()
         fb.grad(*args)
         first = time.perf_counter() - t
-        out[f"gmm matmul form d={d} objective"] = median_ms(lambda: fb(*args), reps)
-        out[f"gmm matmul form d={d} gradient"] = median_ms(lambda: fb.grad(*args), reps)
+        fns = [lambda: fb(*args), lambda: fb.grad(*args)]
+        if jax_prepare is not None:
+            j_obj, j_grad, j_value = jax_prepare(args)
+            for ours, theirs in zip(fb.grad(*args), j_value()):   # the same gradient first
+                G.np.testing.assert_allclose(ours, G.np.asarray(theirs), rtol=1e-9, atol=1e-9)
+            fns += [j_obj, j_grad]
+        times = alternated_ms(fns, reps)
+        out[f"gmm matmul form d={d} objective"] = times[0]
+        out[f"gmm matmul form d={d} gradient"] = times[1]
+        if jax_prepare is not None:
+            out[f"gmm matmul form d={d} jax objective"] = times[2]
+            out[f"gmm matmul form d={d} jax gradient"] = times[3]
         out[f"gmm matmul form d={d} first gradient (s)"] = first
         if d <= 20:
             wargs = W.gmm_inputs(d, k, n)
@@ -92,6 +142,7 @@ def main():
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--sizes", default="64,256,512,1024")
     ap.add_argument("--gmm", default="2,10,20,64")
+    ap.add_argument("--jax", action="store_true", help="jax.jit of the same GMM source too")
     ap.add_argument("--compare", default=None, help="another interpreter (checkout) to run too")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
@@ -104,7 +155,7 @@ def main():
     sizes = [int(s) for s in args.sizes.split(",") if s]
     dims = [int(s) for s in args.gmm.split(",") if s]
     result.update(bench_matmul(sizes, args.reps))
-    result.update(bench_gmm(dims, args.reps))
+    result.update(bench_gmm(dims, args.reps, args.jax))
     print(json.dumps(result))
 
 

@@ -13,6 +13,13 @@ What bounds a call then (measured in ``benchmarks/call_overhead.py``): the argum
 and the buffer-protocol address of each array (~0.2-0.3 us each: ``ctypes.c_char.from_buffer``
 is the cheapest route from Python to a NumPy data pointer; ``a.ctypes.data`` is ~5x slower),
 ``np.empty`` per output (~0.1 us), the ctypes call itself (~0.2 us) and the kernel.
+
+A plan for a kernel that runs holding the GIL is therefore, where the process allows it, a
+native entry (``codegen.native_entry``): the same checks and steps in machine code, called
+as a builtin. Its machine code is one small generic function, cached on disk like a kernel.
+Until this process has loaded it, a Python plan serves: after ``NATIVE_SOON`` calls it loads
+the entry from the disk cache, and where no cache holds it, compiles it (tens of ms) after
+``NATIVE_AFTER`` more, so a function called a few times pays for neither.
 """
 from __future__ import annotations
 
@@ -21,6 +28,17 @@ import ctypes
 import numpy as np
 
 from symgrad.backends import MISS
+
+from . import native_entry
+
+# Hot calls a Python plan serves before it looks for the native entry's machine code in the
+# disk cache (loading it costs ~1 ms, most of a fresh process's first-call budget: a function
+# called a few times never pays it) ...
+NATIVE_SOON = 64
+# ... and, where no cache holds it, the further calls before it is compiled: compiling costs
+# ~20-100 ms, ~1 us saved per call earns that back only over many calls (and with the disk
+# cache on, later processes just load it).
+NATIVE_AFTER = 2000
 
 # The kernel of a small call, run holding the GIL: releasing and retaking it costs more than
 # such a kernel runs (and only calls below the parallel threshold, i.e. short ones, use it).
@@ -64,6 +82,11 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
     arg_specs = argument_specs(native, kinds)
     if arg_specs is None:
         return None
+    entry_possible = holding_gil and native_entry.builds(native)
+    if entry_possible and native_entry.loaded():
+        return native_entry.entry_for(native, arg_specs, native._state())
+    # (calls before the next look for the entry, whether that look may compile it)
+    calls_left, may_compile = (NATIVE_SOON, False) if entry_possible else (None, False)
     arity = len(kinds)
     ptrs, scratch, (_, _, table), ptrs_addr, scalar_in, scalar_out = native.cached
     out_specs = tuple((t, buf, shape, dt) for t, buf, shape, dt in native.array_outs)
@@ -76,8 +99,16 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
                               and native.graph.out_tree == 0) else None
 
     def plan(args):
+        nonlocal calls_left, may_compile
         if len(args) != arity:
             return MISS
+        if calls_left is not None:
+            calls_left -= 1
+            if calls_left <= 0:
+                if _install_native_entry(native, kinds, arg_specs, may_compile):
+                    calls_left = None
+                    return MISS   # nothing run: the full path runs it and takes the entry
+                calls_left, may_compile = (None, False) if may_compile else (NATIVE_AFTER, True)
         lock = native.lock        # read each call: a forked child replaces it
         if not lock.acquire(False):
             return MISS           # a concurrent call: the full path gives it private memory
@@ -112,6 +143,18 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
             lock.release()
 
     return plan
+
+
+def _install_native_entry(native, kinds, arg_specs, may_compile: bool) -> bool:
+    """Install the native entry as this signature's plan, its machine code loaded from a
+    cache or (``may_compile``) compiled; False where there is none."""
+    if not native_entry.ready(compile=may_compile):
+        return False
+    entry = native_entry.entry_for(native, arg_specs, native._state())
+    if entry is None:
+        return False
+    native.plans[kinds] = entry
+    return True
 
 
 def _address(a: np.ndarray) -> int:

@@ -124,8 +124,9 @@ def key_of(text: str) -> str:
     return h.hexdigest()
 
 
-def load(text: str, symbols: list[str]) -> tuple[str, dict]:
-    """Compile (or fetch) ``text`` and return ``(key, {symbol: address})``.
+def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict | None]:
+    """Compile (or fetch) ``text`` and return ``(key, {symbol: address})``; with
+    ``compile=False``, ``(key, None)`` instead of compiling what no cache holds.
 
     Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
     kernel can live in one execution engine.
@@ -140,6 +141,8 @@ def load(text: str, symbols: list[str]) -> tuple[str, dict]:
         prefix = f"k{key[:20]}_"
         st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
         obj = _read_disk(key)
+        if obj is None and not compile:
+            return key, None
         if obj is None:
             t0 = time.perf_counter()
             mod = optimize(text.replace('@"sg_', f'@"{prefix}'))

@@ -24,7 +24,6 @@ import operator
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -73,6 +72,9 @@ def _executor():
     if _pool is None:
         with _pool_lock:
             if _pool is None:
+                # imported here: concurrent.futures (and the logging it imports) costs a few ms
+                # of every process's first call, and small kernels never need a pool
+                from concurrent.futures import ThreadPoolExecutor
                 _pool = ThreadPoolExecutor(max(1, num_threads() - 1), thread_name_prefix="symgrad")
     return _pool
 

@@ -21,7 +21,6 @@ libm only.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import re
 
 from llvmlite import ir
@@ -93,6 +92,20 @@ PRIVATE_PREFIX = "symgrad_"
 _PRIVATE_DECLARED = re.compile(r'^declare [^@]*@"?(' + PRIVATE_PREFIX + r'\w+)"?\(', re.M)
 
 
+def _load_library(soname: str, short: str, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
+    """glibc's library by its soname, else wherever ``ctypes.util.find_library`` finds it.
+    The soname first: ``find_library`` runs ``ldconfig -p`` (or a compiler) in a subprocess,
+    ~15 ms of every process's first compiled call, for the name glibc has had for decades."""
+    try:
+        return ctypes.CDLL(soname, mode=mode)
+    except OSError:
+        from ctypes.util import find_library   # (imports subprocess: only when needed)
+        found = find_library(short)
+        if found is None:
+            raise
+        return ctypes.CDLL(found, mode=mode)
+
+
 class CPUMath(MathTarget):
     """glibc libm for scalars, libmvec for SIMD lanes (when the CPU and glibc have them)."""
 
@@ -107,10 +120,9 @@ class CPUMath(MathTarget):
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
         self._own_loaded: set[tuple] = set()       # (op, fma) of the out-of-line libraries
-        self.libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        self.libm = _load_library("libm.so.6", "m")
         try:
-            self.libmvec = ctypes.CDLL(ctypes.util.find_library("mvec") or "libmvec.so.1",
-                                       mode=ctypes.RTLD_GLOBAL)
+            self.libmvec = _load_library("libmvec.so.1", "mvec", mode=ctypes.RTLD_GLOBAL)
         except OSError:
             self.libmvec = None
         # ISA letters of the x86 vector function ABI: b=SSE, d=AVX2, e=AVX-512.

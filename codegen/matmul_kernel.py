@@ -10,9 +10,10 @@ tiles sweep ``a``. The panel is packed (copied to a contiguous stack buffer) fir
 ``b`` a multiple of 4 KiB apart would all fall into one L1 set, and a transposed ``b`` (the
 ``x @ L.T`` of the GMM objective) is gathered there, so the tiles always read unit-stride vectors.
 ``a`` is read one scalar at a time, so its layout (transposed, broadcast) does not matter.
-The last ``n mod w`` columns are one masked-vector tile and the last ``m mod MR`` rows of a row
-block single-row tiles, so narrow products (the GMM's d = 10 or 20 columns) run in vector
-registers too.
+The last ``n mod NR`` columns are one tile of two vectors (the second masked) or one masked
+vector, and the last ``m mod MR`` rows of a row block one tile whose extra rows repeat the last
+row, so narrow products (the GMM's d = 10 or 20 columns and rows) run in full register tiles
+too.
 
 It applies to float matmul stages (the output is always the stage's own contiguous buffer);
 integer matmuls keep the plain loop nest. Unlike the plain nest it needs no zero fill first: a
@@ -142,10 +143,11 @@ ARGS = ("a", "b", "c", "m", "n", "k", "sa_i", "sa_k", "sb_k", "sc_i")
 class _TileKernel:
     """The body of ``sg_mm``: every output element belongs to one register tile.
 
-    Columns: tiles of two vectors, then at most one of one vector, then at most one masked
-    vector for the last ``n mod w`` columns (masked loads and stores of c; the panel's lanes
-    beyond them hold whatever and feed only lanes that are never stored). Rows: tiles of MR
-    rows, then single-row tiles for the last ``m mod MR`` rows of each row block."""
+    Columns: tiles of two vectors, then at most one tail tile for the last ``n mod NR``
+    columns: two vectors with the second masked, or one masked vector (masked loads and
+    stores of c; the panel's lanes beyond them are zero and feed only lanes that are never
+    stored). Rows: tiles of MR rows; the last of a row block repeats its last row in the rows
+    past it (see _tile)."""
 
     def __init__(self, fn, ty, w):
         self.fn, self.ty, self.w = fn, ty, w
@@ -168,34 +170,39 @@ class _TileKernel:
         # 4 KiB multiple they all fall in one L1 set, and the panel would not stay in cache)
         self.panel = b.alloca(self.ty, size=self.c64(KC * VECTORS * w), name="panel")
         self.panel.align = 64
-        spans, j_lo = [], self.c64(0)      # (vectors, first column, end) per tile width
-        for nv in (VECTORS, 1):
-            nr = self.c64(nv * w)
-            j_hi = b.add(j_lo, b.mul(b.sdiv(b.sub(self.n, j_lo), nr), nr), name=f"n.v{nv}")
-            spans.append((nv, j_lo, j_hi))
-            j_lo = j_hi
-        rest = b.sub(self.n, j_lo, name="n.rest")          # < w columns: one masked tile
+        nr = self.c64(VECTORS * w)
+        j_full = b.mul(b.sdiv(self.n, nr), nr, name="n.full")
+        rest = b.sub(self.n, j_full, name="n.rest")       # < NR columns: one tail tile
         lane = ir.Constant(ir.VectorType(I64, w), list(range(w)))
-        self.mask = b.icmp_signed("<", lane, self._splat(rest, ir.VectorType(I64, w)), name="mask")
-        spans.append((0, j_lo, self.n))                    # nv = 0: the masked tile
+        vi64 = ir.VectorType(I64, w)
+        # The tail tile: two vectors, the second masked, when more than w columns are left,
+        # else one masked vector. One tile row then issues two FMAs per broadcast of a (the
+        # GMM's d = 10 columns used to take a one-vector and a masked-vector pass, each
+        # loading every a value).
+        two = b.icmp_signed(">", rest, self.c64(w), name="tail.two")
+        one = b.and_(b.icmp_signed(">", rest, self.c64(0)), b.not_(two), name="tail.one")
+        masks = {2: b.icmp_signed("<", lane, self._splat(b.sub(rest, self.c64(w)), vi64),
+                                  name="mask.two"),
+                 1: b.icmp_signed("<", lane, self._splat(rest, vi64), name="mask.one")}
+        spans = [(VECTORS, None, self.c64(0), j_full),
+                 (2, masks[2], j_full, b.select(two, self.n, j_full, name="n.two")),
+                 (1, masks[1], j_full, b.select(one, self.n, j_full, name="n.one"))]
         # at least one k block, so that k = 0 still writes (zeros) into the output
         k_stop = b.select(b.icmp_signed("==", self.k, self.c64(0)), self.c64(1), self.k, name="k.stop")
         kb = open_loop(b, self.c64(0), k_stop, ("kb.head", "kb.body", "kb.exit"), "k0")
         k_end = self.min(b.add(kb.index, self.c64(KC)), self.k, "k.end")
         ib = open_loop(b, self.c64(0), self.m, ("ib.head", "ib.body", "ib.exit"), "ib")
         i_end = self.min(b.add(ib.index, self.c64(MC)), self.m, "i.end")
-        i_full = b.add(ib.index, b.mul(b.sdiv(b.sub(i_end, ib.index), self.c64(MR)),
-                                       self.c64(MR)), name="i.full")
-        for nv, lo, hi in spans:
-            tag = f"v{nv}"
+        i_last = b.sub(i_end, self.c64(1), name="i.last")
+        for nv, mask, lo, hi in spans:
+            tag = f"v{nv}" + ("m" if mask is not None else "")
             jt = open_loop(b, lo, hi, (f"{tag}.jt.head", f"{tag}.jt.body", f"{tag}.jt.exit"), "j0")
-            self._pack(nv, jt.index, kb.index, k_end)
-            for mr, (r_lo, r_hi) in ((MR, (ib.index, i_full)), (1, (i_full, i_end))):
-                it = open_loop(b, r_lo, r_hi, tuple(f"{tag}.r{mr}.{s}" for s in ("head", "body", "exit")),
-                               "i0")
-                self._tile(nv, mr, it.index, jt.index, kb.index, k_end)
-                close_loop(b, it, step=self.c64(mr))
-            close_loop(b, jt, step=self.c64(max(nv, 1) * w))
+            self._pack(nv, mask, jt.index, kb.index, k_end)
+            it = open_loop(b, ib.index, i_end, tuple(f"{tag}.rt.{s}" for s in ("head", "body", "exit")),
+                           "i0")
+            self._tile(nv, mask, it.index, i_last, jt.index, kb.index, k_end)
+            close_loop(b, it, step=self.c64(MR))
+            close_loop(b, jt, step=self.c64(nv * w))
         close_loop(b, ib, step=self.c64(MC))
         close_loop(b, kb, step=self.c64(KC))
         b.ret_void()
@@ -206,17 +213,17 @@ class _TileKernel:
         return b.shuffle_vector(one, ir.Constant(vty, ir.Undefined),
                                 ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
 
-    def vload(self, ptr, name="", masked=False):
-        if masked:   # c's last columns: lanes beyond them read as zero, never from memory
+    def vload(self, ptr, name="", mask=None):
+        if mask is not None:   # the last columns: lanes beyond them read as zero, not memory
             return self.b.call(self._masked("load"), [ptr, ir.Constant(ir.IntType(32), self.align),
-                                                      self.mask, ir.Constant(self.vty, None)],
+                                                      mask, ir.Constant(self.vty, None)],
                                name=name)
         return self.b.load(self._vptr(ptr), typ=self.vty, align=self.align, name=name)
 
-    def vstore(self, value, ptr, masked=False):
-        if masked:
+    def vstore(self, value, ptr, mask=None):
+        if mask is not None:
             self.b.call(self._masked("store"), [value, ptr, ir.Constant(ir.IntType(32), self.align),
-                                                self.mask])
+                                                mask])
             return
         self.b.store(value, self._vptr(ptr), align=self.align)
 
@@ -240,40 +247,53 @@ class _TileKernel:
     def min(self, x, y, name):
         return self.b.select(self.b.icmp_signed("<", x, y), x, y, name=name)
 
-    def _pack(self, nv, j0, k0, k_end):
-        """panel[kk - k0, :] = b[kk, j0 : j0 + nv * w] for kk in [k0, k_end) (nv = 0: the
-        last n - j0 < w columns)."""
+    def _pack(self, nv, mask, j0, k0, k_end):
+        """panel[kk - k0, :] = b[kk, j0 : j0 + nv * w] for kk in [k0, k_end); with a mask,
+        only the last vector's first columns (the n - j0 left), the other lanes zero."""
         b, w = self.b, self.w
-        nr = max(nv, 1) * w
+        nr = nv * w
         lp = open_loop(b, k0, k_end, ("pack.head", "pack.body", "pack.exit"), "kp")
         src = self.at(self.bm, b.add(b.mul(lp.index, self.sb_k), self.b_offset(j0)), "psrc")
         dst = self.at(self.panel, b.mul(b.sub(lp.index, k0), self.c64(nr)), "pdst")
-        if nv == 0:               # the columns left, one value at a time
-            lj = open_loop(b, self.c64(0), b.sub(self.n, j0), ("packj.head", "packj.body",
-                                                                "packj.exit"), "jp")
-            x = b.load(self.at(src, self.b_offset(lj.index)), typ=self.ty)
-            b.store(x, self.at(dst, lj.index))
-            close_loop(b, lj)
-        elif self.sb_j is None:   # unit stride: vector copies
+        if self.sb_j is None:     # unit stride: vector copies (a masked load for the tail)
             for v in range(nv):
-                self.vstore(self.vload(self.at(src, self.c64(v * w))), self.at(dst, self.c64(v * w)))
-        else:                     # a transposed b: gather the row, one value at a time
+                last = mask if v == nv - 1 else None
+                self.vstore(self.vload(self.at(src, self.c64(v * w)), mask=last),
+                            self.at(dst, self.c64(v * w)))
+        elif mask is None:        # a transposed b: gather the row, one value at a time
             for j in range(nr):
                 x = b.load(self.at(src, b.mul(self.c64(j), self.sb_j)), typ=self.ty)
                 b.store(x, self.at(dst, self.c64(j)))
+        else:                     # a transposed b's last columns: the n - j0 there are, then
+            # zeros (stack garbage could hold subnormals, which cost microcode assists)
+            cols = self.min(b.sub(self.n, j0), self.c64(nr), "pack.n")
+            lj = open_loop(b, self.c64(0), cols, ("packj.head", "packj.body", "packj.exit"), "jp")
+            x = b.load(self.at(src, self.b_offset(lj.index)), typ=self.ty)
+            b.store(x, self.at(dst, lj.index))
+            close_loop(b, lj)
+            lz = open_loop(b, cols, self.c64(nr), ("packz.head", "packz.body", "packz.exit"), "jz")
+            b.store(ir.Constant(self.ty, 0.0), self.at(dst, lz.index))
+            close_loop(b, lz)
         close_loop(b, lp)
 
-    def _tile(self, nv, mr, i0, j0, k0, k_end):
-        """c[i0 : i0 + mr, j0 : j0 + nv * w] += a[...] @ panel, in vector registers."""
-        b, w, vty = self.b, self.w, self.vty
-        masked = nv == 0
-        nv = max(nv, 1)
+    def _tile(self, nv, mask, i0, i_last, j0, k0, k_end):
+        """c[i0 : i0 + MR, j0 : j0 + nv * w] += a[...] @ panel, in vector registers.
+
+        Rows past the block's last (i_last) are that last row again: the tile computes it
+        twice, bit for bit alike, and stores it twice. The last m mod MR rows of a block so
+        run as one tile of MR independent FMA chains instead of single-row tiles, whose one
+        chain waits out the FMA latency at every k (the GMM gradient's (d, n) @ (n, d)
+        products have m = d = 10: a third of their time went to four single-row tiles)."""
+        b, w, vty, mr = self.b, self.w, self.vty, MR
         vfma = _fma(self.fn.module, vty)
-        rows = [b.mul(b.add(i0, self.c64(r)), self.sa_i, name=f"arow{r}") for r in range(mr)]
-        crow = [self.at(self.c, b.add(b.mul(b.add(i0, self.c64(r)), self.sc_i), j0), f"crow{r}")
+        index = [self.min(b.add(i0, self.c64(r)), i_last, f"row{r}") for r in range(mr)]
+        rows = [b.mul(index[r], self.sa_i, name=f"arow{r}") for r in range(mr)]
+        crow = [self.at(self.c, b.add(b.mul(index[r], self.sc_i), j0), f"crow{r}")
                 for r in range(mr)]
         cptr = [[self.at(crow[r], self.c64(v * w)) for v in range(nv)] for r in range(mr)]
-        init = self._tile_start(k0, [cptr[r][v] for r in range(mr) for v in range(nv)], masked)
+        vmask = [mask if v == nv - 1 else None for v in range(nv)]
+        init = self._tile_start(k0, [cptr[r][v] for r in range(mr) for v in range(nv)],
+                                vmask * mr)
         kl = open_loop(b, k0, k_end, ("tk.head", "tk.body", "tk.exit"), "kk",
                        carried=[(f"acc{r}.{v}", init[r * nv + v])
                                 for r in range(mr) for v in range(nv)])
@@ -290,9 +310,9 @@ class _TileKernel:
         close_loop(b, kl, carried=new)
         for r in range(mr):
             for v in range(nv):
-                self.vstore(kl.carried[r * nv + v], cptr[r][v], masked=masked)
+                self.vstore(kl.carried[r * nv + v], cptr[r][v], mask=vmask[v])
 
-    def _tile_start(self, k0, ptrs, masked):
+    def _tile_start(self, k0, ptrs, masks):
         """The accumulators' first values: zero in the first k block, else what the earlier
         blocks stored (loaded only then, so the first block never reads the output)."""
         b = self.b
@@ -301,7 +321,7 @@ class _TileKernel:
         load_bb, join = fn.append_basic_block("tile.reload"), fn.append_basic_block("tile.start")
         b.cbranch(b.icmp_signed("==", k0, self.c64(0)), join, load_bb)
         b.position_at_end(load_bb)
-        loaded = [self.vload(p, masked=masked) for p in ptrs]
+        loaded = [self.vload(p, mask=m) for p, m in zip(ptrs, masks)]
         b.branch(join)
         b.position_at_end(join)
         starts = []

@@ -47,6 +47,7 @@ IN_MEMORY = ("arg", "array", "param")   # param: a loop body's (codegen.ptx_regi
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
     "cond": "expanded into a select first (codegen.ptx_regions.expand_conds)",
+    "remat": "inlined first (codegen.ptx_regions.expand_conds)",
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
 
 

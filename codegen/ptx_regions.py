@@ -16,7 +16,9 @@ reuses the PTX).
 Branches are not native on this target: a ``cond`` is expanded into a select between both
 sides (``expand_conds``: what ``symgrad.regions.straight_line`` does, for branches only) in the
 graph and in every loop body, since taking a branch on the host would need the predicate back
-from the device, a synchronisation per branch.
+from the device, a synchronisation per branch. A checkpoint's recomputation (``remat``) is
+inlined the same way: values are right, and the kernels of a plan hold no intermediate longer
+than the plan's buffers do anyway.
 """
 from __future__ import annotations
 
@@ -25,30 +27,38 @@ import math
 from dataclasses import dataclass
 
 from symgrad.ir import Graph, make, substitute, toposort
-from symgrad.regions import Body, results_of
+from symgrad.regions import Body, inlined, results_of
 
 from .dtypes import storage
 
 
+# Regions this target inlines (a branch as a select, a checkpoint's recomputation as its body).
+_INLINED = ("cond", "remat")
+
+
 def expand_conds(outputs) -> list:
-    """``outputs`` with every ``cond`` a select between its two sides (loops kept)."""
+    """``outputs`` with every ``cond`` a select between its two sides and every ``remat``
+    (a checkpoint's recomputation) its body on its operands (loops kept)."""
     from symgrad.ops import cast, where   # the op table sits above this module
     outputs = list(outputs)
     while True:
-        region = next((n for n in toposort(outputs) if n.op == "cond"), None)
+        region = next((n for n in toposort(outputs) if n.op in _INLINED), None)
         if region is None:
             return outputs
-        then, other = region.attrs
-        pred, operands = region.inputs[0], region.inputs[1:]
-        a = substitute(then.results, dict(zip(then.params, operands)))
-        b = substitute(other.results, dict(zip(other.params, operands)))
-        values = [cast(where(pred, x, y), x.dtype) for x, y in zip(a, b)]
+        if region.op == "remat":
+            values = inlined(region)
+        else:
+            then, other = region.attrs
+            pred, operands = region.inputs[0], region.inputs[1:]
+            a = substitute(then.results, dict(zip(then.params, operands)))
+            b = substitute(other.results, dict(zip(other.params, operands)))
+            values = [cast(where(pred, x, y), x.dtype) for x, y in zip(a, b)]
         mapping = {make("proj", (region,), (k,)): v for k, v in enumerate(values)}
         outputs = substitute(outputs, mapping)
 
 
 def without_conds(graph: Graph) -> Graph:
-    if not any(n.op == "cond" for n in toposort(graph.outputs)):
+    if not any(n.op in _INLINED for n in toposort(graph.outputs)):
         return graph
     return graph.derive(graph.name, expand_conds(graph.outputs), graph.out_tree)
 

@@ -19,6 +19,9 @@ machine code.
   loop's results live when they ended in the other buffer; zero trips leave the inits.
 * ``cond``: the predicate is loaded and a real branch calls only the taken side's body, which
   writes the branch's results directly.
+* ``remat`` (a checkpoint's recomputation in a backward pass; the checkpoint itself reaches no
+  back end, ``symgrad.checkpoint.lowerable``): its body is called once, writing the results
+  directly; the values it recomputes live in the body's own buffers.
 
 No input's memory is ever written: a body's slot buffers are never updated in place (only
 scratch buffers are, ``Schedule._update_in_place``), and inputs that are not contiguous
@@ -153,13 +156,24 @@ def schedule_cond(s: Schedule, n: Node):
     _locate_results(s, n, region.results, k)
 
 
+def schedule_remat(s: Schedule, n: Node):
+    body, _role = n.attrs
+    region = RematRegion(
+        operands=[_dense(s, x) for x in n.inputs],
+        results=[s._own_buffer(p) for p in results_of(n)],
+        body=BodyCall(s, body, f"{s.graph.name}.remat"))
+    k = _region_stage(s, n, region)
+    _locate_results(s, n, region.results, k)
+
+
 def schedule_proj(s: Schedule, n: Node):
     """A region's result: located by its region's rule."""
     if n not in s.loc:
         raise AssertionError(f"internal: {n} of an unscheduled region")
 
 
-SCHEDULE_REGION = {"loop": schedule_loop, "cond": schedule_cond, "proj": schedule_proj}
+SCHEDULE_REGION = {"loop": schedule_loop, "cond": schedule_cond, "remat": schedule_remat,
+                   "proj": schedule_proj}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,4 +339,27 @@ class CondRegion:
             b.branch(done)
         b.position_at_end(done)
         b.ret_void()
+        return e.functions
+
+
+@dataclass
+class RematRegion:
+    """A checkpoint's recomputation: its operands and results (views in the parent)."""
+    operands: list
+    results: list
+    body: BodyCall
+    label = "a recomputation (sg.checkpoint)"
+
+    def calls(self) -> list[BodyCall]:
+        return [self.body]
+
+    def emit(self, km, st: Stage):
+        e = _Emit(km, st)
+        sizes = [e.param(e.nbytes(v), f"result{k}.bytes") for k, v in enumerate(self.results)]
+        operands = [e.address(v, f"operand{k}") for k, v in enumerate(self.operands)]
+        results = [e.address(v, f"result{k}") for k, v in enumerate(self.results)]
+        for buf, address in zip(self.body.args, operands):
+            e.set_slot(buf, address)
+        e.call_body(self.body, results, sizes, f"{km.prefix}r{st.index}_")
+        e.b.ret_void()
         return e.functions

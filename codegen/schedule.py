@@ -336,7 +336,7 @@ class Schedule:
             if x.op in LEAF_INLINE or self._in_stage(x, k):
                 continue
             plan: list = []
-            if x not in self.loc and self._clonable(x, k, plan):
+            if self._clonable(x, k, plan):
                 self._recompute(plan, k)
             if not self._in_stage(x, k):
                 self.ensure_loc(x)
@@ -351,6 +351,19 @@ class Schedule:
             for y in c.inputs:
                 if y.op not in LEAF_INLINE and not self._in_stage(y, k):
                     self.ensure_loc(y)
+
+    def _recompute_beats_load(self, x: Node, k: int) -> bool:
+        """Should stage k recompute x, which is in memory (a matmul reads it there), instead
+        of loading it? Yes when x is one scalar op of broadcast operands (each at most half its
+        size): loading x streams a whole array, recomputing it reads arrays that stay in cache
+        (the GMM's (K, n, d) ``x[None] - means[:, None]`` from an (n, d) and a (K, d) one). Not
+        where an earlier node of stage k reads x from memory: they are computed in list order."""
+        st = self.stages[k]
+        if x not in self.home or x.op not in LOWER or x in self.once or x.shape != st.shape \
+                or any(x in n.inputs for n in st.ssa):
+            return False
+        return all(y.op in LEAF_INLINE or self._in_stage(y, k) or (
+            y in self.loc and self.ready[y] <= k and 2 * y.size <= x.size) for y in x.inputs)
 
     def _in_stage(self, x: Node, k: int) -> bool:
         """Is x computed in registers in stage k (its home, or recomputed there)?"""
@@ -392,7 +405,7 @@ class Schedule:
         if x.op in LEAF_INLINE or self._in_stage(x, k) or x in plan:
             return True
         if x in self.loc:
-            return self.ready[x] <= k
+            return None if self._recompute_beats_load(x, k) else self.ready[x] <= k
         if x not in self.home or x.op not in LOWER:   # only scalar ops are recomputed
             return False
         if x.shape != self.stages[k].shape or x in self.once:
@@ -474,7 +487,7 @@ SCHEDULE_RULES = {
     "setitem": Schedule._region_update,
     "index_add": Schedule._region_update,
     "param": Schedule._arg,               # a region body's parameter: the body's argument
-    **{op: (lambda s, n: _regions().SCHEDULE_REGION[n.op](s, n)) for op in ("loop", "cond", "proj")},
+    **{op: (lambda s, n: _regions().SCHEDULE_REGION[n.op](s, n)) for op in ("loop", "cond", "remat", "proj")},
 }
 
 

@@ -11,9 +11,11 @@
 """
 from .api import Function, differentiate, grad, hvp, jvp, value_and_grad
 from .check import check_grad
+from .checkpoint import checkpoint
 from .custom_gradient import custom_gradient
 from .errors import UnsupportedSyntaxError
 from .export import export
+from .guards import WhileLimitError
 from .jacobian import hessian, jacobian
 from .numpy_api import DUALS as _DUALS
 from .vmap import vmap
@@ -34,7 +36,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
 
 
-__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "jvp", "custom_gradient",
-           "vmap", "jacobian", "hessian", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "export", "clip_by_value",
+__all__ = ["Function", "differentiate", "grad", "value_and_grad", "hvp", "jvp", "custom_gradient", "checkpoint",
+           "vmap", "jacobian", "hessian", "check_grad", "stop_gradient", "UnsupportedSyntaxError", "WhileLimitError", "export", "clip_by_value",
            "clip_by_norm",
            "clip_by_global_norm", "global_norm", "optim", *sorted(_DUALS)]

@@ -10,6 +10,8 @@ identity; ``symgrad.captures``); a call whose signature is cached first checks t
 holds the same object and traces again if one was rebound, so a changed ``SCALE`` is seen on
 the next call whatever the shape. Derived functions (``f.grad``, ...) share their parent's
 record. Calls go to the target's back end through ``symgrad.backends``.
+A signature with ``while`` loops on data checks their guards after each call and runs again
+with a larger cap where one fired (``symgrad.guards``).
 
 A Function pickles by reference to its Python function (module and qualified name) and is
 rebuilt, with empty caches, where it is unpickled (multiprocessing, concurrent.futures, Dask).
@@ -35,10 +37,12 @@ from .emit_python import emit
 from .frontend import trace
 from . import settings
 from .forward import build_jvp, tangent_params, trial_arguments
+from .checkpoint import lowerable as inline_checkpoints
 from .custom_gradient import lowerable
 from .ir import Graph
 from .pickling import _find, _importable_name, _rebuild, _unpickled
-from .runtime import arg_key, flat_plan, flat_values, standin
+from . import guards
+from .runtime import arg_key, deliver, flat_plan, flat_values, standin
 from .simplify import simplify
 
 DEFAULT_TRACE_CACHE_SIZE = settings.VARIABLES["SYMGRAD_TRACE_CACHE_SIZE"].default
@@ -56,8 +60,12 @@ class Compiled:
 
     def __init__(self, graph: Graph, captures: list):
         self.derivable = graph               # what derivatives are taken of (custom rules kept)
-        self.graph = lowerable(graph)        # what back ends run and emitters print
+        # what back ends run and emitters print (checkpoints inlined: their recomputations
+        # in backward passes stay regions)
+        self.graph = inline_checkpoints(lowerable(graph))
         self.captures = captures
+        # while loops on data: back ends run their guards as hidden outputs (symgrad.guards)
+        self.guarded = guards.GuardedSignature(self.graph) if self.graph.guards else None
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
         self.prepared: dict = {}
@@ -74,7 +82,7 @@ class Compiled:
         with _prepare_lock:
             prepared = self.prepared.get(backend.name)
             if prepared is None:
-                prepared = self.prepared[backend.name] = backend.prepare(self)
+                prepared = self.prepared[backend.name] = backend.prepare(self.guarded or self)
         return prepared
 
 
@@ -259,6 +267,9 @@ class Function:
         else:
             key = tuple([arg_key(v) for v in values])
             entry = self._compiled(values, key)
+        if entry.guarded is not None:   # while loops on data: checked, maybe run again
+            return self._call_guarded(entry, backend, values, out,
+                                      key if backend.signature_values is None else None)
         prepared = entry.prepared.get(self._backend_name)
         if prepared is None:
             prepared = entry.prepare(backend)
@@ -268,6 +279,18 @@ class Function:
             plan = backend.call_plan(prepared, tuple([k.kind for k in key]))
             self._hot = None if plan is None else (plan, entry.captures)
         return backend.run(prepared, values, out)
+
+    def _call_guarded(self, entry: Compiled, backend, values, out, key):
+        """A call of a signature with while loops on data: run it; while a guard says a loop
+        ran out of its cap of trips, grow that cap (``symgrad.guards.grow``: every entry
+        that read it traces again) and run again. ``out=`` is written once, when right."""
+        entry, prepared, result = guards.run_guarded(entry, backend, values, lambda: self._compiled(
+            values if backend.signature_values is None else backend.signature_values(list(values))))
+        plan = None if key is None or entry.flat_plan is not None else \
+            backend.call_plan(prepared, tuple([k.kind for k in key]))
+        self._hot = None if plan is None else (guards.checked_plan(plan, entry.graph, MISS),
+                                               entry.captures)
+        return deliver(result, out)
 
     def _load_backend(self):
         self._backend = backends.backend(self._backend_name)
@@ -311,6 +334,11 @@ class Function:
     def source_for(self, *args, **kwargs) -> str:
         return self._inspect_entry(*args, **kwargs).source
 
+    def _run_signature(self, *args, **kwargs):
+        """What the back ends compile for these argument types (with guards: symgrad.guards)."""
+        entry = self._inspect_entry(*args, **kwargs)
+        return entry.guarded or entry
+
     @property
     def ir(self) -> str:
         return self._inspect_entry().graph.listing()
@@ -320,15 +348,15 @@ class Function:
 
     def llvm_ir(self, *args, optimized=False, **kwargs) -> str:
         """The CPU kernel's LLVM IR for these argument types, optionally after ``-O3``."""
-        return backends.show("llvm_ir", self._inspect_entry(*args, **kwargs), optimized=optimized)
+        return backends.show("llvm_ir", self._run_signature(*args, **kwargs), optimized=optimized)
 
     def asm(self, *args, **kwargs) -> str:
         """The CPU kernel's machine code (assembly) for these argument types."""
-        return backends.show("asm", self._inspect_entry(*args, **kwargs))
+        return backends.show("asm", self._run_signature(*args, **kwargs))
 
     def ptx(self, *args, arch=None, **kwargs) -> str:
         """PTX for these argument types (``arch``: e.g. ``"sm_80"``; default the GPU's)."""
-        return backends.show("ptx", self._inspect_entry(*args, **kwargs), arch=arch)
+        return backends.show("ptx", self._run_signature(*args, **kwargs), arch=arch)
 
     # -- mathematics, notebooks, audits (symgrad.sympy_form, symgrad.notebook, symgrad.audit) --
     def sympy(self, *args, **kwargs):

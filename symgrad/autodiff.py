@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
 from .ops import add, cast, full, reduce, unbroadcast, zeros_like
-from .region_autodiff import apply_replacements, cond_vjp, loop_vjp
+from .region_autodiff import apply_replacements, cond_vjp, loop_vjp, remat_vjp
 from .regions import TUPLE
 from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
 
@@ -26,7 +26,7 @@ def active_nodes(order: list[Node], wrt: set[Node]) -> set[Node]:
     return active
 
 
-_REGION_VJPS = {"loop": loop_vjp, "cond": cond_vjp}
+_REGION_VJPS = {"loop": loop_vjp, "cond": cond_vjp, "remat": remat_vjp}
 
 
 def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict | None = None):
@@ -90,9 +90,12 @@ def backward(graph: Graph, wrt: list[Node], seeds=None) -> tuple[list[Node], dic
     cotangent, replaced = reverse_pass(graph.outputs, seeds, wrt, graph, origin)
     grads = [cotangent.get(x) if cotangent.get(x) is not None else zeros_like(x) for x in wrt]
     if replaced:
-        n_out = len(graph.outputs)
-        both = apply_replacements(list(graph.outputs) + grads, replaced)
-        graph.outputs, grads = tuple(both[:n_out]), both[n_out:]
+        n_out, n_grads = len(graph.outputs), len(grads)
+        # the guards of while loops read the augmented loops too (one loop runs, not two)
+        both = apply_replacements(list(graph.outputs) + grads + list(graph.guards.values()),
+                                  replaced)
+        graph.outputs, grads = tuple(both[:n_out]), both[n_out:n_out + n_grads]
+        graph.guards = dict(zip(graph.guards, both[n_out + n_grads:]))
         # an augmented loop is the user's loop (its comment cites their line, not "grad of")
         where = {aug.attrs[0]: graph.locs[p] for p, aug in replaced.items() if p in graph.locs}
         for n in toposort(both):
@@ -180,7 +183,7 @@ def hvp_graph(grad: Graph, wrt: int, name: str) -> Graph:
         if old is not None:
             mapping[old] = new
         inputs.append(new)
-    out.outputs = tuple(substitute(out.outputs, mapping))
+    _substitute_all(out, mapping)
     out.params = tuple(inner.params[k] for k in order)
     out.inputs = tuple(inputs)
     out.names = {mapping.get(n, n): v for n, v in out.names.items()}
@@ -224,7 +227,7 @@ def _hvp_tree_graph(grad: Graph, wrt: int, name: str) -> Graph:
                 mapping[old] = new
             inputs.append(new)
             params.append(inner.params[k])
-    out.outputs = tuple(substitute(out.outputs, mapping))
+    _substitute_all(out, mapping)
     out.inputs, out.params = tuple(inputs), tuple(params)
     out.in_tree = tuple(map_tree(inner.in_tree[t], lambda k: k if isinstance(k, StaticLeaf)
                                  else position[k]) for t in order)
@@ -232,3 +235,10 @@ def _hvp_tree_graph(grad: Graph, wrt: int, name: str) -> Graph:
     out.names = {mapping.get(n, n): v for n, v in out.names.items()}
     out.name = name
     return out
+
+
+def _substitute_all(graph: Graph, mapping: dict) -> None:
+    """Replace nodes in ``graph``'s outputs and in its guards (``symgrad.guards``)."""
+    n_out = len(graph.outputs)
+    both = substitute(list(graph.outputs) + list(graph.guards.values()), mapping)
+    graph.outputs, graph.guards = tuple(both[:n_out]), dict(zip(graph.guards, both[n_out:]))

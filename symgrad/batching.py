@@ -253,6 +253,16 @@ def _cond(node, inputs, batched, size):
     return make("cond", (ops.full((), True, "bool"), pred, *operands), (body, body))
 
 
+def _remat(node, inputs, batched, size):
+    """A checkpoint (or its recomputation) per example: one region over the batched body."""
+    body, role = node.attrs
+    explicit, mapping = _batched_params(body.params, batched, size)
+    results = _batched_results(body, mapping, size)
+    new_body = close(explicit, results, hoist=False, names=body.names,
+                     derivative=body.derivative)[0]
+    return make("remat", tuple(inputs), (new_body, role))
+
+
 def _custom_gradient(node, inputs, batched, size):
     """A custom gradient rule per example: the value batched, the rule's graph batched over a
     batched upstream (and the captured values batched where they are); an unbatched float
@@ -301,7 +311,7 @@ RULES: dict = {
     "matmul": _matmul,
     "getitem": _getitem, "setitem": _update, "index_add": _update,
     "take": _take, "scatter_add": _scatter_add,
-    "loop": _loop, "cond": _cond, "proj": _proj, "custom_gradient": _custom_gradient,
+    "loop": _loop, "cond": _cond, "remat": _remat, "proj": _proj, "custom_gradient": _custom_gradient,
 }
 
 # op name -> why it cannot run batched (yet); vmap raises a TypeError naming the op and reason.

@@ -20,6 +20,7 @@ from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_
                       maybe_scalar_reasons, shared_with_arguments, zero_d_buffers)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
                           _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
+from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
 from .ir import Node, substitute
@@ -198,6 +199,10 @@ class Calls:
             if fn.derived:   # f.grad, value_and_grad, hvp: fn.fn is the *primal*
                 return self.call_derived(fn, args, kwargs)
             fn = fn.fn
+        if isinstance(fn, Checkpoint):   # one region, recomputed by the backward pass
+            return trace_checkpoint(self, fn, args, kwargs, node)
+        if fn is checkpoint:             # sg.checkpoint(cell) inside the traced function
+            return checkpoint(*args, **kwargs)
         if isinstance(fn, InterpFunction):
             return self.call_interpreted(fn, args, kwargs, node)
         if isinstance(fn, CustomGradient):   # its rule, traced, defines the derivative
@@ -260,7 +265,11 @@ class Calls:
         if graph.in_tree is not None:   # pytree arguments: the graph's inputs are their leaves
             values = flat_values(values, flat_plan(graph.in_tree))
         mapping = {arg: ops.lift(v) for arg, v in zip(graph.inputs, values) if arg is not None}
-        return unflatten_tree(graph.out_tree, substitute(graph.outputs, mapping))
+        n_out = len(graph.outputs)
+        both = substitute(list(graph.outputs) + list(graph.guards.values()), mapping)
+        for key, guard in zip(graph.guards, both[n_out:]):   # its while loops' caps: ours too
+            self.add_guard(key, guard)
+        return unflatten_tree(graph.out_tree, both[:n_out])
 
     def call_python(self, fn, args, kwargs, node):
         source = function_source(fn)

@@ -1,7 +1,7 @@
 """Control flow of the tracer (a mixin of :class:`symgrad.frontend.Tracer`): ``if`` on a
 static value is decided while tracing, ``if`` on data runs both branches and merges what they
 bound with selects (``where``); ``for`` over a static iterable unrolls, with ``break`` and
-``continue``; ``while`` is refused. This is the module regions (loops and branches as IR nodes
+``continue`` (``while``: ``symgrad.while_loops``). This is the module regions (loops and branches as IR nodes
 with bodies) will replace the unrolling in.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 from . import ops, regions
 from .aliases import NO_BUFFERS, row_buffers, zero_d_buffers
 from .ir import Node, is_float
+from .while_loops import WhileLoops
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data,
                     walk_nodes)
 
@@ -34,7 +35,7 @@ class _Merged:
         self.index = index
 
 
-class ControlFlow:
+class ControlFlow(WhileLoops):
     """``if``, ``for``, ``break``, ``continue`` and ``while``; the tracer supplies ``eval``,
     ``exec_block``, ``fail``, ``assign`` and the rest."""
 
@@ -54,10 +55,11 @@ class ControlFlow:
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
             self.fail(stmt, "return inside a data-dependent if within a loop")
-        branches, returned = [], []
+        branches, returned, scopes = [], [], []
         for body in (stmt.body, stmt.orelse):
             child = fork(frame)
             self.frames.append(child)
+            self.open_guards()   # the guards of while loops in this side (symgrad.while_loops)
             try:
                 if has_return:   # run each branch with everything after it, then select
                     rest = [s for block in cont for s in block]
@@ -74,11 +76,17 @@ class ControlFlow:
                     branches.append(child)
             finally:
                 self.frames.pop()
+                scopes.append(self.close_guards())
             self.frame = frame
+        if has_return and any(scopes):
+            self.fail(stmt, "a while loop on data in a data-dependent if whose branches return",
+                      "assign the result to a variable and return it after the if")
         if has_return:
             value = self.merge(cond, branches[0], branches[1], stmt, "return value", frame)
             raise Return(value, _merged_buffers(returned[0], returned[1], value, frame.source.loc(stmt)))
+        keys = self.guards_into_sides(branches, scopes)
         self.join_branches(cond, branches[0], branches[1], stmt, frame)
+        self.guards_out_of(frame, keys)
 
     def join_branches(self, cond, then: Frame, other: Frame, stmt, frame: Frame):
         """Bind in ``frame`` what the two sides of a data-dependent ``if`` bound: one choice
@@ -237,9 +245,6 @@ class ControlFlow:
 
     def stmt_Continue(self, stmt, frame, cont):
         raise Continue()
-
-    def stmt_While(self, stmt, frame, cont):
-        self.fail(stmt, "while loop", "use a for loop over a static range()")
 
 
 class _Choice:

@@ -219,10 +219,13 @@ def lowerable(graph: Graph) -> Graph:
     """``graph`` with each custom_gradient node replaced by its value, in loop and branch
     bodies too (what back ends run); ``graph`` itself when it has none."""
     memo: dict[Node, Node] = {}
-    outputs = _strip(graph.outputs, memo)
-    if all(a is b for a, b in zip(outputs, graph.outputs)):
+    roots = list(graph.outputs) + list(graph.guards.values())   # guards: symgrad.guards
+    outputs = _strip(roots, memo)
+    if all(a is b for a, b in zip(outputs, roots)):
         return graph
-    result = graph.derive(graph.name, outputs, graph.out_tree)
+    n_out = len(graph.outputs)
+    result = graph.derive(graph.name, outputs[:n_out], graph.out_tree)
+    result.guards = dict(zip(graph.guards, outputs[n_out:]))
     for old, new in memo.items():
         if new is not old:
             for table in (result.names, result.locs, result.grad_origin):

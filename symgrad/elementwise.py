@@ -160,14 +160,34 @@ def _select_jvp(cond, tangents):
     return where(cond, 0 if t_a is None else t_a, 0 if t_b is None else t_b)
 
 
-# Kinks: maximum/minimum give the whole cotangent to the first operand on ties (documented),
-# and the tangent on a tie is likewise the first operand's.
-maximum = _b("maximum", np.maximum, lambda g, n: (
-    where(n.inputs[0] >= n.inputs[1], g, 0), where(n.inputs[0] >= n.inputs[1], 0, g)),
-    sp.call("np.maximum"), jvp=lambda t, n: _select_jvp(n.inputs[0] >= n.inputs[1], t))
-minimum = _b("minimum", np.minimum, lambda g, n: (
-    where(n.inputs[0] <= n.inputs[1], g, 0), where(n.inputs[0] <= n.inputs[1], 0, g)),
-    sp.call("np.minimum"), jvp=lambda t, n: _select_jvp(n.inputs[0] <= n.inputs[1], t))
+# Kinks (JAX's convention, and what a central difference sees): on a tie maximum/minimum
+# split the cotangent evenly between the operands, as the max/min reductions do. Each share is
+# a select, so a side that is not the result never multiplies anything into the derivative.
+def _extremum_vjp(wins):
+    def vjp(g, n):
+        a, b = n.inputs
+        half = 0.5 * g
+        tie = eq(a, b)   # (a Node's == is identity: hash-consing)
+        return where(wins(a, b), g, where(tie, half, 0)), where(wins(b, a), g, where(tie, half, 0))
+    return vjp
+
+
+def _extremum_jvp(wins):
+    def jvp(tangents, n):
+        a, b = n.inputs
+        t_a, t_b = tangents
+        if t_a is None and t_b is None:
+            return None
+        tie = 0.5 * (t_a if t_b is None else t_b if t_a is None else t_a + t_b)
+        side = _select_jvp(wins(a, b), (t_a, t_b))   # a wins: t_a; else t_b
+        return where(eq(a, b), tie, side)
+    return jvp
+
+
+maximum = _b("maximum", np.maximum, _extremum_vjp(lambda a, b: gt(a, b)), sp.call("np.maximum"),
+             jvp=_extremum_jvp(lambda a, b: gt(a, b)))
+minimum = _b("minimum", np.minimum, _extremum_vjp(lambda a, b: lt(a, b)), sp.call("np.minimum"),
+             jvp=_extremum_jvp(lambda a, b: lt(a, b)))
 lt = _b("lt", np.less, None, sp.infix("<", sp.COMPARE), "bool")
 le = _b("le", np.less_equal, None, sp.infix("<=", sp.COMPARE), "bool")
 gt = _b("gt", np.greater, None, sp.infix(">", sp.COMPARE), "bool")

@@ -595,7 +595,7 @@ class _CEmitter:
         first_output = {}
         for k, o in enumerate(g.outputs):
             first_output.setdefault(o, k)
-        for n in _schedule(g):   # the forward computation first, then the derivative
+        for n in _schedule(g, g.outputs):   # the forward computation first, then the derivative
             if n in self.stored and n not in self.var:
                 k = first_output.get(n)
                 self.compute(n, self.outputs[k] if k is not None else None)

@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from . import emit_regions, spelling as sp
+from .guards import CAPS, INITIAL_CAP
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
 from .runtime import DictTree, ListTree
@@ -57,6 +58,9 @@ class Namer:
         self.temps = 0
 
     def name(self, hint: str | None) -> str:
+        if hint is not None and not hint.isidentifier():   # a hidden variable (``<trip>``)
+            hint = re.sub(r"\W+", "_", hint).strip("_") or None
+            hint = None if hint is None or hint[0].isdigit() else hint
         if hint is None:
             while True:
                 self.temps += 1
@@ -82,8 +86,10 @@ class _Emitter:
         self.lines: list[str] = []
         self.namespace: dict = {"np": np}
         self.last_comment = None
-        self.arg_shapes = {x.shape: (graph.params[i], x.dtype) for i, x in
-                           enumerate(graph.inputs) if x is not None and x.ndim}
+        self.arg_shapes = {}   # shape -> (the first argument of that shape, its dtype)
+        for i, x in enumerate(graph.inputs):
+            if x is not None and x.ndim:
+                self.arg_shapes.setdefault(x.shape, (graph.params[i], x.dtype))
         self.python_numbers: set[Node] = set()   # values that may be Python numbers at run time
         self.region_vars: dict[Node, list] = {}   # loop/cond -> the variables of its results
 
@@ -132,14 +138,27 @@ class _Emitter:
     # -- the walk ----------------------------------------------------------------------------
     def run(self) -> tuple[str, dict]:
         g = self.graph
-        self.counts = use_counts(g.outputs)
+        roots = list(g.outputs) + list(g.guards.values())   # guards: symgrad.guards
+        self.counts, self.products = display_counts(roots)
         self.outputs = set(g.outputs)
-        for n in _schedule(g):
+        for n in _schedule(g, roots):
             STATEMENTS.get(n.op, _Emitter.expression)(self, n)
+        self.guard_statements()
         ret = self.render_tree(g.out_tree, top=True)
         body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
         source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"
         return source, self.namespace
+
+    def guard_statements(self):
+        """A while loop on data ran at most its cap of trips (``symgrad.guards``): the source
+        says so where that was too few, rather than return a wrong number."""
+        for key, node in self.graph.guards.items():
+            cap = CAPS.get(key, INITIAL_CAP)
+            message = (f"the while loop at line {key[1]} needs more than {cap} trips here "
+                       "(this code stops there; the symgrad Function retries with a larger "
+                       "cap)")
+            self.lines.append(f"if {self.expr[node][0]}:")
+            self.lines.append(f"    raise RuntimeError({message!r})")
 
     def expression(self, n: Node):
         """An op spelled as an expression: inlined into its consumer, or named when it is
@@ -248,11 +267,98 @@ STATEMENTS = {
     "scatter_add": _Emitter.scatter_statement,
     "loop": emit_regions.loop_statement,
     "cond": emit_regions.cond_statement,
+    "remat": emit_regions.remat_statement,
     "proj": emit_regions.proj_expression,
 }
+def _vector(x: Node, axis: int) -> Node | None:
+    """The 1-d array a matmul operand ``x`` is made of, when ``x`` is that vector as a column
+    (``axis`` -1: shape (k, 1)) or a row (``axis`` -2: shape (1, k)); else None."""
+    if x.ndim != 2 or x.shape[axis] != 1:
+        return None
+    if x.op == "transpose" and x.attrs[0] == (1, 0):
+        return _vector(x.inputs[0], -1 - axis)
+    v = x.inputs[0] if x.op == "reshape" else None
+    return v if v is not None and v.ndim == 1 else None
+
+
+def _columns(x: Node, counts, operands: list, depth: int = 0):
+    """``x`` (shape (..., n, 1)) spelled without its last axis, when it is a product by a
+    column vector (``A @ v``) or a sum/difference of such products used only here: a tree
+    ``(node, subtrees)`` whose leaves index ``operands``; else None."""
+    if x.op == "matmul" and counts[x] == 1 and x.inputs[1].ndim == 2:
+        v = _vector(x.inputs[1], -1)
+        if v is None:
+            return None
+        operands += [x.inputs[0], v]
+        return x, (len(operands) - 2, len(operands) - 1)
+    if x.op in ("add", "sub") and counts[x] == 1 and depth < MAX_NESTING and \
+            all(i.shape == x.shape for i in x.inputs):
+        terms = [_columns(i, counts, operands, depth + 1) for i in x.inputs]
+        return None if None in terms else (x, tuple(terms))
+    return None
+
+
+def _numpy_product(n: Node, counts) -> tuple | None:
+    """How NumPy spells ``n`` when it is made of products with a 1-d operand (``A @ v``,
+    ``u @ B``, ``u @ v``, ``np.outer(u, v)``, ``A @ v + B @ w``), which the IR writes as 2-d
+    matmuls between reshapes: ``(spelling tree, operands)``, or None."""
+    if n.op == "matmul" and n.ndim == 2:    # a column times a row: the outer product
+        u, v = _vector(n.inputs[0], -1), _vector(n.inputs[1], -2)
+        return ((None, (0, 1)), (u, v)) if u is not None and v is not None else None
+    if n.op != "reshape" or n.inputs[0].ndim < 2:
+        return None
+    x, operands = n.inputs[0], []
+    if n.shape == x.shape[:-1]:
+        tree = _columns(x, counts, operands)
+        return None if tree is None else (tree, tuple(operands))
+    u = _vector(x.inputs[0], -2) if x.op == "matmul" and x.inputs[0].ndim == 2 else None
+    b = x.inputs[1] if u is not None else None
+    v = _vector(b, -1) if u is not None and b.ndim == 2 else None   # u @ v: a number
+    if u is None or counts[x] != 1 or n.shape != x.shape[:-2] + x.shape[-1:] * (v is None):
+        return None
+    return (x, (0, 1)), (u, b if v is None else v)
+
+
+def _spell_tree(tree, texts):
+    node, subtrees = tree
+    args = [texts[t] if isinstance(t, int) else _spell_tree(t, texts) for t in subtrees]
+    return sp.call("np.outer")(args, node) if node is None else OPS[node.op].python(args, node)
+
+
+def display_counts(roots) -> tuple[dict, dict]:
+    """Uses of each node as the source spells them, and the products it spells as NumPy does
+    (node -> (spelling, operands)): a product with a 1-d operand reads the vector itself
+    (``W @ x``), not the reshapes the IR puts around it, which then need no name."""
+    counts = use_counts(roots)
+    products = {}
+    for n in toposort(roots):
+        product = _numpy_product(n, counts)
+        if product is None:
+            continue
+        products[n] = product
+        for x in product[1]:
+            counts[x] += 1
+        released = list(n.inputs)   # what n no longer reads, and what only they read
+        while released:
+            x = released.pop()
+            counts[x] -= 1
+            if counts[x] == 0:
+                released.extend(x.inputs)
+    return counts, products
+
+
+def spell_product(em, n: Node) -> tuple[str, int]:
+    product = em.products.get(n)
+    if product is None:
+        return em.spell(n, [em.expr[i] for i in n.inputs])
+    tree, operands = product
+    return _spell_tree(tree, [em.expr[x] for x in operands])
+
+
 # op -> a spelling the emitter gives instead of the op table's (``full`` reads the arguments'
-# shapes: ``np.zeros_like(x)``).
-EMITTER_SPELLINGS = {"full": _Emitter.spell_full}
+# shapes: ``np.zeros_like(x)``; products with a vector spelled as NumPy does).
+EMITTER_SPELLINGS = {"full": _Emitter.spell_full, "reshape": spell_product,
+                     "matmul": spell_product}
 # Ops spelled where they are used and never given a name (a number; the value itself).
 ALWAYS_INLINE = ("const", "stop_gradient")
 
@@ -265,10 +371,10 @@ def function_name(graph: Graph) -> str:
     return name
 
 
-def _schedule(graph: Graph) -> list[Node]:
+def _schedule(graph: Graph, roots) -> list[Node]:
     """Topological order with the forward computation first, then the derivative: a node is
     forward when neither it nor anything it depends on was created by autodiff."""
-    order = toposort(graph.outputs)
+    order = toposort(roots)
     forward: dict[Node, bool] = {}
     for n in order:
         forward[n] = (n in graph.locs or not n.inputs) and all(forward[i] for i in n.inputs)

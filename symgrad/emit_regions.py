@@ -1,6 +1,7 @@
 """The Python back end's statements for regions: a ``loop`` is a real ``for`` loop (``for i in
 reversed(range(n))`` for a backward pass) filling preallocated stacks, a ``cond`` a real
-``if``/``else``. A body is emitted in its own scope (bodies are closed: they read nothing but
+``if``/``else``, the recomputation of a checkpoint (``remat``) its body's lines in a block of
+their own. A body is emitted in its own scope (bodies are closed: they read nothing but
 their params), indented under its statement; its params are bound to the carried variables,
 the row ``xs[i]`` of each per-iteration input and the outer values it reads.
 """
@@ -11,13 +12,13 @@ from .ir import Node, make, use_counts
 
 
 def _scope(em):
-    return (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.outputs, em.lines,
-            em.last_comment)
+    return (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.products,
+            em.outputs, em.lines, em.last_comment)
 
 
 def _restore(em, saved):
-    (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.outputs, em.lines,
-     em.last_comment) = saved
+    (em.expr, em.var, em.nesting, em.python_numbers, em.counts, em.products, em.outputs,
+     em.lines, em.last_comment) = saved
 
 
 def named(em, n: Node) -> str:
@@ -35,10 +36,11 @@ def emit_body(em, body, bindings: dict, python_numbers=()) -> tuple[list[str], l
     saved = _scope(em)
     em.expr, em.var, em.nesting = {}, {}, {}
     em.python_numbers = set(python_numbers)
-    em.counts, em.outputs, em.lines = use_counts(body.results), set(body.results), []
+    from .emit_python import STATEMENTS, _Emitter, display_counts
+    (em.counts, em.products), em.outputs, em.lines = display_counts(body.results), \
+        set(body.results), []
     for p in body.params:
         em.expr[p] = (bindings[p], sp.ATOM)
-    from .emit_python import STATEMENTS, _Emitter
     from .ir import toposort
     for n in toposort(body.results, known=set(body.params)):
         STATEMENTS.get(n.op, _Emitter.expression)(em, n)
@@ -61,11 +63,18 @@ def _assign(targets: list[str], values: list[str]) -> list[str]:
     return [", ".join(t for t, _ in pairs) + " = " + ", ".join(v for _, v in pairs)]
 
 
+def _narrow_number(em, n: Node) -> bool:
+    return n in em.python_numbers and n.dtype not in ("float64", "int64", "bool")
+
+
 def loop_statement(em, n: Node):
     body, trips, nc, nx, reverse = n.attrs
     names = list(body.names) + [None] * (len(body.params) - len(body.names))
     params = body.params
-    inits = [named(em, i) for i in n.inputs[:nc]]
+    # A carry started from a Python number of a narrow dtype (float32) starts as a NumPy scalar
+    # of it: as a Python number, np.where(c, -x, x) in the body would make it float64.
+    inits = [f"{sp.dtype_name(i.dtype)}({named(em, i)})" if _narrow_number(em, i) else named(em, i)
+             for i in n.inputs[:nc]]
     xs = [named(em, i) for i in n.inputs[nc:nc + nx]]
     consts = [named(em, i) for i in n.inputs[nc + nx:]]
     comment = em.comment_for(n)
@@ -86,7 +95,8 @@ def loop_statement(em, n: Node):
     bindings.update(zip(params[1:1 + nc], carries))
     bindings.update((p, f"{x}[{index}]") for p, x in zip(params[1 + nc:1 + nc + nx], xs))
     bindings.update(zip(params[1 + nc + nx:], consts))
-    numbers = [p for p, i in zip(params[1:1 + nc], n.inputs[:nc]) if i in em.python_numbers]
+    numbers = [p for p, i in zip(params[1:1 + nc], n.inputs[:nc])
+               if i in em.python_numbers and not _narrow_number(em, i)]
     lines, results = emit_body(em, body, bindings, [params[0], *numbers])
     lines += [f"{s}[{index}] = {r}" for s, r in zip(stacks, results[nc:])]
     lines += _assign(carries, results[:nc])
@@ -114,6 +124,21 @@ def cond_statement(em, n: Node):
         lines, results = emit_body(em, body, dict(zip(body.params, operands)), numbers)
         lines += _assign(outs, results)
         em.lines.extend("    " + line for line in (lines or ["pass"]))
+    em.last_comment = None
+    em.region_vars[n] = outs
+
+
+def remat_statement(em, n: Node):
+    """A checkpoint's recomputation: its body's lines, under a comment saying so (its
+    values are computed again here, not read from the forward pass)."""
+    body, role = n.attrs
+    operands = [named(em, i) for i in n.inputs]
+    outs = [em.namer.name(em.graph.names.get(make("proj", (n,), (k,))))
+            for k in range(len(body.results))]
+    numbers = [p for p, i in zip(body.params, n.inputs) if i in em.python_numbers]
+    lines, results = emit_body(em, body, dict(zip(body.params, operands)), numbers)
+    em.lines.append(f"# {role} (sg.checkpoint) from {', '.join(operands)}")
+    em.lines.extend(lines + _assign(outs, results))
     em.last_comment = None
     em.region_vars[n] = outs
 

@@ -33,6 +33,12 @@ def export(f, path, *args) -> pathlib.Path:
         raise ValueError(f"sg.export: {path.name!r} must end in one of "
                          f"{', '.join(sorted(_WRITERS))}")
     entry = f._inspect_entry(*args)
+    if entry.graph.guards and path.suffix != ".py":
+        # a while loop on data runs at most its cap of trips; only the Python module says
+        # (raises) where that is too few, C and LLVM IR would return a wrong number
+        raise ValueError(f"sg.export: {f.__name__} has a while loop on data, which only a .py "
+                         "module can export (it raises where the loop needs more trips than "
+                         "its cap)")
     values = f._example_values(args, {}) if args else None
     writer(entry, path, values)
     return path

@@ -19,9 +19,9 @@ from .autodiff import _param_tree, _wrt_slots, tree_name
 from .ir import FLOAT_DTYPES, OPS, Graph, Node, is_float, label_new, make
 from .ops import broadcast_to, cast, zeros_like
 from .ir import substitute
-from .region_forward import cond_jvp, loop_jvp
+from .region_forward import cond_jvp, loop_jvp, remat_jvp
 
-_REGION_JVPS = {"loop": loop_jvp, "cond": cond_jvp}
+_REGION_JVPS = {"loop": loop_jvp, "cond": cond_jvp, "remat": remat_jvp}
 from .runtime import flat_plan, is_node, map_tree, walk_tree
 
 
@@ -106,13 +106,17 @@ def jvp_graph(graph: Graph, wrt: tuple, tangent_values: list, name: str) -> Grap
     tangent, origin = push_tangents(result, seeds)
     outs = [tangent.get(o) for o in graph.outputs]
     outs = [zeros_like(o) if t is None else t for o, t in zip(graph.outputs, outs)]
-    if result.replaced_regions:   # one loop computes value and tangent
-        both = list(graph.outputs) + outs
+    n_guards = len(graph.guards)
+    if result.replaced_regions:   # one loop computes value and tangent (and guards)
+        both = list(graph.outputs) + outs + list(graph.guards.values())
         for _ in range(len(result.replaced_regions) + 1):   # a tangent loop may feed another
             rewritten = substitute(both, result.replaced_regions)
             if all(a is b for a, b in zip(rewritten, both)):
                 break
             both = rewritten
+        if n_guards:
+            result.guards = dict(zip(graph.guards, both[len(both) - n_guards:]))
+            both = both[:len(both) - n_guards]
         graph_outputs, outs = both[:len(graph.outputs)], both[len(graph.outputs):]
     else:
         graph_outputs = list(graph.outputs)

@@ -32,6 +32,7 @@ from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, descri
 from .arguments import bind_argument
 from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
+from .checkpoint import Checkpoint, checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
@@ -59,6 +60,8 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
 
     # -- entry -------------------------------------------------------------------------------
     def trace(self, fn, args: list, name: str | None = None) -> Graph:
+        if isinstance(fn, Checkpoint):   # its own inputs are all it has: nothing to checkpoint
+            fn = fn.fn
         custom, fn = (fn, fn.fn) if isinstance(fn, CustomGradient) else (None, fn)
         source = function_source(fn)
         frame = Frame(self, source, fn.__globals__, None, closure_of(fn), fn.__name__)
@@ -73,7 +76,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             in_tree.append(param_tree)
             self.bind_buffers(frame, param, frame.env[param],
                               foreign_buffers(f"argument '{param}'", frame.env[param]))
-        self.frames = [frame]
+        self.frames, self.guard_scopes = [frame], [{}]   # guard_scopes: symgrad.while_loops
         try:
             result = self.run_body(frame, tree)
         except RecursionError:
@@ -87,7 +90,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
-                      top_params=tuple(params) if has_trees else None)
+                      top_params=tuple(params) if has_trees else None, guards=self.guard_scopes[0])
         return graph
 
     def run_body(self, frame: Frame, tree):
@@ -411,9 +414,14 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                     f.buffers[other] = f.buffers.get(other, NO_BUFFERS) | added
 
     def stmt_FunctionDef(self, stmt, frame, cont):
-        if stmt.decorator_list:
-            self.fail(stmt, "decorators on a nested def")
-        frame.env[stmt.name] = self.make_closure(stmt, frame)
+        wrappers = [self.eval(d, frame) for d in stmt.decorator_list]
+        for d, wrapper in zip(stmt.decorator_list, wrappers):
+            if wrapper is not checkpoint:   # the one decorator that needs nothing run
+                self.fail(d, "decorators on a nested def", "only @sg.checkpoint is supported there")
+        value = self.make_closure(stmt, frame)
+        for _ in wrappers:
+            value = checkpoint(value)
+        frame.env[stmt.name] = value
 
     def stmt_Raise(self, stmt, frame, cont):
         exc = self.eval(stmt.exc, frame) if stmt.exc is not None else RuntimeError("re-raise")

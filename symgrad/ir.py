@@ -293,6 +293,9 @@ class Graph:
     ``grad_origin`` maps derivative nodes to the forward node whose rule produced them;
     ``stopped`` maps each ``stop_gradient`` node reverse mode passed to the cotangent that
     reached it (``None`` if none did): the derivative terms it removed (``f.grad.stopped()``).
+    ``guards`` maps each ``while`` loop on data (its key, ``symgrad.guards``) to a bool node
+    that is true when its cap of trips was too small (the results are then to be computed
+    again with a larger cap); back ends run them as hidden extra outputs.
     ``in_tree`` is None when every parameter is one input; otherwise, for each Python
     parameter, its input index, or (a pytree argument) its tree (``symgrad.runtime``) whose
     leaves are input indices and ``StaticLeaf`` paths: ``params``/``inputs`` are then the
@@ -311,6 +314,7 @@ class Graph:
     stopped: dict = field(default_factory=dict)
     in_tree: Any = None
     top_params: Any = None
+    guards: dict = field(default_factory=dict)
 
     def nodes(self) -> list[Node]:
         return toposort(self.outputs)
@@ -319,7 +323,7 @@ class Graph:
         """A new graph over the same arguments, sharing copies of the side tables."""
         return Graph(name, self.params, self.inputs, tuple(outputs), out_tree, dict(self.names),
                      dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped),
-                     self.in_tree, self.top_params)
+                     self.in_tree, self.top_params, dict(self.guards))
 
     def listing(self) -> str:
         """A readable, deterministic listing: one line per node, ``%k = op(...)``; a loop or

@@ -11,11 +11,16 @@ that iteration peeled off; one that changes again is refused, naming it and its 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
 the loop index, a static value the body needs (``range(i)``), containers rebound in the body.
+
+A ``while`` on data (``symgrad.while_loops``) is traced through :meth:`Loops.loop_region` too
+(``force``: it cannot unroll); the guards of while loops in a body are carried, one bool per
+while statement, or-accumulated over the iterations.
 """
 from __future__ import annotations
 
 import ast
 
+from . import guards as guards_table
 from . import ops, regions
 from .aliases import row_buffers
 from .errors import UnsupportedSyntaxError
@@ -62,6 +67,13 @@ class _Static(Exception):
         self.name = name
 
 
+class _Guarded(Exception):
+    """The body traced while loops on data: carry their guards (``symgrad.while_loops``)."""
+
+    def __init__(self, keys):
+        self.keys = keys
+
+
 class _Reshaped(Exception):
     """A carry changed type in the first iteration: peel it and try again."""
 
@@ -90,6 +102,18 @@ def _mixes_narrow(frame) -> bool:
     return any(n.dtype not in ("float64", "int64", "bool", "tuple") for n in toposort(roots))
 
 
+def _shown(name: str) -> str:
+    """The name a loop variable gets in generated code (hidden ones: a plain word)."""
+    if name == DONE:
+        return "done"
+    return name if name.isidentifier() else name.strip("<>").split()[0]
+
+
+def guard_name(key) -> str:
+    """The hidden variable carrying the guard of the while at ``key`` through a loop."""
+    return f"<guard {key[0]}:{key[1]}:{key[2]}>"
+
+
 def _where(frame, node):
     loc = frame.source.loc(node)
     return loc.filename, loc.lineno, loc.col, loc.text
@@ -110,10 +134,11 @@ class Loops:
         traced: each side runs with the rest of the loop body (up to its break/continue; a
         break sets the loop's done flag), and one branch node chooses what they bound."""
         rest = [s for block in cont for s in block]
-        sides = []
+        sides, scopes = [], []
         for body in (stmt.body, stmt.orelse):
             child = fork(frame)
             self.frames.append(child)
+            self.open_guards()
             try:
                 try:
                     self.exec_block(body + rest, child, ())
@@ -123,9 +148,12 @@ class Loops:
                     pass
             finally:
                 self.frames.pop()
+                scopes.append(self.close_guards())
                 self.frame = frame
             sides.append(child)
+        keys = self.guards_into_sides(sides, scopes)
         self.join_branches(cond, sides[0], sides[1], stmt, frame)
+        self.guards_out_of(frame, keys)
         raise BodyDone()
 
     def plan_of(self, stmt, frame):
@@ -152,22 +180,37 @@ class Loops:
         part = _part(self.eval(it, frame))
         return None if part is None else _Plan(_length(part), [part], False)
 
-    def loop_region(self, stmt, frame, plan: _Plan):
+    def loop_region(self, stmt, frame, plan: _Plan, force: bool = False):
         """Trace the loop as a region: True when done; else what is left to unroll (False:
-        all of it; a plan: the iterations after a first one already run, peeled)."""
+        all of it; a plan: the iterations after a first one already run, peeled). ``force``
+        (a while loop, which cannot unroll): a region however short, and the user's errors
+        raised rather than left for unrolling to reproduce (and a done flag in ``frame``
+        is its own: set by the iterations the while ran while tracing)."""
+        # an enclosing loop region's done flag is not this loop's: set aside meanwhile
+        enclosing = MISSING if force else frame.env.pop(DONE, MISSING)
+        try:
+            return self._loop_region(stmt, frame, plan, force)
+        finally:
+            if enclosing is not MISSING:
+                frame.env[DONE] = enclosing
+
+    def _loop_region(self, stmt, frame, plan: _Plan, force: bool):
         assigned, appended, jumps, exits = _body_facts(stmt.body)
-        if jumps or plan.trips <= UNROLL_MAX or (exits and appended):
+        if not force and (jumps or plan.trips <= UNROLL_MAX or (exits and appended)):
             return False
         targets = _target_names(stmt.target)
         overrides: dict = {}
         peeled = False
-        for _attempt in range(4):
+        for _attempt in range(8):
             try:
                 self._region(stmt, frame, plan, assigned, appended, targets, overrides, peeled,
                              exits)
                 return True
             except _Fallback:
                 return self._left(frame, plan, peeled)
+            except _Guarded as g:
+                overrides["guards"] = g.keys
+                continue
             except _Static as st:
                 overrides[("static", st.name)] = True
                 continue
@@ -175,7 +218,8 @@ class Loops:
                 overrides[("counter", c.name)] = c.step
                 continue
             except _PeelFirst:
-                if peeled or plan.trips <= UNROLL_MAX + 1:
+                # (a while whose static trips already broke on data cannot run one unguarded)
+                if peeled or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
                     return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
@@ -190,14 +234,18 @@ class Loops:
                 if r.before[2] and r.before[1] == r.after[1]:   # a Python number: its dtype is the loop's
                     overrides[r.name] = r.after
                     continue
-                if peeled or plan.trips <= UNROLL_MAX + 1:
+                if peeled or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
                     return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
             except UnsupportedSyntaxError:
+                if force:
+                    raise
                 return self._left(frame, plan, peeled)
             except (ValueError, TypeError, IndexError, KeyError, NameError, AttributeError,
                     ZeroDivisionError, RecursionError):
+                if force:
+                    raise
                 return self._left(frame, plan, peeled)   # unrolling reproduces a genuine error at the user's line
         return self._left(frame, plan, peeled)
 
@@ -301,6 +349,15 @@ class Loops:
             phs.append(ph)
             child.env[name] = ph
             child.buffers.pop(name, None)
+        guard_carries = {}   # hidden name -> (while key, placeholder): guards of inner whiles
+        for key in overrides.get("guards", ()):
+            name = guard_name(key)
+            ph = regions.placeholder("bool")
+            carried.append((name, ("bool", (), False)))
+            inits.append(ops.full((), False, "bool"))
+            phs.append(ph)
+            child.env[name] = ph
+            guard_carries[name] = (key, ph)
         lists = {}
         for name in appended:
             value = frame.env.get(name, MISSING)
@@ -319,6 +376,7 @@ class Loops:
                 xs.append(x)
                 items.append(row)
         self.frames.append(child)
+        self.open_guards()
         try:
             self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt,
                         origin=self._items_origin(stmt, frame, plan))
@@ -330,7 +388,12 @@ class Loops:
             raise _Fallback() from None
         finally:
             self.frames.pop()
+            body_guards = self.close_guards()
             self.frame = frame
+        if any(guard_name(key) not in guard_carries for key in body_guards):
+            raise _Guarded(tuple(dict.fromkeys([*overrides.get("guards", ()), *body_guards])))
+        for name, (key, ph) in guard_carries.items():   # or-accumulated over the iterations
+            child.env[name] = guards_table.any_of(ph, body_guards.get(key))
         for (name, kind), ph in zip(carried, phs):
             value = child.env.get(name)
             if name in weak and not isinstance(value, Node) and _carry_type(value) is not None:
@@ -396,7 +459,7 @@ class Loops:
         index_name = targets[0] if targets and plan.parts[0][0] == "range" else "i"
         memo: dict = {}
         finals, stacks = regions.scan(n, index, phs, inits, rows, xs, new, ys,
-                                      names=(index_name, *("done" if c[0] == DONE else c[0] for c in carried)),
+                                      names=(_shown(index_name), *(_shown(c[0]) for c in carried)),
                                       memo=memo)
         for old, new_node in memo.items():
             if old in self.locs:
@@ -406,10 +469,14 @@ class Loops:
             frame.env[name] = start + n * overrides[("counter", name)]
         for (name, _), final in zip(carried, finals):
             if name == DONE:
+                self.exit_flag = final   # whether the loop broke (a while's guard reads it)
+                continue
+            if name in guard_carries:
+                self.add_guard(guard_carries[name][0], final)
                 continue
             frame.env[name] = final
             frame.buffers.pop(name, None)
-            self.record(frame, loc_node, final, name)
+            self.record(frame, loc_node, final, name if name.isidentifier() else None)
         k = 0
         for name, recorder in lists.items():
             count = len(list(list.__iter__(recorder)))

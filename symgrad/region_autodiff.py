@@ -14,13 +14,16 @@ tape: each stored value is a stacked output, preallocated from the trip count):
 
 A branch differentiates only the taken side: its backward is a branch on the same condition
 whose bodies are the two sides' derivatives (each recomputing its side's forward values).
+A checkpoint (``remat``, ``sg.checkpoint``) stores nothing: its backward is a second
+``remat`` over the checkpoint's operands and the cotangents of its results, whose body
+recomputes the checkpointed values and applies their VJP (those values live only inside it).
 Higher derivatives need nothing more: the backward loop is a loop like any other.
 """
 from __future__ import annotations
 
 from .ir import Node, is_float, make, substitute, toposort
 from .ops import add, zeros_like
-from .regions import placeholder, close, results_of
+from .regions import RECOMPUTE, placeholder, close, results_of
 
 _KEEP = ("const", "full", "array", "arange")
 
@@ -182,3 +185,25 @@ def cond_vjp(node: Node, cts: dict, reverse_pass):
     back = make("cond", (pred, *operands, *ct_values), (b_then, b_else))
     grads = dict(zip(floats, results_of(back)))
     return [None] + [grads.get(k) for k in range(len(operands))], None
+
+
+def remat_vjp(node: Node, cts: dict, reverse_pass):
+    """A checkpoint's cotangents: a ``remat`` (role ``recompute``) on the checkpoint's
+    operands and the cotangents of its results whose body is the derivative of the
+    checkpoint's body (recomputing the forward values it reads). The body is closed without
+    hoisting: the recomputation stays inside, never shared with the forward pass's nodes."""
+    body = node.attrs[0]
+    g_phs = [placeholder(r.dtype, r.shape) if k in cts and is_float(r.dtype) else None
+             for k, r in enumerate(body.results)]
+    grads, _ = _body_vjp(reverse_pass, body.params, body.results, _accumulated(body.results, g_phs))
+    reached = [k for k, g in enumerate(grads) if g is not None]
+    if not reached:
+        return [None] * len(node.inputs), None
+    used = [ph for ph in g_phs if ph is not None]
+    back_body, extra, _ = close(list(body.params) + used, [grads[k] for k in reached],
+                                hoist=False, derivative=True, names=body.names)
+    assert not extra, "internal: a checkpoint's derivative reads a value not among its operands"
+    ct_values = [cts[k] for k, ph in enumerate(g_phs) if ph is not None]
+    back = make("remat", (*node.inputs, *ct_values), (back_body, RECOMPUTE))
+    grads_in = dict(zip(reached, results_of(back)))
+    return [grads_in.get(k) for k in range(len(node.inputs))], None

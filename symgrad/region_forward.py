@@ -7,7 +7,8 @@ its body is the primal body with the tangents pushed through it (``symgrad.forwa
 replaces the primal loop (one loop computes both). Which carries have a tangent is a fixed
 point: a carry whose update reads a value with a tangent gets one too. A branch's tangent
 branch returns each side's results and their tangents, so the side not taken contributes
-nothing, to the tangent either.
+nothing, to the tangent either. A checkpoint's (``remat``) tangent checkpoint returns its
+results and their tangents (forward mode stores nothing: it keeps its role).
 """
 from __future__ import annotations
 
@@ -103,6 +104,24 @@ def cond_jvp(node: Node, tangents: list, push_tangents):
                tuple(bodies))
     outs = results_of(new)
     count = len(then.results)
+    primal = {k: outs[k] for k in range(count)}
+    tangent_of = {k: outs[count + i] for i, k in enumerate(floats)}
+    return new, tangent_of, primal
+
+
+def remat_jvp(node: Node, tangents: list, push_tangents):
+    """(the tangent checkpoint, {result index: tangent}, {result index: primal})."""
+    body, role = node.attrs
+    phs = {p: placeholder(p.dtype, p.shape) for p, t in zip(body.params, tangents) if t is not None}
+    tangent = _push(push_tangents, body.results, dict(phs))
+    floats = [k for k, r in enumerate(body.results) if is_float(r.dtype) and
+              tangent.get(r) is not None]
+    results = list(body.results) + [tangent[body.results[k]] for k in floats]
+    new_body = close(list(body.params) + list(phs.values()), results, hoist=False,
+                     names=body.names, derivative=body.derivative)[0]
+    new = make("remat", (*node.inputs, *(t for t in tangents if t is not None)), (new_body, role))
+    outs = results_of(new)
+    count = len(body.results)
     primal = {k: outs[k] for k in range(count)}
     tangent_of = {k: outs[count + i] for i, k in enumerate(floats)}
     return new, tangent_of, primal

@@ -97,7 +97,25 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
             n = _with_rows(n, reads)
     elif n.op == "cond":
         n = _cond_with(n, range(len(n.attrs[0].results)))
+    elif n.op == "remat":
+        n = _remat_with(n, range(len(n.attrs[0].results)))
     return n
+
+
+def _remat_with(n: Node, keep) -> Node:
+    """A checkpoint (``remat``) with only the results ``keep`` and the operands its body still
+    reads (numbers folded inside)."""
+    body, role = n.attrs
+    keep = list(keep)
+    numbers = {p: c for p, c in zip(body.params, n.inputs) if c.op == "const"}
+    results = substitute([body.results[k] for k in keep], numbers)
+    reached = set(toposort(results))
+    used = [k for k, p in enumerate(body.params) if p in reached]
+    if len(used) == len(body.params) and len(keep) == len(body.results):
+        return n
+    new_body = close([body.params[k] for k in used], results, hoist=False,
+                     derivative=body.derivative)[0]
+    return make("remat", tuple(n.inputs[k] for k in used), (new_body, role))
 
 
 def _cond_with(n: Node, keep) -> Node:
@@ -150,6 +168,12 @@ def _prune_once(outputs) -> list[Node]:
             new_cond = _cond_with(current, keep)
             for new_k, old_k in enumerate(keep):
                 mapping[make("proj", (m,), (old_k,))] = make("proj", (new_cond,), (new_k,))
+        if m.op == "remat" and m in used and len(used[m]) < len(m.attrs[0].results):
+            keep = sorted(used[m])
+            current = make("remat", substitute(m.inputs, mapping), m.attrs) if mapping else m
+            new_remat = _remat_with(current, keep)
+            for new_k, old_k in enumerate(keep):
+                mapping[make("proj", (m,), (old_k,))] = make("proj", (new_remat,), (new_k,))
         if m.op == "loop" and m in used:
             # from its inputs as already rewritten (a loop may read a pruned loop's results)
             current = make("loop", substitute(m.inputs, mapping), m.attrs) if mapping else m

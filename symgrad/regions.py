@@ -13,6 +13,12 @@ loop traced twice is one node), and every pass can treat it as a value in the no
   ``reverse`` the iterations run ``i = n-1, ..., 0`` (the backward pass of a loop).
 * ``cond`` runs one of two bodies on ``(pred, *operands)``: only the taken side is evaluated,
   so the side not taken never contributes to a value or a derivative (no ``0 * nan``).
+* ``remat`` runs one body on its operands: a checkpoint (``sg.checkpoint``, the user's call,
+  role ``"checkpoint"``) or the recomputation of one in a backward pass (role ``"recompute"``:
+  the body recomputes the checkpointed values from its operands and applies their VJP, so
+  those values live only inside the region; a closed body is never merged with the forward
+  nodes by hash-consing). Back ends inline a checkpoint (``symgrad.checkpoint.lowerable``)
+  and keep a recomputation a region of its own.
 * ``proj`` is one result of a region node (``dtype`` ``"tuple"``): a loop's final carries and
   stacked outputs, or a branch's results.
 
@@ -32,10 +38,12 @@ from . import spelling as sp
 from .ir import OPS, Node, OpDef, make, register, substitute, toposort
 
 TUPLE = "tuple"
-REGION_OPS = ("loop", "cond")
+REGION_OPS = ("loop", "cond", "remat")
 # What a back end without native regions never sees (``straight_line`` expands them first).
 EXPANDED = {op: "expanded into straight-line code first (symgrad.regions.straight_line)"
-            for op in ("loop", "cond", "proj", "param")}
+            for op in ("loop", "cond", "remat", "proj", "param")}
+# The roles of a ``remat`` node (its second attr).
+CHECKPOINT, RECOMPUTE = "checkpoint", "recompute"
 # Leaves a body keeps inside rather than receiving as an input (a number costs nothing).
 _KEPT_LEAVES = ("const",)
 
@@ -163,7 +171,7 @@ def _loop_infer(inputs, attrs):
 
 def loop_result_type(loop: Node, k: int) -> tuple:
     """(dtype, shape) of a region node's result k."""
-    if loop.op == "cond":
+    if loop.op in ("cond", "remat"):
         r = loop.attrs[0].results[k]
         return r.dtype, r.shape
     body, n, n_carry = loop.attrs[:3]
@@ -217,6 +225,19 @@ def _cond_numpy(*args):
     return tuple(evaluate(body.results, dict(zip(body.params, operands))))
 
 
+def _remat_infer(inputs, attrs):
+    body, role = attrs
+    if role not in (CHECKPOINT, RECOMPUTE):
+        raise ValueError(f"internal: remat role {role!r}")
+    _check_params(body, inputs, "remat")
+    return TUPLE, ()
+
+
+def _remat_numpy(*args):
+    *operands, (body, _role) = args
+    return tuple(evaluate(body.results, dict(zip(body.params, operands))))
+
+
 def _proj_infer(inputs, attrs):
     (region,) = inputs
     if region.dtype != TUPLE:
@@ -233,6 +254,8 @@ register(OpDef("param", "leaf",          # (position or placeholder id, dtype, s
                python=lambda args, node: (f"p{node.attrs[0]}", sp.ATOM)))
 register(OpDef("loop", "region", _loop_infer, _loop_numpy, None, vjp=_region_rule, jvp=_region_rule))
 register(OpDef("cond", "region", _cond_infer, _cond_numpy, None, vjp=_region_rule, jvp=_region_rule))
+register(OpDef("remat", "region", _remat_infer, _remat_numpy, None, vjp=_region_rule,
+               jvp=_region_rule))
 register(OpDef("proj", "region", _proj_infer, lambda t, attrs: t[attrs[0]], None,
                vjp=_region_rule, jvp=_region_rule))
 
@@ -279,6 +302,24 @@ def cond(pred: Node, then_results, else_results, *, outer=frozenset(), derivativ
     return results_of(node)
 
 
+def checkpointed(params, operands, results, memo=None) -> list[Node]:
+    """A checkpoint: ``results`` built over the placeholders ``params`` (given ``operands``)
+    as a ``remat`` node's body; work that depends on no param is done outside, once, and
+    passed in (the backward pass then recomputes only what depends on the params). ``memo``:
+    filled with the built nodes' counterparts in the body."""
+    body, captures, built = close(params, results, hoist=True)
+    if memo is not None:
+        memo.update(built)
+    node = make("remat", (*operands, *captures), (body, CHECKPOINT))
+    return results_of(node)
+
+
+def inlined(region: Node) -> list[Node]:
+    """A ``remat`` node's results as nodes of the graph it is in (its body on its operands)."""
+    body = region.attrs[0]
+    return substitute(body.results, dict(zip(body.params, region.inputs)))
+
+
 # ----------------------------------------------------------------------------------------------
 # Expansion: for back ends without native regions
 
@@ -299,7 +340,9 @@ def expand_regions(outputs) -> list[Node]:
         region = next((n for n in order if n.op in REGION_OPS), None)
         if region is None:
             return outputs
-        if region.op == "cond":
+        if region.op == "remat":
+            values = inlined(region)
+        elif region.op == "cond":
             then, other = region.attrs
             pred, operands = region.inputs[0], region.inputs[1:]
             a = substitute(then.results, dict(zip(then.params, operands)))

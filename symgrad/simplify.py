@@ -198,6 +198,14 @@ def _where(n):
     if v is not None:                           # where(True, x, y) -> x
         chosen = a if v else b
         return chosen if _same_type(chosen, n) else n
+    merged = _merged_selects(c, a, b)
+    # the operand that gave n its shape may be the one dropped: keep n's shape
+    return n if merged is None else _widen(merged, n)
+
+
+def _merged_selects(c, a, b):
+    """A select nested in ``where(c, a, b)`` folded into it (each one select fewer: no
+    swapping back), or None."""
     if a.op == "where" and a.inputs[0] is c:    # where(c, where(c, x, y), z) -> where(c, x, z)
         return where(c, a.inputs[1], b)
     if b.op == "where" and b.inputs[0] is c:    # where(c, x, where(c, y, z)) -> where(c, x, z)
@@ -208,7 +216,7 @@ def _where(n):
             return where(d, x, where(c, y, w))  # -> where(d, x, where(c, y, w))
         if y is w:                              # where(c, where(d, x, y), where(d, u, y))
             return where(d, where(c, x, u), y)  # -> where(d, where(c, x, u), y)
-    return n                                    # (each one select fewer: no swapping back)
+    return None
 
 
 # -- select sinking (derivative nodes only; see the module docstring) --------------------------
@@ -306,7 +314,7 @@ def _region(n):
     return simplify_region(n, lambda outputs, forward: simplify_nodes(outputs, None, forward))
 
 
-RULES = {"loop": _region, "cond": _region, "sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
+RULES = {"loop": _region, "cond": _region, "remat": _region, "sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
          "where": _where, "reshape": _reshape, "broadcast_to": _fold_shape,
          "transpose": _fold_shape, "getitem": _fold_shape}
 
@@ -353,7 +361,7 @@ def forward_nodes(graph: Graph) -> set[Node]:
     """The nodes of the user's computation: traced from a source line (or leaves) and computed
     from such nodes only. What autodiff built is not among them."""
     forward: set[Node] = set()
-    for n in toposort(graph.outputs):
+    for n in toposort(list(graph.outputs) + list(graph.guards.values())):
         if (n in graph.locs or not n.inputs) and all(i in forward for i in n.inputs):
             forward.add(n)
     return forward
@@ -363,13 +371,17 @@ def simplify(graph: Graph) -> Graph:
     """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
     memo: dict[Node, Node] = {}
     forward = forward_nodes(graph)
-    outputs = simplify_nodes(graph.outputs, memo, forward)
+    # the guards of while loops (symgrad.guards) are simplified with the outputs: one loop
+    # computes both
+    outputs = simplify_nodes(list(graph.outputs) + list(graph.guards.values()), memo, forward)
     for _ in range(8):   # pruning a region's results may let its body simplify further
         pruned = prune_loops(outputs)
         if all(a is b for a, b in zip(pruned, outputs)):
             break
         outputs = simplify_nodes(pruned, memo, forward)
-    result = graph.derive(graph.name, outputs, graph.out_tree)
+    n_out = len(graph.outputs)
+    result = graph.derive(graph.name, outputs[:n_out], graph.out_tree)
+    result.guards = dict(zip(graph.guards, outputs[n_out:]))
     for table in (result.locs, result.grad_origin):
         for old, value in list(table.items()):
             new = memo.get(old)

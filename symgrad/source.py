@@ -64,6 +64,10 @@ def _read_source(fn) -> tuple[Source, str]:
             f"cannot read the source of {fn.__qualname__} ({e}); symgrad needs the function's "
             "source code (functions defined in a file, not in exec or an interactive prompt "
             "without source)", filename, code.co_firstlineno) from None
+    if fn.__name__ == "<lambda>":
+        found = _lambda_in_file(code, filename)
+        if found is not None:
+            return found
     text = "".join(lines)
     dedented = textwrap.dedent(text)
     indent = len(lines[0]) - len(lines[0].lstrip()) if dedented != text else 0
@@ -132,12 +136,27 @@ def _fingerprint(code) -> tuple:
 
 
 
-def _find_lambda(code, module, line_offset: int, indent: int, wrapped: int):
-    """The lambda whose code this is: the one with these parameters whose source span holds
-    every instruction's position (Python 3.11+), the innermost if lambdas nest."""
+def _lambda_in_file(code, filename: str) -> tuple[Source, str] | None:
+    """A lambda read from its whole file, which parses wherever the lambda stands (a dict
+    entry, an argument on a continued line), unlike the lines ``inspect`` cuts out; None when
+    the file's text is not valid Python on its own or does not tell the lambda apart."""
+    text = "".join(linecache.getlines(filename))
+    try:
+        module = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    tree = _find_lambda(code, module, 0, 0, 0, line=code.co_firstlineno)
+    return None if tree is None else (Source(filename, tree, 0, 0), text)
+
+
+def _find_lambda(code, module, line_offset: int, indent: int, wrapped: int, line=None):
+    """The lambda whose code this is: the one with these parameters (starting on ``line``,
+    if given) whose source span holds every instruction's position (Python 3.11+), the
+    innermost if lambdas nest."""
     params = list(code.co_varnames[:code.co_argcount])
     candidates = [n for n in ast.walk(module) if isinstance(n, ast.Lambda)
-                  and [a.arg for a in n.args.args] == params]
+                  and [a.arg for a in n.args.args] == params
+                  and (line is None or n.lineno == line)]
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     positions = getattr(code, "co_positions", None)

@@ -114,9 +114,10 @@ SCALAR = {
     "div": lambda n, a, b: a / b,
     "pow": lambda n, a, b: a ** b,
     "arctan2": lambda n, a, b: sympy.atan2(a, b),
-    # np.maximum gives ties to the first operand (and so does its derivative rule)
-    "maximum": lambda n, a, b: _where(sympy.Ge(a, b), a, b),
-    "minimum": lambda n, a, b: _where(sympy.Le(a, b), a, b),
+    # sympy's Max/Min differentiate to Heaviside(x - y), which is 1/2 on a tie: the even
+    # split symgrad's rule gives.
+    "maximum": lambda n, a, b: sympy.Max(a, b),
+    "minimum": lambda n, a, b: sympy.Min(a, b),
     "lt": lambda n, a, b: sympy.Lt(a, b),
     "le": lambda n, a, b: sympy.Le(a, b),
     "gt": lambda n, a, b: sympy.Gt(a, b),

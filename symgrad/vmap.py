@@ -145,12 +145,16 @@ def batch_graph(graph: Graph, axes, out_axes, size: int, name: str) -> Graph:
         new = make("arg", (), (index, param, dtype, shape[:axis] + (size,) + shape[axis:]))
         inputs.append(new)
         batched_inputs[arg] = _move_axis(new, axis, 0)
-    new, batched = batch_nodes(graph.outputs, batched_inputs, size)
+    new, batched = batch_nodes(list(graph.outputs) + list(graph.guards.values()),
+                               batched_inputs, size)
     outputs = [_place_output(new[o], o in batched, axis, size)
                for o, axis in zip(graph.outputs, _output_axes(graph, out_axes))]
+    # a while loop's cap was too small if it was for any example
+    guards = {key: ops.reduce("max", new[g], 0) if g in batched else new[g]
+              for key, g in graph.guards.items()}
     out = Graph(name, graph.params, tuple(inputs), tuple(outputs), graph.out_tree,
                 _carried(graph.names, new), _carried(graph.locs, new), {}, graph.filename,
-                in_tree=graph.in_tree, top_params=graph.top_params)
+                in_tree=graph.in_tree, top_params=graph.top_params, guards=guards)
     return out
 
 

@@ -1,6 +1,8 @@
 """The hot call path (symgrad.codegen.call_plan): a plan serves exactly the calls of its
 signature and hands every other call to the full path unchanged, so the full path's checks,
-copies and errors still hold after a function has become hot."""
+copies and errors still hold after a function has become hot. Every test runs with both
+kinds of plan: the Python plan and the native entry (codegen.native_entry)."""
+import sysconfig
 import threading
 
 import numpy as np
@@ -9,6 +11,20 @@ import pytest
 import symgrad as sg
 from symgrad.backends import MISS
 from symgrad.codegen import call_plan as cp
+from symgrad.codegen import native_entry
+
+
+@pytest.fixture(autouse=True, params=["python", "native"])
+def plan_kind(request, monkeypatch):
+    """Which plan a hot CPU function gets: the Python plan (native entries switched off as
+    where the process lacks them), or the native entry (compiled up front)."""
+    if request.param == "python":
+        monkeypatch.setattr(native_entry, "_runtime", {"ok": False})
+    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
+        pytest.skip("no native entries on a free-threaded CPython (by design)")
+    else:
+        assert native_entry.ready(compile=True)
+    return request.param
 
 
 def rosenbrock(x):
@@ -41,7 +57,7 @@ def test_plan_is_installed_and_matches_the_reference():
     np.testing.assert_allclose(again, sg.grad(rosenbrock, target="python")(x), rtol=1e-13)
 
 
-def test_plan_alone_declines_other_signatures_without_running():
+def test_plan_alone_declines_other_signatures_without_running(plan_kind):
     x = np.linspace(0.0, 1.0, 9)
     g = sg.differentiate(rosenbrock).grad
     g(x)
@@ -56,7 +72,11 @@ def test_plan_alone_declines_other_signatures_without_running():
     assert plan((strided,)) is MISS            # not C-contiguous: the full path copies
     readonly = x.copy()
     readonly.flags.writeable = False
-    assert plan((readonly,)) is MISS
+    if plan_kind == "python":
+        assert plan((readonly,)) is MISS       # (from_buffer needs a writeable buffer)
+    else:                                      # the entry reads its address directly
+        np.testing.assert_array_equal(plan((readonly,)), g(x))
+    np.testing.assert_array_equal(readonly, x)
     np.testing.assert_array_equal(plan((x,)), g(x))
 
 

@@ -168,12 +168,36 @@ def test_array_ops_float32(name, fn, shape):
 
 
 def test_kink_conventions():
-    """Derivatives at kinks follow JAX: abs'(0) = 0; max ties split evenly; maximum picks x."""
+    """Derivatives at kinks follow JAX: abs'(0) = 0; max ties split evenly, and so do
+    np.maximum/np.minimum ties (what a central difference gives there)."""
     assert sg.grad(lambda x: abs(x), target="python")(0.0) == 0.0
     g = sg.grad(lambda x: np.max(x), target="python")(np.array([1.0, 3.0, 3.0]))
     np.testing.assert_array_equal(g, [0.0, 0.5, 0.5])
-    gx, gy = sg.grad(lambda x, y: np.maximum(x, y), wrt=(0, 1), target="python")(1.0, 1.0)
-    assert (gx, gy) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_extremum_ties_split_evenly(name, target):
+    """np.maximum/np.minimum on a tie: half the cotangent to each operand (JAX), equal to the
+    central difference; off the tie all of it to the operand that is the result; a NaN
+    operand gives no finite share. Forward mode agrees (tangent (t_x + t_y) / 2 on a tie)."""
+    fn = getattr(np, name)
+    grad = sg.grad(lambda x, y: np.sum(fn(x, y)), wrt=(0, 1), target=target)
+    x = np.array([1.0, 2.0, 0.0, -3.0, np.inf, np.nan])
+    y = np.array([1.0, 0.5, 0.0, 4.0, np.inf, 1.0])
+    gx, gy = grad(x, y)
+    x_wins = fn(x[:4], y[:4]) == x[:4]
+    np.testing.assert_array_equal(gx[:4], np.where(x[:4] == y[:4], 0.5, x_wins))
+    np.testing.assert_array_equal(gy[:4], np.where(x[:4] == y[:4], 0.5, ~x_wins))
+    assert (gx[4], gy[4]) == (0.5, 0.5) and (gx[5], gy[5]) == (0.0, 0.0)
+    h = 1e-6
+    central = (fn(1.0 + h, 1.0) - fn(1.0 - h, 1.0)) / (2 * h)
+    assert abs(gx[0] - central) < 1e-9
+    jvp = sg.jvp(lambda x, y: fn(x, y), wrt=(0, 1), target=target)
+    assert jvp(1.0, 1.0, 1.0, 3.0)[1] == 2.0
+    assert jvp(2.0, 1.0, 1.0, 3.0)[1] == (1.0 if name == "maximum" else 3.0)
+    np.testing.assert_array_equal(sg.grad(lambda x: np.sum(np.clip(x, 0.0, 1.0)), target=target)(
+        np.array([0.0, 1.0, 0.5, 2.0])), [0.5, 0.5, 1.0, 0.0])
 
 
 def test_sympy_agrees_on_a_composite():

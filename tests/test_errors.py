@@ -8,9 +8,11 @@ import pytest
 import symgrad as sg
 
 
-def uses_while(x):
+def uses_while(x):   # while on data works (tests/test_while.py); while ... else does not
     while x < 10:
         x = x * 2
+    else:
+        x = -x
     return x
 
 
@@ -117,7 +119,7 @@ def set_literal(x):
 
 
 CASES = [
-    (uses_while, (1.0,), "while loop"),
+    (uses_while, (1.0,), "while ... else"),
     (uses_try, (1.0,), "try statement"),
     (uses_with, (1.0,), "with statement"),
     (uses_global, (1.0,), "global statement"),

@@ -31,10 +31,14 @@ def loss(a, b):
 
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-12), np.float32: dict(rtol=2e-4, atol=2e-4)}
 # around the tile (MR rows, 2 vectors of 4-16 lanes), the row block MC and the k block KC
-# and the narrower column tiles (one vector, half a vector) of GMM-like widths 10, 12, 20
+# and the narrower column tiles (one vector, half a vector) of GMM-like widths 10, 12, 20;
+# every remainder of rows past the last full tile (1 ... MR - 1, repeated rows) and column
+# tails of more and of less than one vector for 4, 8 and 16 lanes
 SIZES = [(1, 1, 1), (5, 3, 7), (6, 16, 16), (7, 17, 33), (13, 257, 31), (97, 64, 65),
          (31, 9, 10), (12, 20, 20), (19, 1000, 12), (40, 7, 4),
-         (mk.MR * 3 + 1, mk.KC + 3, 49), (200, 2 * mk.KC + 1, 70)]
+         (mk.MR * 3 + 1, mk.KC + 3, 49), (200, 2 * mk.KC + 1, 70),
+         (2, 1000, 2), (10, 1000, 10), (20, 300, 20), (mk.MC + 5, 11, 13), (mk.MC - 2, 3, 7),
+         (3, 40, 28), (4, 9, 47)]
 
 
 def rand(shape, dtype, seed):
@@ -73,6 +77,8 @@ def test_empty_dimensions(shape_a, shape_b):
     (matmul_t, (37, 23), (37, 41)),       # a transposed: read one scalar at a time
     (matmul_bt, (23, 37), (41, 37)),      # b transposed: gathered into the packed panel
     (matmul_sliced, (19, 40), (40, 35)),  # offsets into both operands
+    (matmul_bt, (10, 30), (10, 30)),      # a transposed b's tail columns, rows repeated
+    (matmul_t, (300, 10), (300, 10)),     # the GMM's (d, n) @ (n, d) shape
 ])
 def test_transposed_and_sliced_operands(fn, shape_a, shape_b, dtype):
     a, b = rand(shape_a, dtype, 3), rand(shape_b, dtype, 4)

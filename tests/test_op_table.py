@@ -9,7 +9,7 @@ NOT_DIFFERENTIABLE = {"sign", "lt", "le", "gt", "ge", "eq", "ne", "logical_and",
                       "logical_not", "arg", "param", "const", "full", "array", "arange",
                       "floor", "ceil", "rint", "trunc"}
 # Ops the Python emitter writes itself (a namespace name; in-place update statements).
-SPELLED_BY_EMITTER = {"array", "setitem", "index_add", "scatter_add", "loop", "cond", "proj"}
+SPELLED_BY_EMITTER = {"array", "setitem", "index_add", "scatter_add", "loop", "cond", "remat", "proj"}
 LEAVES = {"arg", "const", "full", "array", "arange", "param"}
 
 

@@ -27,6 +27,7 @@ ARCHS = ("sm_80", "sm_90")
 # output nodes; every case also gets its value-and-gradient graph with respect to its float args.
 
 def _cases():
+    from symgrad import numpy_linalg as la
     from symgrad import ops as o
 
     def un(name, fn, shape=(5, 3)):
@@ -98,6 +99,10 @@ def _cases():
         ("identity", ([((3,), F), ((), F)], lambda x, s: [x, s, x * s])),
         ("scalar", ([((), F), ((), F)], lambda x, y: [x * o.sin(y) + o.exp(-x * x)])),
         ("loop", ([((6, 3), F), ((3,), F)], _scan_case)),   # + its reverse loop (the gradient)
+        # np.linalg's factorisations: loops over the pivot index (symgrad.numpy_linalg)
+        ("linalg_lu", ([((2, 5, 5), F)], lambda a: [la.slogdet(a).logabsdet, la.det(a)])),
+        ("linalg_gauss_jordan", ([((4, 4), F), ((4, 2), F)], lambda a, b: [la.inv(a), la.solve(a, b)])),
+        ("linalg_cholesky", ([((4, 4), F)], lambda a: [la.cholesky(o.matmul(a, o.transpose(a, (1, 0))))])),
     ])
     return table
 

@@ -128,3 +128,20 @@ def test_nested_selects_simplify_and_differentiate(target):
     np.testing.assert_array_equal(sg.grad(nested_selects_with_zero_sides, target=target)(x, 0.7),
                                   [0.0, 1.0, 0.0, 0.0])
     assert sg.grad(nested_selects_with_zero_sides, wrt=1, target=target)(x, 0.7) == 0.0
+
+
+def nested_select_gives_the_shape(m, v):
+    # the inner select is (2, 3, 3) only through m: folding where(c, where(c, 0, m), 0) into
+    # where(c, 0, 0) once gave the (3, 1) of c, and the next op failed to broadcast
+    c = v > 2.0
+    picked = np.where(c, np.where(c, 0.0, m), 0.0)
+    return np.sum(np.reshape(picked, (18,)) * np.arange(18.0)) + np.sum(np.where(c, m, 0.0))
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_nested_select_keeps_the_shape(target):
+    m = np.linspace(0.5, 2.0, 18).reshape(2, 3, 3)
+    v = np.array([[1.5], [2.5], [3.5]])
+    f = sg.differentiate(nested_select_gives_the_shape, target=target)
+    np.testing.assert_allclose(f(m, v), nested_select_gives_the_shape(m, v), rtol=1e-14)
+    assert sg.check_grad(f, m, v) < 1e-8

@@ -1,0 +1,115 @@
+"""What a fresh process pays before its first result (issue 13: import and W4).
+
+Each row is a fresh ``python`` process, the rows interleaved run by run, medians of RUNS:
+
+* ``import numpy`` and ``import symgrad`` (numpy included; also after numpy), wall clock and
+  CPU time of the importing process and the subprocesses it waited for (CPU time is less
+  disturbed by other processes' load);
+* W4: decorator -> first gradient of W2 and W3 (``run_all.COMPILE_SNIPPET``'s code, timed
+  after ``import symgrad``), with the machine code on disk (a warm ``SYMGRAD_CACHE_DIR``) and
+  cold (``SYMGRAD_NO_CACHE=1``), and the same plus the import.
+
+symgrad's own modules are byte-compiled first, as ``pip install`` does (an editable install on
+a machine with ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile every changed module's
+source in every process, which no installed copy does).
+
+    python benchmarks/startup.py [--runs 9]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# CPU seconds of this process and its waited-for children (getrusage: microseconds, where
+# os.times counts clock ticks)
+CPU = ("lambda: sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF), "
+       "resource.getrusage(resource.RUSAGE_CHILDREN)))")
+
+IMPORT = r"""
+import json, resource, time
+cpu = """ + CPU + r"""
+w, c = time.perf_counter(), cpu()
+import numpy
+w1, c1 = time.perf_counter(), cpu()
+import symgrad
+w2, c2 = time.perf_counter(), cpu()
+print(json.dumps({"numpy": [w1 - w, c1 - c], "symgrad": [w2 - w, c2 - c],
+                  "symgrad after numpy": [w2 - w1, c2 - c1]}))
+"""
+
+W4 = r"""
+import json, resource, sys, time
+cpu = """ + CPU + r"""
+sys.path.insert(0, {here!r})
+import numpy as np
+import workloads as W
+x = np.random.default_rng(0).uniform(-1, 1, 1000)
+t = np.full(1000, 1e-3)
+w, c = time.perf_counter(), cpu()
+import symgrad as sg
+w1, c1 = time.perf_counter(), cpu()
+if sys.argv[1] == "w2":
+    sg.grad(W.w2_symgrad)(x, t)
+else:
+    sg.grad(W.w3)(x)
+w2, c2 = time.perf_counter(), cpu()
+print(json.dumps({{"first gradient": [w2 - w1, c2 - c1], "import + first gradient": [w2 - w, c2 - c]}}))
+"""
+
+
+def run(code: str, args=(), env=None) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def byte_compile():
+    import compileall
+
+    import symgrad
+    from symgrad import codegen
+    for package in (symgrad, codegen):
+        compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=9)
+    runs = ap.parse_args().runs
+    byte_compile()
+    w4 = W4.format(here=HERE)
+    load = os.getloadavg()[0]
+    samples: dict = {}
+    with tempfile.TemporaryDirectory() as cache:
+        warm = dict(os.environ, SYMGRAD_CACHE_DIR=cache)
+        warm.pop("SYMGRAD_NO_CACHE", None)
+        cold = dict(warm, SYMGRAD_NO_CACHE="1")
+        for which in ("w2", "w3"):      # fill the cache: kernels and the native entry
+            run(w4, [which], warm)
+        for _ in range(runs):
+            rows = {f"import: {k}": v for k, v in run(IMPORT).items()}
+            for which in ("w2", "w3"):
+                for label, env in (("machine code on disk", warm), ("cold", cold)):
+                    for k, v in run(w4, [which], env).items():
+                        rows[f"W4 {which.upper()} {label}: {k}"] = v
+            for name, (wall, cpu) in rows.items():
+                samples.setdefault(name, ([], []))
+                samples[name][0].append(wall)
+                samples[name][1].append(cpu)
+    print(f"load average at start {load:.2f}, at end {os.getloadavg()[0]:.2f}; "
+          f"medians of {runs} fresh processes")
+    print("| what | wall | CPU |\n|---|---|---|")
+    for name, (walls, cpus) in samples.items():
+        print(f"| {name} | {statistics.median(walls) * 1e3:.1f} ms | "
+              f"{statistics.median(cpus) * 1e3:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()

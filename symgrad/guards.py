@@ -1,0 +1,142 @@
+"""The caps of ``while`` loops on data, and the guards that tell when one was too small.
+
+A ``while test: body`` on data is traced as a capped loop region,
+``for _ in range(cap): if not test: break; body`` (``symgrad.while_loops``), so the IR, the
+compiled code and the generated source do not depend on how many trips a call takes. Its
+*guard* is a bool node, true when the loop used all ``cap`` trips and the test still held (the
+cap was too small). Guards travel with the graph (``Graph.guards``: while key -> node) through
+every transform; the back ends compute them as hidden extra outputs (:func:`with_guard_outputs`)
+and the API checks them after each call: when one fired, that while's cap grows
+(:data:`GROWTH` times) and the call is traced and run again.
+
+Each while statement's cap lives in :data:`CAPS`, keyed by its location; a trace reads it as a
+*capture* (``symgrad.captures``), so a grown cap makes every cached entry that read it, root
+and derived functions alike, trace again. A loop still running after :data:`MAX_TRIPS` trips
+raises :class:`WhileLimitError` instead of growing its cap for ever.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .ir import Graph, Node
+from .runtime import flat_values
+
+# The trips a data while gets first; a call that needs more grows the cap by GROWTH (the
+# trip count is a run-time parameter of the compiled loop: growing it does not recompile).
+INITIAL_CAP = 16
+GROWTH = 8
+# The most trips a while loop on data may take (2**24: ~16.7 million); beyond it the loop is
+# taken for one that never ends.
+MAX_TRIPS = 2 ** 24
+
+# (filename, line, column) of a while statement -> its current cap (an int)
+CAPS: dict = {}
+
+
+class WhileLimitError(RuntimeError):
+    """A ``while`` loop on data still ran after :data:`MAX_TRIPS` trips."""
+
+
+def cap_of(key) -> int:
+    """The cap of the while statement at ``key`` (set to the initial one on first use, so a
+    capture of it reads the very object the table holds)."""
+    return CAPS.setdefault(key, INITIAL_CAP)
+
+
+def grow(keys) -> None:
+    """Grow the caps of the while loops whose guards fired, or raise :class:`WhileLimitError`
+    for one already at :data:`MAX_TRIPS`."""
+    for key in keys:
+        cap = cap_of(key)
+        if cap >= MAX_TRIPS:
+            filename, lineno, _col = key
+            raise WhileLimitError(
+                f"{filename}:{lineno}: the while loop on data did not end within {MAX_TRIPS} "
+                "trips (symgrad.guards.MAX_TRIPS): it looks like it never ends for these "
+                "arguments")
+        CAPS[key] = min(cap * GROWTH, MAX_TRIPS)
+
+
+def describe(key) -> str:
+    filename, lineno, _col = key
+    return f"{filename}:{lineno}"
+
+
+def any_of(a, b):
+    """``a or b`` of two guards, either None (no guard)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ops.logical_or(a, b)
+
+
+def merge_guards(into: dict, more: dict) -> dict:
+    """``into`` with each guard of ``more`` or-ed in (per while statement)."""
+    for key, node in more.items():
+        into[key] = any_of(into.get(key), node)
+    return into
+
+
+def guard_nodes(graph: Graph) -> list[Node]:
+    return list(graph.guards.values())
+
+
+def rebuilt_guards(graph: Graph, nodes) -> dict:
+    """``graph.guards`` with its nodes replaced by ``nodes`` (same order)."""
+    return dict(zip(graph.guards, nodes))
+
+
+def with_guard_outputs(graph: Graph) -> Graph:
+    """What a back end runs for a guarded graph: its outputs followed by one bool per guard,
+    returned as ``(results, (guard, ...))``; ``graph`` itself when it has none."""
+    if not graph.guards:
+        return graph
+    n = len(graph.outputs)
+    flags = [g if g.ndim == 0 else ops.reduce("max", g) for g in graph.guards.values()]
+    result = graph.derive(graph.name, tuple(graph.outputs) + tuple(flags),
+                          (graph.out_tree, tuple(range(n, n + len(flags)))))
+    result.guards = {}
+    return result
+
+
+def fired(graph: Graph, flags) -> list:
+    """The keys of the guards (of ``graph``, in order) whose run-time value ``flags`` is true."""
+    return [key for key, flag in zip(graph.guards, flags) if bool(np.asarray(flag))]
+
+
+class GuardedSignature:
+    """What back ends see of a signature with while loops on data (``symgrad.backends``): its
+    graph with the guards as extra outputs."""
+    __slots__ = ("graph", "__weakref__")
+
+    def __init__(self, graph: Graph):
+        self.graph = with_guard_outputs(graph)
+
+
+def run_guarded(entry, backend, values, retrace):
+    """Run ``entry`` (a ``symgrad.api.Compiled`` with guards) on ``backend``; while a guard
+    fired, grow those caps and run the entry ``retrace()`` gives (traced with them). Returns
+    ``(entry, prepared, results)`` of the run whose caps sufficed."""
+    while True:
+        prepared = entry.prepare(backend)
+        flat = values if entry.flat_plan is None else flat_values(values, entry.flat_plan)
+        result, flags = backend.run(prepared, flat, None)
+        keys = fired(entry.graph, flags)
+        if not keys:
+            return entry, prepared, result
+        grow(keys)
+        entry = retrace()
+
+
+def checked_plan(plan, graph: Graph, miss):
+    """A back end's call plan for a guarded signature: its results, or ``miss`` (the API then
+    takes the full path, which grows the cap and runs again) when a guard fired."""
+    def run(args):
+        got = plan(args)
+        if got is miss:
+            return miss
+        result, flags = got
+        return miss if fired(graph, flags) else result
+    return run
