@@ -259,6 +259,15 @@ elif tool == "jax":
         jax.jit(jax.grad(W.with_module(W.w2, jnp)))(x, t).block_until_ready()
     else:
         jax.jit(jax.grad(W.with_module(W.w3, jnp)))(x).block_until_ready()
+elif tool == "numba":    # the hand-written gradient, njit (no derivative to build)
+    import numba
+    t0 = time.perf_counter()
+    if which == "w1":
+        numba.njit(W.w1_grad_numpy)(x, x)
+    elif which == "w2":
+        numba.njit(W.w2_grad_numpy)(x, t)
+    else:
+        numba.njit(W.w3_grad_numpy)(x)
 print(json.dumps(time.perf_counter() - t0))
 '''
 
@@ -267,7 +276,7 @@ def bench_w4(report):
     import tempfile
     snippet = COMPILE_SNIPPET.format(here=HERE, root=os.path.dirname(HERE))
     rows = []
-    tools = ["symgrad"] + (["jax"] if jax else [])
+    tools = ["symgrad"] + (["jax"] if jax else []) + (["numba"] if numba else [])
     with tempfile.TemporaryDirectory() as cache:
         for which in ("w1", "w2", "w3"):
             row = [which.upper()]
@@ -290,7 +299,98 @@ def bench_w4(report):
             rows.append(row)
     header = ["decorator -> first gradient", "symgrad (no cache)", "symgrad (warm disk cache)"]
     header += ["jax.jit (first call)"] if jax else []
+    header += ["Numba njit of the hand gradient (first call)"] if numba else []
     report["W4"] = table(header, rows)
+
+
+# ADBench GMM as its definition reads (benchmarks/compile_profile.gmm_adbench: the triangle
+# stacked from static slices, batched matmul, logsumexp with a max), one process per
+# measurement: the first gradient (trace + compile + call, no disk cache), then the gradient
+# and the objective per call in the same process.
+GMM_SNIPPET = r'''
+import sys, time, json
+sys.path.insert(0, {here!r}); sys.path.insert(0, {root!r})
+import numpy as np
+import compile_profile as P
+d, tool, reps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+args = P.gmm_args(d)
+def median(fn):
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+if tool == "symgrad":
+    import symgrad as sg
+    t0 = time.perf_counter()
+    f = sg.differentiate(P.gmm_adbench, wrt=(0, 1, 2))
+    g = f.grad(*args)
+    first = time.perf_counter() - t0
+    f(*args)
+    grad, obj = median(lambda: f.grad(*args)), median(lambda: f(*args))
+else:
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import workloads as W
+    fn = W.with_module(P.gmm_adbench, jnp, _make_l=W.with_module(P._make_l, jnp),
+                       _logsumexp=W.with_module(P._logsumexp, jnp),
+                       _logsumexp_vec=W.with_module(P._logsumexp_vec, jnp))
+    jargs = [jnp.asarray(a) for a in args]
+    t0 = time.perf_counter()
+    jg = jax.jit(jax.grad(fn, argnums=(0, 1, 2)))
+    g = [a.block_until_ready() for a in jg(*jargs)]
+    first = time.perf_counter() - t0
+    jo = jax.jit(fn)
+    jo(*jargs).block_until_ready()
+    grad = median(lambda: [a.block_until_ready() for a in jg(*jargs)])
+    obj = median(lambda: jo(*jargs).block_until_ready())
+print(json.dumps(dict(first=first, grad=grad, obj=obj,
+                      checksum=[float(np.sum(np.abs(np.asarray(a)))) for a in g])))
+'''
+
+
+def bench_gmm_adbench(report):
+    snippet = GMM_SNIPPET.format(here=HERE, root=os.path.dirname(HERE))
+    env = dict(os.environ, SYMGRAD_NO_CACHE="1")
+    import compile_profile as P
+    rows = []
+    for d in (2, 10) if QUICK else (2, 10, 20, 64):
+        row = ["d = {}, K = {}".format(d, P.GMM_DIMS[d][0])]
+        sums = {}
+        for tool in ["symgrad"] + (["jax"] if jax else []):
+            runs = []
+            for _ in range(1 if QUICK or d == 64 else 3):
+                out = subprocess.run([sys.executable, "-c", snippet, str(d), tool, "7"], env=env,
+                                     capture_output=True, text=True, timeout=1800)
+                if out.returncode != 0:
+                    runs = None
+                    break
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            if runs is None:
+                row += ["(failed)"] * 4
+                continue
+            med = {k: float(np.median([r[k] for r in runs])) for k in ("first", "grad", "obj")}
+            sums[tool] = runs[0]["checksum"]
+            row += [ms(med["grad"]), ms(med["obj"]), f"{med['grad'] / med['obj']:.2f}",
+                    f"{med['first']:.2f} s"]
+        if len(sums) == 2:
+            row.append(f"{max(abs(a - b) / abs(b) for a, b in zip(*sums.values())):.1e}")
+        rows.append(row)
+    header = ["ADBench GMM, n = 1000", "symgrad gradient", "symgrad objective", "ratio",
+              "symgrad first gradient"]
+    if jax:
+        header += ["jax.jit(grad)", "jax.jit objective", "JAX ratio", "JAX first gradient",
+                   "gradient sums, rel. diff"]
+    report["GMM"] = table(header, rows)
+
+
+def bench_compile_profile(report):
+    """Per stage: where the time to the first gradient goes (benchmarks/compile_profile.py)."""
+    import compile_profile as P
+    cases = ["gmm2", "gmm10", "w1", "w2", "w3", "line1000"] if QUICK else \
+        ["gmm2", "gmm10", "gmm20", "gmm64", "w1", "w2", "w3", "lstm", "line1000", "line2000"]
+    results = P.profile(cases, 1 if QUICK else 3, disk=True, trees={"this": os.path.dirname(HERE)})
+    report["compile_profile"] = P.markdown(results)
 
 
 def bench_w5(report):
@@ -356,7 +456,8 @@ def main():
     for name, fn in (("W1", lambda: bench_w1(nb, bw, report)), ("W2", lambda: bench_w2(nb, report)),
                      ("W3", lambda: bench_w3(nb, report)), ("W5", lambda: bench_w5(report)),
                      ("W5b", lambda: bench_w5b(report)),
-                     ("W4", lambda: bench_w4(report))):
+                     ("W4", lambda: bench_w4(report)), ("GMM", lambda: bench_gmm_adbench(report)),
+                     ("compile_profile", lambda: bench_compile_profile(report))):
         print(f"{name} ...", flush=True)
         fn()
         print(report[name], flush=True)
@@ -399,6 +500,10 @@ def write_results(report):
         "### W5: ADBench GMM\n\n" + report["W5"],
         "### W5b: the GMM objective with a batched matmul (examples/gmm_objective.py)\n\n"
         + report["W5b"],
+        "### ADBench GMM as its definition reads (fresh processes, no disk cache; first "
+        "gradient = trace + compile + call)\n\n" + report["GMM"],
+        "### Compile time per stage (benchmarks/compile_profile.py; ms, stages in CPU time)\n\n"
+        + report["compile_profile"],
         "### Accuracy of the SIMD math (ulp vs x87 long double)\n\n" + report["accuracy"],
         f"Compile statistics of this run: {report['stats']}",
     ])

@@ -613,3 +613,111 @@ OWN_F64 = {"exp": ("sg_exp_f64", _exp_body), "expm1": ("sg_expm1_f64", _expm1_bo
            "sin": ("sg_sin_f64", _sin_cos_body("sin")), "cos": ("sg_cos_f64", _sin_cos_body("cos")),
            "tan": ("sg_tan_f64", _sin_cos_body("tan")),
            "log1p": ("sg_log1p_f64", _log1p_body), "tanh": ("sg_tanh_f64", _tanh_body)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The out-of-line library of the same functions (``_own_library_text``): for kernels whose
+# loops would inline many of them (codegen.kernel.OUTLINE_MATH_CALLS). Inlined and widened in
+# every loop, each call is 40-70 scalar instructions that LLVM's -O3 pipeline optimises,
+# vectorises and schedules again per call site (straight-line code of 250 statements: 370
+# calls, 13 s of LLVM); out of line, a call site is one vector call that the loop vectoriser
+# substitutes from the ``_ZGV`` variants below, and the library is compiled once per process
+# and function (and kept in jit's disk cache).
+
+def _own_name(op: str, math: "CPUMath") -> str:
+    return f"symgrad_{op}_own" + ("_fma" if math.fma else "")
+
+
+def _own_lanes(module: ir.Module, name: str, lanes: int, scalar: ir.Function) -> ir.Function:
+    """``<lanes x double> name(<lanes x double>)``: ``scalar`` (inlined) on each lane. The
+    lanes go through memory to a loop (``_own_lane_loop``) the vectoriser is told to widen by
+    exactly ``lanes``: one vector iteration, no remainder, the same widened code a kernel's
+    loop gets from inlining. Two lanes are done one by one: LLVM declines the forced
+    two-wide loop (and says so on stderr)."""
+    d = ir.DoubleType()
+    vt = ir.VectorType(d, lanes)
+    fn = ir.Function(module, ir.FunctionType(vt, [vt]), name)
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    if lanes <= 2:
+        out = fn.args[0]
+        for k in range(lanes):
+            lane = ir.Constant(ir.IntType(32), k)
+            out = b.insert_element(out, b.call(scalar, [b.extract_element(fn.args[0], lane)]), lane)
+        b.ret(out)
+        return fn
+    src = b.alloca(vt, name="in")
+    dst = b.alloca(vt, name="out")
+    b.store(fn.args[0], src)
+    b.call(_own_lane_loop(module, name + ".lanes", lanes, scalar), [src, dst])
+    b.ret(b.load(dst))
+    return fn
+
+
+def _own_lane_loop(module: ir.Module, name: str, lanes: int, scalar: ir.Function) -> ir.Function:
+    """``name(src, dst)``: dst[i] = scalar(src[i]) for i < lanes. Out of line (noinline)
+    because inlined into its caller, SROA would turn the lane buffers into one vector value
+    carried around the loop, which the vectoriser cannot widen."""
+    d, i64 = ir.DoubleType(), ir.IntType(64)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR_T, PTR_T]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("nounwind")
+    for a in fn.args:
+        a.add_attribute("noalias")
+    src, dst = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    head, done = fn.append_basic_block("lane"), fn.append_basic_block("lane.done")
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(i64, name="i")
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    xi = b.load(b.gep(src, [i], inbounds=True, source_etype=d), typ=d)
+    b.store(b.call(scalar, [xi]), b.gep(dst, [i], inbounds=True, source_etype=d))
+    nxt = b.add(i, ir.Constant(i64, 1))
+    i.add_incoming(nxt, head)
+    b.cbranch(b.icmp_unsigned("<", nxt, ir.Constant(i64, lanes)), head, done)   # see _own_loops
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+PTR_T = ir.PointerType()
+
+
+def _own_library_module(op: str, math: "CPUMath") -> tuple[ir.Module, dict[str, str]]:
+    """The library of our own ``op``, scalar and SIMD versions, and {public symbol: its sg_
+    name in the module} (``CPUMath.own_library`` finishes, compiles and binds it)."""
+    name, body = OWN_F64[op]
+    module = ir.Module(name=f"symgrad_{op}_own")
+    module.math_calls = set()
+    inline = _define(module, name, lambda b, x: body(b, x, math))
+    public_scalar = _own_name(op, math)
+    d = ir.DoubleType()
+    scalar = ir.Function(module, ir.FunctionType(d, [d]), "sg_" + public_scalar)
+    scalar.attributes.add("nounwind")
+    b = ir.IRBuilder(scalar.append_basic_block("entry"))
+    b.ret(b.call(inline, [scalar.args[0]]))
+    public = {public_scalar: scalar.name}
+    for vname, lanes in math.variants(op + "_own", "float64", 1):
+        public[vname] = _own_lanes(module, "sg_" + vname, lanes, inline).name
+    return module, public
+
+
+_LANE_BRANCH = re.compile(r'^(define [^\n]*@"sg__ZGV[a-z]N(\d+)v_[^\n]*\.lanes"\([^\n]*\n(?:.*\n)*?'
+                          r'  br i1 [^\n]*label %"lane", label %"lane.done")$', re.M)
+
+
+def _own_loops(text: str) -> str:
+    """Tell the vectoriser to widen each lane loop by its lane count. llvmlite cannot write
+    the self-referencing ``distinct`` node LLVM requires of a loop ID, hence the text edit."""
+    nodes = []
+
+    def tag(m):
+        k = 9000 + 3 * len(nodes)
+        nodes.append(f'!{k} = distinct !{{!{k}, !{k + 1}, !{k + 2}}}\n'
+                     f'!{k + 1} = !{{!"llvm.loop.vectorize.enable", i1 true}}\n'
+                     f'!{k + 2} = !{{!"llvm.loop.vectorize.width", i32 {m.group(2)}}}\n')
+        return m.group(1) + f", !llvm.loop !{k}"
+    return _LANE_BRANCH.sub(tag, text) + "".join(nodes)

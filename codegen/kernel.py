@@ -36,7 +36,7 @@ from . import matmul_kernel
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
-from .mathlib import MathTarget
+from .mathlib import OWN_F64, MathTarget
 from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, const_key,
                         identity, reduction_order)
 from .schedule import LEAF_INLINE, Schedule, Stage
@@ -44,6 +44,47 @@ from .views import View, merge_axes
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
+
+# A stage of at most this many iterations is compiled without optimisation (LLVM's optnone:
+# no IR passes, fast instruction selection): the -O3 pipeline with the vectorisers costs every
+# stage 10-40 ms of compile time however few iterations it has (ADBench GMM's gradient at
+# d = 2: 16 of its 33 stages have <= 15), while unoptimised code is slower by ~0.1 us per
+# iteration of a transcendental-heavy body (measured: +7.6 us a call at 64 iterations, none
+# at 4), so the bound stays where that loss is at most ~2 us a call.
+LIGHT_MAX_ITERATIONS = 16
+# Beside a much larger stage, a small one is light too: unoptimised, a loop runs ~10x slower,
+# so a stage of at most 1/LIGHT_SHARE of the largest one's iterations costs at most ~0.5% of
+# the largest one's time (ADBench GMM: its (K,) and (K, d) stages beside the (K, n, d) ones),
+# up to LIGHT_CAP iterations.
+LIGHT_SHARE = 2048
+LIGHT_CAP = 4096
+
+
+def light_bound(schedule: Schedule) -> int:
+    """The most iterations a stage of ``schedule`` may have to be compiled light."""
+    biggest = max((st.size for st in schedule.stages), default=0)
+    return max(LIGHT_MAX_ITERATIONS, min(LIGHT_CAP, biggest // LIGHT_SHARE))
+
+
+
+
+# A stage whose loop calls more of our own float64 functions (codegen.f64math: exp, sin, tanh,
+# ...) than this calls them out of line (CPUMath.outlined: one vector call a site, the library
+# compiled once per process) instead of inlining and widening each call site: inlined, every
+# call is 40-70 instructions that LLVM optimises, vectorises and allocates registers for
+# again, which made LLVM's time per statement of straight-line code grow with the number of
+# calls (13 s for 250 statements with 370 calls). Below the bound inlining keeps the kernels
+# that matter for speed (W1: 6 calls) free of call overhead.
+OUTLINE_MATH_CALLS = 8
+
+
+def _own_math_calls(st: Stage) -> int:
+    return sum(1 for n in st.ssa if n.op in OWN_F64 and n.dtype == "float64")
+
+
+def _compile_light(fn: ir.Function):
+    fn.attributes.add("noinline")   # LLVM requires it beside optnone
+    fn.attributes.add("optnone")
 
 class StageInfo(NamedTuple):
     """What the run time needs to know of one stage's machine code (``KernelModule.stage_info``)."""
@@ -98,6 +139,9 @@ class KernelModule:
         else:
             self.module, self.params = parent.module, parent.params
         self.stage_info: list[StageInfo] = []   # per stage
+        # stages up to this size compile light; none in a loop region's body, whose stages
+        # run once per iteration (ADBench LSTM: 14-element stages, 1023 steps)
+        self.light = light_bound(schedule) if parent is None else -1
         wrappers = []
         for st in schedule.stages:
             wrappers.append(st.region.emit(self, st) if st.region is not None else self._stage(st))
@@ -196,6 +240,8 @@ class KernelModule:
         body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}.body")
         body.linkage = "internal"
         body.attributes.add("nounwind")
+        if st.size <= self.light and not blocked:
+            _compile_light(body)
         for a in body.args[:len(bufs) + 1]:
             a.add_attribute("noalias")
         argmap = {buf: body.args[i] for i, buf in enumerate(bufs)}
@@ -213,6 +259,12 @@ class KernelModule:
         elif d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
                                     for sk in st.sinks):
             self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
+        elif _own_math_calls(st) > OUTLINE_MATH_CALLS and hasattr(self.math, "outlined"):
+            inline, self.math = self.math, self.math.outlined()
+            try:
+                self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)
+            finally:
+                self.math = inline
         else:
             self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)
         b.ret_void()
@@ -345,6 +397,8 @@ class KernelModule:
         init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
                            f"{self.prefix}init{st.index}")
         init.attributes.add("nounwind")
+        if st.size <= self.light:
+            _compile_light(init)
         ptrs, iparams = init.args
         ptrs.name, iparams.name = "ptrs", "params"
         bi = ir.IRBuilder(init.append_basic_block("entry"))

@@ -26,7 +26,8 @@ import re
 from llvmlite import ir
 
 from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
-    OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved)
+    OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved, _own_library_module,
+    _own_loops, _own_name)
 
 # op name -> C math function name (double version; the float one appends "f"). The one list of
 # math functions: the CPU binds the C library's functions the IR declares (CPUMath.bind), the
@@ -118,6 +119,7 @@ class CPUMath(MathTarget):
         self.bound: set[str] = set()   # symbols already given to LLVM (CPUMath.bind)
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
+        self._own_loaded: set[tuple] = set()       # (op, fma) of the out-of-line libraries
         self.libm = _load_library("libm.so.6", "m")
         try:
             self.libmvec = _load_library("libmvec.so.1", "mvec", mode=ctypes.RTLD_GLOBAL)
@@ -157,6 +159,26 @@ class CPUMath(MathTarget):
             self.bound.add(name)   # resolved: CPUMath.bind leaves it alone
         self._far_loaded.add(self.fma)
 
+    def own_library(self, op: str) -> str:
+        """The public scalar symbol of our own float64 ``op`` out of line (its SIMD versions
+        are the ``_ZGV`` names :meth:`variants` gives), compiled or fetched from jit's cache
+        once per process, function and reduction, and bound for the kernels."""
+        import llvmlite.binding as llvm
+
+        from . import jit
+        if (op, self.fma) not in self._own_loaded:
+            module, public = _own_library_module(op, self)
+            text = _own_loops(finish_cpu_module(str(module), module.math_calls, self))
+            _, addresses = jit.load(text, sorted(public.values()))
+            for name, local in public.items():
+                llvm.add_symbol(name, addresses[local])
+                self.bound.add(name)
+            self._own_loaded.add((op, self.fma))
+        return _own_name(op, self)
+
+    def outlined(self) -> "OutlinedMath":
+        return OutlinedMath(self)
+
     def scalar_address(self, sym: str) -> int:
         cname = sym[len(PRIVATE_PREFIX):]
         fn = getattr(self.libm, cname, None)
@@ -187,6 +209,9 @@ class CPUMath(MathTarget):
         if "_far" in cname:             # our own SIMD versions (see _far_helper)
             scalar = _far_name(cname[:cname.index("_far")], self)
             return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]
+        if cname.endswith("_own"):      # the out-of-line library (see own_library)
+            scalar = _own_name(cname[:-len("_own")], self)
+            return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]
         if self.libmvec is None or self.precise:
             return []
         out = []
@@ -197,6 +222,31 @@ class CPUMath(MathTarget):
             if hasattr(self.libmvec, name):
                 out.append((name, lanes))
         return out
+
+
+class OutlinedMath:
+    """The CPU's math, with our own float64 functions called out of line (from
+    ``CPUMath.own_library``) instead of inlined: for the loops of a kernel that would inline
+    many (codegen.kernel.OUTLINE_MATH_CALLS). Everything else is the CPUMath's."""
+
+    def __init__(self, base: CPUMath):
+        self.base = base
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def call(self, builder, op, dtype, args):
+        if dtype != "float64" or op not in OWN_F64 or self.base.precise:
+            return self.base.call(builder, op, dtype, args)
+        sym = self.base.own_library(op)
+        module = builder.module
+        d = ir.DoubleType()
+        fn = module.globals.get(sym) or ir.Function(module, ir.FunctionType(d, [d]), sym)
+        call = builder.call(fn, args, name=op)
+        notes = getattr(module, "math_calls", None)
+        if notes is not None:
+            notes.add((op + "_own", dtype, 1, sym))
+        return call
 
 
 def finish_cpu_module(text: str, calls, math: CPUMath) -> str:

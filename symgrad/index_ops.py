@@ -10,7 +10,7 @@ import numpy as np
 
 from . import spelling as sp
 from .ir import NEWAXIS, NewAxis, Node, OpDef, Slice, make, register
-from .op_base import (_promote, _same_dtype, array_const, broadcast_shapes, cast, lift,
+from .op_base import (_promote, _same_dtype, array_const, broadcast_shapes, cast, full, lift,
                       normalize_axes, zeros_like)
 from .shape_ops import reshape, unbroadcast
 
@@ -266,7 +266,122 @@ def concatenate(xs, axis=0) -> Node:
     if xs[0].ndim == 0:
         raise ValueError("zero-dimensional arrays cannot be concatenated")
     axis = normalize_axes(axis, xs[0].ndim)[0]
-    return xs[0] if len(xs) == 1 else make("concatenate", tuple(xs), (axis,))
+    if len(xs) == 1:
+        return xs[0]
+    return _static_gather(make("concatenate", tuple(xs), (axis,)))
+
+
+# An array assembled by a static loop from many small pieces of one array, such as ADBench
+# GMM's triangle ``np.stack([np.concatenate([np.zeros((k, i + 1)), icf[:, a:b]], axis=1) for i
+# in range(d)], axis=2)``, is one gather from that array (zeros from a padding element) with a
+# constant index table: one loop in the back ends, and one scatter-add in its gradient,
+# instead of a loop per piece and a slice per piece in the gradient (2d + 2 stages for the
+# GMM triangle, each with LLVM's per-loop compile time). Applied from GATHER_MIN_PIECES
+# pieces up, while the table stays small.
+GATHER_MIN_PIECES = 8
+GATHER_MAX_TABLE = 1 << 16
+# The walk looks at most this many joins and pieces: a join built step by step in a loop
+# (acc = np.concatenate([acc, piece])) that never qualifies is walked again at every step, and
+# the bound keeps that linear in the steps.
+GATHER_MAX_NODES = 1024
+
+
+def _is_zeros(n: Node) -> bool:
+    """np.zeros traced (``full``) or evaluated while tracing (an ``array`` constant)."""
+    if n.op == "full":
+        return n.attrs[0] == 0
+    return n.op == "array" and not np.any(n.attrs[0].value)
+
+
+def _pieces(x: Node):
+    """(the one array the pieces of ``x`` read, the number of pieces (a piece used twice counts
+    twice), the joins and pieces in an order that puts every input before its user) when ``x``
+    is made only of basic-index pieces of one array, zeros and joins of those; else None. No
+    arrays are built here."""
+    base, count, order, seen = None, 0, [], set()
+    stack = [(x, False)]
+    while stack:                          # iterative: the joins may nest deeply
+        n, ready = stack.pop()
+        if ready:
+            order.append(n)
+            continue
+        if n in seen:
+            count += n.op not in ("concatenate", "stack")
+            continue
+        seen.add(n)
+        if len(seen) > GATHER_MAX_NODES:
+            return None
+        if n.op in ("concatenate", "stack"):
+            stack.append((n, True))
+            stack.extend((p, False) for p in n.inputs)
+            continue
+        if n.op == "getitem" and n.inputs[0].ndim and not any(
+                isinstance(it, NewAxis) for it in n.attrs[0]):
+            if base is None:
+                base = n.inputs[0]
+            if n.inputs[0] is not base:
+                return None
+        elif not _is_zeros(n):
+            return None
+        count += 1
+        order.append(n)
+    return (base, count, order) if base is not None else None
+
+
+def _piece_map(order: list, base: Node) -> np.ndarray:
+    """For each element of the last node of ``order``, 1 + its flat position in ``base``, or
+    0 where it is a zero."""
+    positions = np.arange(1, base.size + 1, dtype=np.int64).reshape(base.shape)
+    maps: dict = {}
+    for n in order:
+        if n.op == "concatenate":
+            maps[n] = np.concatenate([maps[p] for p in n.inputs], axis=n.attrs[0])
+        elif n.op == "stack":
+            maps[n] = np.stack([maps[p] for p in n.inputs], axis=n.attrs[0])
+        elif n.op in ("full", "array"):
+            maps[n] = np.zeros(n.shape, dtype=np.int64)
+        else:
+            maps[n] = positions[_numpy_index(n.attrs[0])]
+    return maps[order[-1]]
+
+
+def _rows_table(table: np.ndarray, base: Node):
+    """``table`` as one row's table when every element of output row r comes from row r of
+    ``base`` at the same place (the GMM's components): the gather then runs along axis 1 of
+    ``base`` with rows as they are, and the table is one row's. None otherwise."""
+    k = base.shape[0]
+    if base.ndim < 2 or table.ndim < 2 or table.shape[0] != k:
+        return None
+    row = base.size // k
+    first = table[0]
+    if np.any(first > row):
+        return None
+    shifted = np.where(first > 0, first[None] + row * np.arange(k).reshape((k,) + (1,) * first.ndim), 0)
+    return first if np.array_equal(shifted, table) else None
+
+
+def _static_gather(joined: Node) -> Node:
+    """``joined`` (a concatenate or stack) as one gather when it qualifies (see above)."""
+    found = _pieces(joined)
+    if found is None:
+        return joined
+    src, count, order = found
+    dtype = joined.dtype
+    rows = src.shape[0] if src.ndim >= 2 else 1
+    if (count < GATHER_MIN_PIECES or src.dtype != dtype or src.size > GATHER_MAX_TABLE * rows
+            or joined.size > GATHER_MAX_TABLE * rows):
+        return joined
+    table = _piece_map(order, src)
+    row_table = _rows_table(table, src)
+    if row_table is not None and row_table.size <= GATHER_MAX_TABLE:
+        k = src.shape[0]
+        flat = reshape(src, (k, src.size // k))
+        padded = make("concatenate", (full((k, 1), 0, dtype), flat), (1,))
+        return reshape(take(padded, row_table.reshape(-1), axis=1), joined.shape)
+    if table.size > GATHER_MAX_TABLE:
+        return joined
+    padded = make("concatenate", (full((1,), 0, dtype), reshape(src, (src.size,))), (0,))
+    return reshape(take(padded, table.reshape(-1), axis=0), joined.shape)
 
 
 def _rows_of(xs):
@@ -288,7 +403,7 @@ def stack(xs, axis=0) -> Node:
     base = _rows_of(xs) if axis == 0 else None
     if base is not None:   # the rows of one array, in order (a loop's stacked output)
         return base
-    return make("stack", tuple(xs), (axis,))
+    return _static_gather(make("stack", tuple(xs), (axis,)))
 
 
 # Gather/scatter with an integer index array (a constant, or traced integer data such as

@@ -9,6 +9,7 @@ import pytest
 
 import symgrad as sg
 from symgrad.codegen import llvm as cpu
+from symgrad.codegen.kernel import LIGHT_MAX_ITERATIONS
 from symgrad.codegen.mathlib import OWN_F64
 
 
@@ -214,12 +215,17 @@ def test_concurrent_calls_from_threads():
         np.testing.assert_allclose(a, b, rtol=1e-14)
 
 
+# above the size that compiles unoptimised (codegen.kernel.LIGHT_MAX_ITERATIONS), whose loops
+# are not vectorised
+N_WIDE = 2 * LIGHT_MAX_ITERATIONS + 7
+
+
 def test_llvm_ir_asm_and_simd_math():
     g = sg.grad(w1, wrt=(0, 1))
-    x = np.linspace(0, 1, 8)
+    x = np.linspace(0, 1, N_WIDE)
     text = g.llvm_ir(x, x)
     assert "define void @\"sg_run\"" in text and "symgrad_sin" in text and "sg_exp_f64" in text
-    assert "1000" not in text and ", 8" not in text.split("declare")[0].replace("i8", "")
+    assert "1000" not in text and f", {N_WIDE}" not in text.split("declare")[0]
     opt = g.llvm_ir(x, x, optimized=True)
     # The vector width is the host's (2 lanes with SSE, 4 with AVX2, 8 with AVX-512): never
     # assume one, only that the loop was widened.
@@ -236,7 +242,7 @@ def test_llvm_ir_asm_and_simd_math():
 
 def test_float32_vectorises_too():
     g = sg.grad(lambda x: np.sum(np.exp(x) * np.sin(x)))
-    opt = g.llvm_ir(np.ones(4, np.float32), optimized=True)
+    opt = g.llvm_ir(np.ones(N_WIDE, np.float32), optimized=True)
     assert "_expf(<" in opt and "_sinf(<" in opt
 
 

@@ -1,0 +1,350 @@
+"""Where the time to the first gradient goes, per compile stage (issue 13).
+
+Each measurement runs in a fresh process: the decorator, then the first ``f.grad(*args)``,
+with the stages timed by wrapping the functions that implement them:
+
+  trace         symgrad.frontend.trace (the function's AST run on symbolic values)
+  differentiate symgrad.autodiff.grad_graph (reverse mode on the traced graph)
+  simplify      symgrad.simplify.simplify (both graphs: the trace's and the gradient's)
+  schedule      codegen.schedule.Schedule (stages, fusion, buffers)
+  lower         codegen.kernel.KernelModule + jit.finish_text (the LLVM IR text)
+  llvm opt      codegen.jit.optimize (parse, verify, the -O pass pipeline)
+  llvm codegen  TargetMachine.emit_object (machine code)
+  load          what else codegen.jit.load takes: the disk-cache read on a hit, linking
+                the object into the engine
+  other         the first call's CPU time minus the stages above (argument binding,
+                Native's tables, the call itself)
+
+"cold" runs with ``SYMGRAD_NO_CACHE=1``; "disk" runs with a private cache directory that a
+previous process filled (the disk-cache hit path in a fresh process). Medians of ``--runs``
+processes per case; the import of symgrad is not counted (its own row).
+
+    python benchmarks/compile_profile.py [--cases gmm2,gmm10,w1,line1000] [--runs 3]
+    python benchmarks/compile_profile.py --cprofile gmm20     # top functions of one case
+
+Cases: gmm2, gmm10, gmm20, gmm64 (ADBench GMM, K = 5/25/50/200, n = 1000, written as
+ADBench's definition reads), w1, w2, w3 (benchmarks/workloads.py), lstm (ADBench LSTM, l = 2,
+c = 1024), line1000, line2000, line4000 (straight-line code of that many statements).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STAGES = ["trace", "differentiate", "simplify", "schedule", "lower", "llvm opt", "llvm codegen",
+          "load"]
+GMM_DIMS = {2: (5, 1000), 10: (25, 1000), 20: (50, 1000), 64: (200, 1000)}
+
+
+# ---------------------------------------------------------------------------------------------
+# ADBench GMM, as its definition reads: the triangle from static slices stacked column by
+# column, Q_k (x_i - mu_k) as a batched matmul, logsumexp with a max.
+
+def _make_l(icf, d):
+    k = icf.shape[0]
+    cols = []
+    start = d
+    for i in range(d):
+        count = d - i - 1
+        cols.append(np.concatenate([np.zeros((k, i + 1)), icf[:, start:start + count]], axis=1))
+        start += count
+    return np.stack(cols, axis=2)                                  # (K, d, d)
+
+
+def _logsumexp_vec(a):
+    mx = np.max(a, axis=0)
+    return np.log(np.sum(np.exp(a - mx[None, :]), axis=0)) + mx
+
+
+def _logsumexp(a):
+    mx = np.max(a)
+    return np.log(np.sum(np.exp(a - mx))) + mx
+
+
+def gmm_adbench(alphas, means, icf, x):
+    n, d = x.shape
+    k = alphas.shape[0]
+    qdiags = np.exp(icf[:, :d])
+    sum_qs = np.sum(icf[:, :d], axis=1)
+    ls = _make_l(icf, d)
+    xcentered = x[None, :, :] - means[:, None, :]                  # (K, n, d)
+    lxcentered = qdiags[:, None, :] * xcentered + xcentered @ np.transpose(ls, (0, 2, 1))
+    sqsum = np.sum(lxcentered * lxcentered, axis=2)                # (K, n)
+    inner = (alphas + sum_qs)[:, None] - 0.5 * sqsum
+    slse = np.sum(_logsumexp_vec(inner))
+    constant = -n * d * 0.5 * math.log(2 * math.pi)
+    gamma, m = 1.0, 0
+    prior = np.sum(0.5 * gamma * gamma * (np.sum(qdiags * qdiags, axis=1)
+                                          + np.sum(icf[:, d:] * icf[:, d:], axis=1)) - m * sum_qs)
+    return constant + slse - n * _logsumexp(alphas) + prior
+
+
+def gmm_args(d):
+    k, n = GMM_DIMS[d]
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal(k), rng.uniform(0, 1, (k, d)),
+            rng.uniform(0, 1, (k, d + d * (d - 1) // 2)) * 0.1, rng.standard_normal((n, d)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Straight-line code: n statements, each reading the previous value and one earlier value
+# (a fixed pseudo-random choice), elementwise on a length-1000 vector.
+
+def straight_line_source(n: int) -> str:
+    lines = ["import numpy as np", "", "", "def line(x):", "    v0 = x"]
+    state = 12345
+    for i in range(1, n + 1):
+        state = (state * 1103515245 + 12345) % 2 ** 31
+        j = state % i
+        op = ("np.sin({a}) * 0.9 + {b} * 0.1", "{a} * {b} * 0.5 + 0.25",
+              "np.tanh({a}) - {b} * 0.3", "{a} + np.exp(-{b} * {b}) * 0.2")[i % 4]
+        lines.append(f"    v{i} = " + op.format(a=f"v{i - 1}", b=f"v{j}"))
+    lines.append(f"    return np.sum(v{n})")
+    return "\n".join(lines) + "\n"
+
+
+def straight_line_function(n: int):
+    import importlib.util
+    path = os.path.join(tempfile.mkdtemp(prefix="sg_line"), f"line{n}.py")
+    with open(path, "w") as f:
+        f.write(straight_line_source(n))
+    spec = importlib.util.spec_from_file_location(f"line{n}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.line
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases: (function, wrt, arguments), built in the measuring process.
+
+def case(name: str):
+    sys.path.insert(0, HERE)
+    import workloads as W
+    rng = np.random.default_rng(0)
+    if name.startswith("gmm"):
+        d = int(name[3:])
+        return gmm_adbench, (0, 1, 2), gmm_args(d)
+    if name == "w1":
+        x = rng.uniform(-1, 1, 1000)
+        return W.w1, (0, 1), (x, x)
+    if name == "w2":
+        return W.w2_symgrad, 0, (rng.uniform(-1, 1, 1000), np.full(1000, 1e-3))
+    if name == "w3":
+        return W.w3, 0, (rng.uniform(-1, 1, 1000),)
+    if name == "lstm":
+        import adbench_lstm as L
+        return L.objective, (0, 1), L.make_inputs(2, 1024)
+    if name.startswith("line"):
+        return straight_line_function(int(name[4:])), 0, (rng.uniform(-1, 1, 1000),)
+    raise SystemExit(f"unknown case {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Instrumentation (in the measuring process)
+
+class Clock:
+    """CPU time of this thread per stage (LLVM runs in the calling thread; on a shared machine
+    CPU time is far steadier than wall time); a stage called inside another is charged to the
+    inner one only."""
+
+    def __init__(self):
+        self.total = dict.fromkeys(STAGES, 0.0)
+        self.stack: list = []
+
+    def wrap(self, stage, fn):
+        def timed(*args, **kwargs):
+            t0 = time.thread_time()
+            self.stack.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inner = self.stack.pop()
+                spent = time.thread_time() - t0
+                self.total[stage] += spent - inner
+                if self.stack:
+                    self.stack[-1] += spent
+        timed.__wrapped__ = fn
+        return timed
+
+
+def instrument(clock: Clock):
+    import symgrad.api as api
+    from symgrad.codegen import jit, llvm
+    api.trace = clock.wrap("trace", api.trace)
+    api.grad_graph = clock.wrap("differentiate", api.grad_graph)
+    api.simplify = clock.wrap("simplify", api.simplify)
+    llvm.Schedule = clock.wrap("schedule", llvm.Schedule)
+    llvm.KernelModule = clock.wrap("lower", llvm.KernelModule)
+    jit.finish_text = clock.wrap("lower", jit.finish_text)
+    jit.optimize = clock.wrap("llvm opt", jit.optimize)
+    jit.load = clock.wrap("load", jit.load)
+    st = jit.target()
+    st["tm"] = _TimedMachine(st["tm"], clock)
+
+
+class _TimedMachine:
+    """The target machine with emit_object timed (llvmlite's object has fixed slots)."""
+
+    def __init__(self, tm, clock):
+        self._tm = tm
+        self.emit_object = clock.wrap("llvm codegen", tm.emit_object)
+
+    def __getattr__(self, name):
+        return getattr(self._tm, name)
+
+
+def measure_one(name: str) -> dict:
+    t0 = time.perf_counter()
+    import symgrad as sg
+    import symgrad.codegen.llvm  # noqa: F401  (the back end's import, counted with symgrad's)
+    t_import = time.perf_counter() - t0
+    clock = Clock()
+    instrument(clock)
+    fn, wrt, args = case(name)
+    t0, c0 = time.perf_counter(), time.thread_time()
+    f = sg.differentiate(fn, wrt=wrt)
+    f.grad(*args)
+    first, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    out = dict(clock.total)
+    out["other"] = cpu - sum(clock.total.values())
+    out["first gradient cpu"] = cpu
+    out["first gradient"] = first
+    out["import"] = t_import
+    # kernel time of the compiled gradient, so that an optimisation-level change is visible
+    f.grad(*args)
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        f.grad(*args)
+        times.append(time.perf_counter() - t)
+    out["gradient call"] = float(np.median(times))
+    return out
+
+
+def run_child(name: str, env: dict, tree: str) -> dict:
+    """``measure_one(name)`` in a fresh process importing symgrad from ``tree``."""
+    cmd = [sys.executable, __file__, "--one", name]
+    env = dict(env, PYTHONPATH=tree)
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if run.returncode != 0:
+        raise RuntimeError(f"{name}: {run.stderr.strip()[-2000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _median(rows: list) -> dict:
+    return {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
+
+
+def profile(names, runs: int, disk: bool, trees: dict) -> dict:
+    """{(case, mode, tree label): medians}; the trees' runs alternate process by process, so
+    that a change of load touches every tree alike."""
+    results = {}
+    env = {k: v for k, v in os.environ.items() if k != "SYMGRAD_NO_CACHE"}
+    for name in names:
+        with tempfile.TemporaryDirectory() as cache:
+            env["SYMGRAD_CACHE_DIR"] = cache
+            caches = {label: os.path.join(cache, str(i)) for i, label in enumerate(trees)}
+            modes = [("cold", dict(env, SYMGRAD_NO_CACHE="1"))] + ([("disk", env)] if disk else [])
+            for mode, menv in modes:
+                rows: dict = {label: [] for label in trees}
+                for label, tree in trees.items():
+                    if mode == "disk":     # fill this tree's cache first
+                        run_child(name, dict(menv, SYMGRAD_CACHE_DIR=caches[label]), tree)
+                for _ in range(runs):
+                    for label, tree in trees.items():
+                        rows[label].append(run_child(
+                            name, dict(menv, SYMGRAD_CACHE_DIR=caches[label]), tree))
+                for label in trees:
+                    results[name, mode, label] = r = _median(rows[label])
+                    print(f"  {_fmt_row(name, mode, label, r)}", file=sys.stderr, flush=True)
+    return results
+
+
+COLUMNS = STAGES + ["other", "first gradient cpu", "first gradient", "import", "gradient call"]
+
+
+def _fmt(x: float) -> str:
+    return f"{x * 1e3:.0f}" if x >= 0.0995 else f"{x * 1e3:.1f}" if x >= 0.001 else f"{x * 1e3:.2f}"
+
+
+def _fmt_row(name, mode, label, r) -> str:
+    return " | ".join([name, mode, label] + [_fmt(r[c]) for c in COLUMNS])
+
+
+def markdown(results: dict) -> str:
+    head = ["case", "cache", "tree"] + COLUMNS
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (name, mode, label), r in results.items():
+        lines.append("| " + _fmt_row(name, mode, label, r) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
+
+
+def cprofile(name: str, top: int):
+    import cProfile
+    import pstats
+    os.environ["SYMGRAD_NO_CACHE"] = "1"
+    import symgrad as sg
+    import symgrad.codegen.llvm  # noqa: F401
+    fn, wrt, args = case(name)
+    f = sg.differentiate(fn, wrt=wrt)
+    prof = cProfile.Profile()
+    prof.enable()
+    f.grad(*args)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="gmm2,gmm10,gmm20,gmm64,w1,w2,w3,lstm,line1000,line2000,line4000")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--no-disk", action="store_true", help="skip the disk-cache rows")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--cprofile", metavar="CASE")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--tree", action="append", metavar="LABEL=DIR",
+                    help="a checkout to measure (symgrad imported from DIR; repeatable, runs "
+                         "alternate); default: this one")
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure_one(args.one)))
+        return
+    if args.cprofile:
+        cprofile(args.cprofile, args.top)
+        return
+    trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": ROOT}
+    print(f"Machine: {machine()}; medians of {args.runs} fresh processes; times in ms "
+          "(stages: CPU time of the compiling thread)")
+    names = [s for s in args.cases.split(",") if s]
+    results = profile(names, args.runs, not args.no_disk, trees)
+    print(markdown(results))
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({" ".join(k): r for k, r in results.items()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

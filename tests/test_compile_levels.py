@@ -1,0 +1,174 @@
+"""How much LLVM optimises a kernel depends on its size (codegen.kernel.LIGHT_MAX_ITERATIONS):
+stages of a few iterations are compiled without optimisation (optnone), the rest with the
+full pipeline. Both must compute the same values as the NumPy reference back end."""
+import re
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad.codegen import kernel
+from symgrad.codegen.kernel import LIGHT_MAX_ITERATIONS
+from symgrad.codegen.mathlib import OWN_F64
+
+
+def mixed(a, x):
+    # small stages (over a's few elements) beside large ones (over x): reductions, a max,
+    # transcendental functions, a broadcast between the two sizes
+    s = np.exp(a) * np.sin(a) + np.log1p(a * a)
+    m = np.max(s)
+    z = np.tanh(x[:, None] * s[None, :] - m)
+    return np.sum(z * z) + np.sum(np.cos(s)) * np.sum(np.exp(-x * x))
+
+
+def light_functions(ir_text: str) -> set[str]:
+    return set(re.findall(r'define [^\n]*@"(sg_\w+(?:\.body)?)"\([^\n]*optnone', ir_text))
+
+
+@pytest.mark.parametrize("n_small", [3, LIGHT_MAX_ITERATIONS])
+def test_light_and_full_stages_agree_with_python(n_small):
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0.1, 1.0, n_small)
+    x = rng.uniform(-1.0, 1.0, 4 * LIGHT_MAX_ITERATIONS + 5)
+    cpu = sg.differentiate(mixed, wrt=(0, 1))
+    ref = sg.differentiate(mixed, wrt=(0, 1), target="python")
+    assert cpu(a, x) == pytest.approx(ref(a, x), rel=1e-12)
+    for got, want in zip(cpu.grad(a, x), ref.grad(a, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-14)
+    light = light_functions(cpu.grad.llvm_ir(a, x))
+    assert light, "the stages over a's elements are compiled light"
+    assert any(f.endswith(".body") for f in light)
+
+
+def test_large_stages_keep_the_full_pipeline():
+    x = np.linspace(-1.0, 1.0, LIGHT_MAX_ITERATIONS + 1)
+    f = sg.grad(lambda x: np.sum(np.tanh(x) * x))
+    assert light_functions(f.llvm_ir(x)) == set()
+    np.testing.assert_allclose(f(x), np.tanh(x) + x * (1 - np.tanh(x) ** 2), rtol=1e-13)
+
+
+def test_scalar_program_compiles_light_and_is_right():
+    f = sg.grad(lambda x: np.sin(x) * np.exp(x) + np.log1p(x * x))
+    x = 0.7
+    want = np.cos(x) * np.exp(x) + np.sin(x) * np.exp(x) + 2 * x / (1 + x * x)
+    assert f(x) == pytest.approx(want, rel=1e-14)
+
+
+# -- our own float64 functions out of line (codegen.kernel.OUTLINE_MATH_CALLS) ------------------
+
+def _many_calls(fn):
+    """A loop with more calls of ``fn`` than the bound: its stage calls fn out of line."""
+    def many(x):
+        return (fn(x) + fn(x * 0.5) + fn(x * 0.25) + fn(x * 0.125) + fn(x * 2.0)
+                + fn(x * 3.0) + fn(x * -1.5) + fn(x * 0.75) + fn(x * 1.25) + fn(-x))
+    return many
+
+
+# wide and special arguments: far ones for sin/cos/tan (Payne-Hanek), huge ones, inf, NaN,
+# subnormals, and a length that leaves a remainder after every vector width
+SPECIAL = [0.0, -0.0, 1e-310, -5e-324, 1e-8, 0.3, -1.7, 20.0, -700.0, 705.0, 1e5, 3e7, 1e10,
+           -1e22, 1e300, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("op", sorted(OWN_F64))
+def test_outlined_math_is_the_inlined_math(op, monkeypatch):
+    fn = getattr(np, op)
+    rng = np.random.default_rng(2)
+    x = np.concatenate([SPECIAL, rng.uniform(-4, 4, 19), rng.uniform(-1e6, 1e6, 6)])
+    with np.errstate(all="ignore"):
+        outlined = sg.differentiate(_many_calls(fn))
+        text = outlined.llvm_ir(x)
+        assert f"symgrad_{op}_own" in text, "the stage calls the library"
+        got = outlined(x)
+        got_grad = outlined.grad(x)
+        monkeypatch.setattr(kernel, "OUTLINE_MATH_CALLS", 10 ** 6)
+        inlined = sg.differentiate(_many_calls(fn))
+        assert f"symgrad_{op}_own" not in inlined.llvm_ir(x)
+        want, want_grad = inlined(x), inlined.grad(x)
+        ref = sg.differentiate(_many_calls(fn), target="python")
+        want_np = ref(x)
+    for mine, theirs in ((got, want), (got_grad, want_grad)):
+        np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
+        np.testing.assert_array_equal(np.isinf(mine), np.isinf(theirs))
+        finite = np.isfinite(theirs)
+        np.testing.assert_array_max_ulp(mine[finite], theirs[finite], maxulp=1)
+    finite = np.isfinite(want_np)
+    np.testing.assert_array_equal(np.isfinite(got), finite)
+    np.testing.assert_allclose(got[finite], want_np[finite], rtol=1e-12, atol=1e-300)
+
+
+def test_few_calls_stay_inline():
+    f = sg.grad(lambda x: np.sum(np.sin(x) * np.exp(x) + np.tanh(x)))
+    x = np.linspace(-2.0, 2.0, 100)
+    assert kernel.OUTLINE_MATH_CALLS >= 4
+    assert "_own" not in f.llvm_ir(x)
+    np.testing.assert_allclose(f(x), np.cos(x) * np.exp(x) + np.sin(x) * np.exp(x)
+                               + 1 - np.tanh(x) ** 2, rtol=1e-13, atol=1e-15)
+
+
+def test_library_simd_versions_are_vectorised():
+    """The out-of-line library's 4- and 8-lane versions are widened code, not a lane loop
+    (the forced-width loop of f64math._own_lanes; a failure would cost speed, not values)."""
+    import re
+
+    from symgrad.codegen import jit
+    from symgrad.codegen.mathlib import _own_library_module, _own_loops, finish_cpu_module
+    math = jit.target()["math"]
+    wide = [lanes for _, lanes in math.isas if lanes >= 4]
+    if not wide:
+        pytest.skip("this CPU has no 256- or 512-bit vectors")
+    module, public = _own_library_module("sin", math)
+    text = _own_loops(finish_cpu_module(str(module), module.math_calls, math))
+    optimized = str(jit.optimize(text))
+    for lanes in wide:
+        body = re.search(rf'define [^\n]*@sg__ZGV\wN{lanes}v_symgrad_sin_own\w*\.lanes\(.*?\n}}\n',
+                         optimized, re.S)
+        assert body is not None, lanes
+        assert re.search(rf'fmul <{lanes} x double>', body.group(0)), lanes
+        assert "br " not in body.group(0), "one vector iteration, no loop left"
+
+
+def beside_a_big_stage(small, big):
+    s = np.exp(small) * np.sin(small) - small * small        # stages over small's elements
+    return np.sum(np.tanh(big[:, None] * s[None, :])) + np.sum(s * np.log1p(s * s))
+
+
+def test_small_stages_beside_a_big_one_compile_light():
+    from symgrad.codegen.kernel import LIGHT_CAP, LIGHT_SHARE
+    n_small = 2 * LIGHT_MAX_ITERATIONS + 3                   # above the absolute bound
+    n_big = 2 * LIGHT_SHARE            # the (big, small) stage: 2 * SHARE * n_small iterations
+    assert n_small <= LIGHT_CAP
+    rng = np.random.default_rng(4)
+    small, big = rng.uniform(0.1, 1.0, n_small), rng.uniform(-1.0, 1.0, n_big)
+    cpu = sg.differentiate(beside_a_big_stage, wrt=(0, 1))
+    ref = sg.differentiate(beside_a_big_stage, wrt=(0, 1), target="python")
+    assert cpu(small, big) == pytest.approx(ref(small, big), rel=1e-12)
+    for got, want in zip(cpu.grad(small, big), ref.grad(small, big)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+    assert light_functions(cpu.grad.llvm_ir(small, big))
+    # alone, the same small stages get the full pipeline
+    alone = sg.grad(lambda small: np.sum(np.exp(small) * np.sin(small) - small * small))
+    assert light_functions(alone.llvm_ir(small)) == set()
+
+
+def recurrence(w, xs):
+    h = np.zeros(4)
+    for t in range(xs.shape[0]):
+        h = np.tanh(w * h + xs[t]) * np.exp(-h * h)
+    return np.sum(h)
+
+
+def test_loop_bodies_keep_the_full_pipeline():
+    """A loop region's stages run once per iteration: never compiled light, however few
+    elements they have."""
+    w, xs = np.linspace(0.1, 0.4, 4), np.linspace(-1.0, 1.0, 200).reshape(50, 4)
+    cpu = sg.differentiate(recurrence, wrt=(0, 1))
+    ref = sg.differentiate(recurrence, wrt=(0, 1), target="python")
+    assert "= loop(" in cpu.grad.ir_for(w, xs)
+    assert cpu(w, xs) == pytest.approx(ref(w, xs), rel=1e-12)
+    for got, want in zip(cpu.grad(w, xs), ref.grad(w, xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+    light = light_functions(cpu.grad.llvm_ir(w, xs))
+    region = re.findall(r'define [^\n]*@"(sg_r\d+_\w+)"', cpu.grad.llvm_ir(w, xs))
+    assert region, "the loop is a region of its own functions"
+    assert not light & set(region)
