@@ -56,6 +56,7 @@ class Namer:
     def __init__(self, reserved):
         self.used = set(reserved) | set(keyword.kwlist) | {"np"} | spelling_names()
         self.temps = 0
+        self.suffix: dict[str, int] = {}   # hint -> the last suffix tried (linear, not k^2)
 
     def name(self, hint: str | None) -> str:
         if hint is not None and not hint.isidentifier():   # a hidden variable (``<trip>``)
@@ -67,10 +68,11 @@ class Namer:
                 if f"t{self.temps}" not in self.used:
                     hint = f"t{self.temps}"
                     break
-        name, k = hint, 0
+        name, k = hint, self.suffix.get(hint, 0)
         while name in self.used:
             k += 1
             name = f"{hint}_{k}"
+        self.suffix[hint] = k
         self.used.add(name)
         return name
 
