@@ -16,8 +16,8 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
-                      maybe_scalar_reasons, shared_with_arguments, zero_d_buffers)
+from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
+                      maybe_scalar_reasons, row_buffers, shared_with_arguments, zero_d_buffers)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
                           _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
 from .custom_gradient import CustomGradient, apply_rule
@@ -128,7 +128,32 @@ class Calls:
         finally:
             self.pending_arguments = None
         self.origins[node] = self.call_origin(fn, node, args, value, frame)
+        self.note_zipped_items(fn, node, args, frame)
         return value
+
+    def items_origin(self, expr, iterable, frame: Frame):
+        """Where the items of ``iterable`` (the value ``expr`` just evaluated to) live, as an
+        origin tree: the rows of an array are views of it (the items of a 1-d array are NumPy
+        scalars); the items of enumerate/zip pair up their arguments' items."""
+        recorded = self.item_origins.get(expr)
+        if recorded is not None:
+            return recorded
+        return row_buffers(iterable, self.origin_of(expr, frame))
+
+    def note_zipped_items(self, fn, node, args, frame: Frame):
+        """Record where the items of ``enumerate(...)`` / ``zip(...)`` live, item by item
+        (symgrad.aliases.ZIPPED_ITEMS): the rows of an array they pair up are views of it."""
+        try:
+            zipped = ZIPPED_ITEMS.get(fn)
+        except TypeError:   # an unhashable callable
+            return
+        if zipped is None:
+            return
+        if any(isinstance(a, ast.Starred) for a in node.args):   # which is which: unknown
+            self.item_origins[node] = self.origin_of(ast.Tuple(elts=list(node.args)), frame)
+            return
+        self.item_origins[node] = zipped([self.items_origin(a, v, frame)
+                                          for a, v in zip(node.args, args)])
 
     def call_origin(self, fn, node, args, value, frame: Frame):
         """Where a call's result may live: an inlined function's return value where it

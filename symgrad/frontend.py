@@ -21,13 +21,15 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
-                      in_place_result, is_array, kind_conflict, maybe_scalar_reasons, row_buffers)
+from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array,
+                      holds_data, in_place_result, is_array, kind_conflict, maybe_scalar_reasons,
+                      row_buffers)
 from .errors import UnsupportedSyntaxError
 from .ir import INT_DTYPES, Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
+from .row_views import RowViews
 from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
 from .arguments import bind_argument
 from .runtime import build_tree
@@ -36,7 +38,7 @@ from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
 
 
-class Tracer(Expressions, Calls, Loops, ControlFlow):
+class Tracer(Expressions, Calls, Loops, ControlFlow, RowViews):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
@@ -48,6 +50,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         self.node: ast.AST | None = None
         self.frames: list[Frame] = []          # the frames executing now, outermost first
         self.origins: dict = {}                # expression -> where its value may live
+        self.item_origins: dict = {}           # enumerate/zip call -> where its items live
         self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
         self.call_buffers = None               # ... of the last inlined call (None: not one)
         self.pending_arguments = None          # buffers of the arguments of the next call
@@ -203,12 +206,11 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                     added = frozenset((Buffer("an item repeated by a list * n"),))
                 self.note_contents(current, added, frame)
             elif is_array(current) or self.zero_d_array(target.id, current, frame):
-                self.check_writable(target.id, frame, stmt, "augmented assignment to")
+                view = self.check_write_into(target.id, frame, stmt, "augmented assignment to")
                 value = self.binop(stmt.op, current, operand, stmt)
                 self.check_kind_known(target.id, current, value, frame, stmt)
                 value = in_place_result(current, value)
-                frame.env[target.id] = value
-                self.record(frame, stmt, value, target.id)
+                self.written(target.id, value, view, frame, stmt)
             else:
                 self.assign(target, self.binop(stmt.op, current, operand, stmt), frame, stmt)
         elif isinstance(target, ast.Subscript):
@@ -235,6 +237,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         if isinstance(target, ast.Name):
             self.bind_buffers(frame, target.id, value, _flat_buffers(origin))
             frame.env[target.id] = value
+            frame.views.pop(target.id, None)
             self.record(frame, stmt, value, target.id)
         elif isinstance(target, (ast.Tuple, ast.List)):
             self.unpack(target, value, frame, stmt, origin)
@@ -300,20 +303,19 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             self.fail(target, f"item assignment into '{name}', which may be an immutable NumPy "
                       f"scalar rather than a 0-d array ({reason})",
                       f"make it an array first: {name} = np.array({name})")
-        self.check_writable(name, frame, target, "item assignment into")
+        view = self.check_write_into(name, frame, target, "item assignment into")
+        self.written(name, self.item_written(container, key, value, target), view, frame, stmt)
+
+    def item_written(self, container, key, value, node):
+        """``container`` with ``container[key] = value`` done (functionally)."""
         if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
-            updated = ops.row_update(container, key, value)   # y[i] = v with i a loop index
-            frame.env[name] = updated
-            self.record(frame, stmt, updated, name)
-            return
-        check_static_key(self, key, target)
+            return ops.row_update(container, key, value)   # y[i] = v with i a loop index
+        check_static_key(self, key, node)
         if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
             updated = container.copy()         # a constant array written with a constant:
             updated[key] = value               # NumPy's own semantics, still a constant
-        else:
-            updated = ops.setitem(_lift_constant(container), value, key)
-        frame.env[name] = updated
-        self.record(frame, stmt, updated, name)
+            return updated
+        return ops.setitem(_lift_constant(container), value, key)
 
     # -- aliasing: where an in-place write may be seen (symgrad.aliases) ---------------------
     def zero_d_array(self, name: str, value, frame: Frame) -> bool:
@@ -329,9 +331,9 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             self.fail(node, f"augmented assignment to '{name}', which may be {conflict}",
                       f"make it an array first: {name} = np.array({name}), or rebind: {name} = {name} op value")
 
-    def check_writable(self, name: str, frame: Frame, node, what: str):
+    def check_writable(self, name: str, frame: Frame, node, what: str, besides=()):
         """Refuse an in-place write to ``name`` unless its array is private to this function
-        and no other live name may share its memory."""
+        and no other live name (but those ``besides``) may share its memory."""
         hint = f"copy it first: {name} = {name}.copy()"
         current = frame.env.get(name)
         if isinstance(current, Node) and current.ndim == 0:   # a 0-d array: rebinding works too
@@ -350,7 +352,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                 construct = (f"{what} '{name}', which may share memory with {owners[0]} "
                              "(writing would change it too, and symgrad updates arrays functionally)")
             self.fail(node, construct, hint)
-        other = self.sharing_name(name, frame, buffers)
+        other = self.sharing_name(name, frame, buffers, besides)
         if other is not None:
             self.fail(node, f"{what} '{name}', which may share memory with {other} (a view or "
                       "alias of one array: NumPy would change both, symgrad's functional "
@@ -390,12 +392,12 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                 f = f.parent
         return order
 
-    def sharing_name(self, name: str, frame: Frame, buffers: frozenset):
+    def sharing_name(self, name: str, frame: Frame, buffers: frozenset, besides=()):
         if not buffers:
             return None
         for f in self.live_frames(frame):
             for other, held in f.buffers.items():
-                if (f is frame and other == name) or not held & buffers:
+                if (f is frame and (other == name or other in besides)) or not held & buffers:
                     continue
                 return f"'{other}'" if f is frame else f"'{other}' of {f.name}()"
         return None

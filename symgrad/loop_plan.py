@@ -59,15 +59,47 @@ def _body_facts(stmts):
     return list(assigned), list(appended), jumps, exits
 
 
+def written_in_place(stmts) -> set[str]:
+    """The names a loop body may write into in place: ``a[k] = v``, ``a[k] += v``, ``a += v``."""
+    names = set()
+    for node in _walk_body(stmts):
+        target = node.target if isinstance(node, ast.AugAssign) else \
+            node if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) else None
+        while isinstance(target, (ast.Subscript, ast.Attribute)):
+            target = target.value
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+    return names
+
+
 def _target_names(target) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
 class _Plan:
-    """How a loop iterates: its trip count and, per loop target, how item i is made."""
+    """How a loop iterates: its trip count and, per loop target, how item i is made; ``first``:
+    which row of the iterated arrays item 0 is (1 once a first iteration is peeled off)."""
 
-    def __init__(self, trips: int, parts: list, tupled: bool):
-        self.trips, self.parts, self.tupled = trips, parts, tupled
+    def __init__(self, trips: int, parts: list, tupled: bool, first: int = 0):
+        self.trips, self.parts, self.tupled, self.first = trips, parts, tupled, first
+
+
+def row_view_pairs(stmt) -> list[tuple[str, str]]:
+    """(loop variable, array name) for each loop variable bound to the rows of an array the
+    loop names: ``for row in A``, ``for i, row in enumerate(A)``, ``for a, b in zip(A, B)``."""
+    target, it = stmt.target, stmt.iter
+    if isinstance(it, ast.Name):
+        return [(target.id, it.id)] if isinstance(target, ast.Name) else []
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords and
+            isinstance(target, ast.Tuple)):
+        return []
+    if it.func.id == "enumerate" and len(it.args) == 1 and len(target.elts) == 2:
+        pairs = [(target.elts[1], it.args[0])]
+    elif it.func.id == "zip" and len(it.args) == len(target.elts):
+        pairs = list(zip(target.elts, it.args))
+    else:
+        return []
+    return [(t.id, a.id) for t, a in pairs if isinstance(t, ast.Name) and isinstance(a, ast.Name)]
 
 
 def _part(value):
