@@ -43,11 +43,9 @@ def _body_facts(stmts):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             assigned.setdefault(node.id)
         elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
-            base = node.value
-            while isinstance(base, (ast.Subscript, ast.Attribute)):
-                base = base.value
-            if isinstance(base, ast.Name):
-                assigned.setdefault(base.id)
+            base = _root_name(node)
+            if base is not None:
+                assigned.setdefault(base)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 isinstance(node.func.value, ast.Name):
             if node.func.attr == "append":
@@ -63,13 +61,18 @@ def written_in_place(stmts) -> set[str]:
     """The names a loop body may write into in place: ``a[k] = v``, ``a[k] += v``, ``a += v``."""
     names = set()
     for node in _walk_body(stmts):
-        target = node.target if isinstance(node, ast.AugAssign) else \
-            node if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) else None
-        while isinstance(target, (ast.Subscript, ast.Attribute)):
-            target = target.value
-        if isinstance(target, ast.Name):
-            names.add(target.id)
-    return names
+        if isinstance(node, ast.AugAssign):
+            names.add(_root_name(node.target))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            names.add(_root_name(node))
+    return names - {None}
+
+
+def _root_name(target):
+    """The variable ``a`` of ``a``, ``a[k]``, ``a.b[k]`` (None for another expression)."""
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
 
 
 def _target_names(target) -> list[str]:

@@ -7,6 +7,10 @@ time and the generated source do not grow with the trip count. Lists the body ap
 become stacked outputs (after the loop the list holds their rows). A carry keeps its dtype and
 shape: a carry whose first iteration changes it (``h = 0.0`` then ``h = np.tanh(W @ h)``) has
 that iteration peeled off; one that changes again is refused, naming it and its two shapes.
+The index, counters and Python numbers carried stand for Python numbers and promote weakly, as
+NumPy promotes them (``symgrad.op_base.weak_scope``): ``x * t`` of a float32 ``x`` stays float32.
+An array whose rows the body writes into through the loop variable (``row[j] = v``: NumPy's row
+is a view, ``symgrad.row_views``) is carried, its row i updated in iteration i.
 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
@@ -261,7 +265,8 @@ class Loops:
         it = stmt.iter   # enumerate(a) or zip(a, b, ...) of arrays and ranges (plan_of)
         zipped = ZIPPED_ITEMS[getattr(builtins, it.func.id)]
         iterated = plan.parts[1:] if it.func.id == "enumerate" else plan.parts
-        return zipped([row_buffers(p[1], self.origin_of(a, frame)) for a, p in zip(it.args, iterated)])
+        return zipped([row_buffers(p[1], self.origin_of(a, frame))
+                       for a, p in zip(it.args, iterated)])
 
     @staticmethod
     def _check_carried_memory(names, frame, child, assigned):

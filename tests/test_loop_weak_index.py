@@ -82,6 +82,18 @@ def enumerated_rows(w, xs):
     return np.sum(acc)
 
 
+def builtin_of_index(x, n):
+    for t in range(n):
+        x = x * 0.9 + np.sin(x) * abs(t - 3) * 0.01 + max(t, 2) * 1e-3
+    return np.sum(x)
+
+
+def numpy_value_of_index(x, n):
+    for t in range(n):
+        x = x * 0.9 + np.asarray(t) * 0.01 * np.sin(x)   # a NumPy int64: promotes to float64
+    return np.sum(x)
+
+
 def _vector(rng):
     return np.linspace(-1.3, 1.1, 5) + 0.1 * rng.standard_normal(5)
 
@@ -100,6 +112,7 @@ PROGRAMS = {
     "range(3, .., 3) and count += 1": (strided_range_and_counter, lambda rng, n: (_vector(rng), n)),
     "Python float carried": (python_number_carried, lambda rng, n: (_vector(rng), n)),
     "enumerate": (enumerated_rows, lambda rng, n: (_vector(rng), _rows(rng, n))),
+    "abs(t - 3), max(t, 2)": (builtin_of_index, lambda rng, n: (_vector(rng), n)),
 }
 
 
@@ -155,3 +168,16 @@ def test_float32_loop_using_its_index_is_one_loop_region(name):
         sources.append(_shape_of(f.grad.source_for(*args)))
     assert listings[0] == listings[1]
     assert sources[0] == sources[1]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_numpy_value_made_of_the_index_promotes_strongly(target):
+    """``np.asarray(t)`` is a NumPy int64, not a Python int: the loop becomes float64 as in
+    NumPy (the traced index node is returned as it is, so it is recast to drop its weak type)."""
+    x = _float32((_vector(np.random.default_rng(0)),))[0]
+    f = sg.differentiate(numpy_value_of_index, wrt=0, target=target)
+    expected = numpy_value_of_index(x, TRIPS)
+    assert np.asarray(expected).dtype == np.float64
+    value = f(x, TRIPS)
+    assert np.asarray(value).dtype == np.float64
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
