@@ -36,6 +36,8 @@ from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
 from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
+from .captures import captured_arrays
+from .spelling import ARRAY_LITERAL_LIMIT
 
 
 class Tracer(Expressions, Calls, Loops, ControlFlow, RowViews):
@@ -87,10 +89,14 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, RowViews):
         outputs = []
         tree_shape = _flatten(result, outputs, self.frame.source.loc(tree))
         has_trees = any(isinstance(t, tuple) for t in in_tree)
+        arrays = captured_arrays(self.captures, fn.__globals__, ARRAY_LITERAL_LIMIT)
+        for node, (array_name, _) in arrays.items():
+            self.names.setdefault(node, array_name)
         graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
-                      top_params=tuple(params) if has_trees else None)
+                      top_params=tuple(params) if has_trees else None,
+                      constants={node: where for node, (_, where) in arrays.items()})
         return graph
 
     def run_body(self, frame: Frame, tree):

@@ -311,6 +311,9 @@ class Graph:
     stopped: dict = field(default_factory=dict)
     in_tree: Any = None
     top_params: Any = None
+    # constant array node -> the variable the traced function read it from ("closure variable
+    # 'W'"), for the generated source's comments
+    constants: dict = field(default_factory=dict)
 
     def nodes(self) -> list[Node]:
         return toposort(self.outputs)
@@ -319,7 +322,7 @@ class Graph:
         """A new graph over the same arguments, sharing copies of the side tables."""
         return Graph(name, self.params, self.inputs, tuple(outputs), out_tree, dict(self.names),
                      dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped),
-                     self.in_tree, self.top_params)
+                     self.in_tree, self.top_params, self.constants)
 
     def listing(self) -> str:
         """A readable, deterministic listing: one line per node, ``%k = op(...)``; a loop or
