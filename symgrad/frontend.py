@@ -25,12 +25,12 @@ from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_
                       holds_data, in_place_result, is_array, kind_conflict, maybe_scalar_reasons,
                       row_buffers)
 from .errors import UnsupportedSyntaxError
-from .ir import INT_DTYPES, Graph, Loc, Node, label_new
+from .ir import Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
-from .row_views import RowViews
-from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
+from .array_writes import ArrayWrites
+from .expressions import LIBRARY_PACKAGES, Expressions, describe
 from .arguments import bind_argument
 from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
@@ -40,7 +40,7 @@ from .captures import captured_arrays
 from .spelling import ARRAY_LITERAL_LIMIT
 
 
-class Tracer(Expressions, Calls, Loops, ControlFlow, RowViews):
+class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
@@ -312,17 +312,6 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, RowViews):
         view = self.check_write_into(name, frame, target, "item assignment into")
         self.written(name, self.item_written(container, key, value, target), view, frame, stmt)
 
-    def item_written(self, container, key, value, node):
-        """``container`` with ``container[key] = value`` done (functionally)."""
-        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
-            return ops.row_update(container, key, value)   # y[i] = v with i a loop index
-        check_static_key(self, key, node)
-        if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
-            updated = container.copy()         # a constant array written with a constant:
-            updated[key] = value               # NumPy's own semantics, still a constant
-            return updated
-        return ops.setitem(_lift_constant(container), value, key)
-
     # -- aliasing: where an in-place write may be seen (symgrad.aliases) ---------------------
     def zero_d_array(self, name: str, value, frame: Frame) -> bool:
         """Whether ``name`` holds a traced 0-d ndarray (mutable), not a NumPy scalar: its
@@ -448,19 +437,6 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, RowViews):
             frame.env[alias.asname or alias.name.split(".")[0]] = module
 
     # -- unsupported statements with a clear name ---------------------------------------------
-def _lift_constant(array):
-    """A constant array written with traced values becomes a node at that first write: a
-    ``full`` node when every element is one value (np.zeros(n), np.ones(n), np.full), so the
-    generated code reads np.zeros(n) rather than a table."""
-    if not isinstance(array, np.ndarray):
-        return array
-    if array.size and array.dtype.name in ("float32", "float64", "bool") + INT_DTYPES \
-            and bool(np.all(array == array.flat[0])) \
-            and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
-        return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
-    return ops.lift(array)
-
-
 # Python's in-place operators on containers: they change the object, every name bound to it
 # sees the change
 _CONTAINER_IN_PLACE = {(list, ast.Add): operator.iadd, (list, ast.Mult): operator.imul,

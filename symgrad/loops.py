@@ -10,7 +10,7 @@ that iteration peeled off; one that changes again is refused, naming it and its 
 The index, counters and Python numbers carried stand for Python numbers and promote weakly, as
 NumPy promotes them (``symgrad.op_base.weak_scope``): ``x * t`` of a float32 ``x`` stays float32.
 An array whose rows the body writes into through the loop variable (``row[j] = v``: NumPy's row
-is a view, ``symgrad.row_views``) is carried, its row i updated in iteration i.
+is a view, ``symgrad.array_writes``) is carried, its row i updated in iteration i.
 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by

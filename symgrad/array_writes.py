@@ -1,4 +1,5 @@
-"""Rows of arrays as views (a mixin of :class:`symgrad.frontend.Tracer`).
+"""In-place writes into arrays (a mixin of :class:`symgrad.frontend.Tracer`): ``a[k] = v``
+as a functional update, and rows of arrays as views.
 
 A loop over the rows of an array (``for row in A``, ``for i, row in enumerate(A)``,
 ``for a, b in zip(A, B)``) binds each row as NumPy does: a view, so ``row[j] = v`` and
@@ -13,14 +14,29 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
+from . import ops
 from .aliases import RowView, is_array
-from .ir import Node
+from .expressions import check_static_key
+from .ir import INT_DTYPES, Node
 from .loop_plan import row_view_pairs
-from .scope import Frame
+from .scope import Frame, walk_nodes
 
 
-class RowViews:
-    """Binding loop variables as row views and writing through them."""
+class ArrayWrites:
+    """Item writes, binding loop variables as row views and writing through them."""
+
+    def item_written(self, container, key, value, node):
+        """``container`` with ``container[key] = value`` done (functionally)."""
+        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
+            return ops.row_update(container, key, value)   # y[i] = v with i a loop index
+        check_static_key(self, key, node)
+        if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
+            updated = container.copy()         # a constant array written with a constant:
+            updated[key] = value               # NumPy's own semantics, still a constant
+            return updated
+        return ops.setitem(_lift_constant(container), value, key)
 
     def bind_row_views(self, stmt, frame: Frame, index):
         """The loop variables just bound to row ``index`` (a Python int or the loop index
@@ -71,3 +87,16 @@ class RowViews:
         if buffers and base in frame.env and frame.buffers.get(base) == buffers and \
                 is_array(frame.env.get(name)):
             frame.views[name] = RowView(base, index, frame.env[name], buffers)
+
+
+def _lift_constant(array):
+    """A constant array written with traced values becomes a node at that first write: a
+    ``full`` node when every element is one value (np.zeros(n), np.ones(n), np.full), so the
+    generated code reads np.zeros(n) rather than a table."""
+    if not isinstance(array, np.ndarray):
+        return array
+    if array.size and array.dtype.name in ("float32", "float64", "bool") + INT_DTYPES \
+            and bool(np.all(array == array.flat[0])) \
+            and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
+        return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
+    return ops.lift(array)
