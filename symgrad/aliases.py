@@ -26,6 +26,8 @@ the same numbers.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .ir import Node
@@ -80,6 +82,24 @@ def row_buffers(iterable, buffers: frozenset) -> frozenset:
     """Where the items of ``iterable`` (living in ``buffers``) live when iterated or unpacked:
     rows of an array are views of it, but the items of a 1-d array are NumPy scalars."""
     return NO_BUFFERS if isinstance(iterable, Node) and iterable.ndim == 1 else buffers
+
+
+# Where the items of ``enumerate(a)`` and ``zip(a, b, ...)`` live, from where the items of each
+# argument live: a tuple per item, so that unpacking gives each target its own (the count of
+# enumerate is a Python int).
+ZIPPED_ITEMS = {enumerate: lambda parts: (NO_BUFFERS, parts[0]), zip: tuple}
+
+
+@dataclass(frozen=True)
+class RowView:
+    """A loop variable bound to row ``index`` of the array named ``base`` (``for row in A``,
+    ``for i, row in enumerate(A)``): NumPy's row is a view, so a write into it writes into
+    ``A``. Valid while the variable still holds ``value`` and ``A`` still names the memory
+    ``buffers`` (rebinding either ends it)."""
+    base: str
+    index: object        # a Python int (unrolled) or the loop index node (a loop region)
+    value: object
+    buffers: frozenset
 
 
 def zero_d_buffers(maybe_scalar: str | None = None) -> frozenset:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from . import ops
 from .index_ops import _index_shape
 from .ir import OPS, Node, Slice, make, toposort
-from .regions import close, placeholder
+from .regions import close, placeholder, rebuild_loop
 
 
 def pad_rank(x: Node, rank: int) -> Node:
@@ -224,17 +224,18 @@ def _batched_results(body, mapping, size):
 
 
 def _loop(node, inputs, batched, size):
-    body, trips, nc, nx, reverse = node.attrs
+    body, trips, nc, nx, _ = node.attrs
     inits = [with_batch(x, b, size) for x, b in zip(inputs[:nc], batched[:nc])]
     xs = [ops.transpose(x, (1, 0) + tuple(range(2, x.ndim))) if b else x
           for x, b in zip(inputs[nc:nc + nx], batched[nc:nc + nx])]
     flags = [False] + [True] * nc + list(batched[nc:])
-    explicit, mapping = _batched_params(body.params, flags, size)
+    params, mapping = _batched_params(body.params, flags, size)
     results = _batched_results(body, mapping, size)
-    new_body, captures, _ = close(explicit, results, hoist=True, names=body.names,
-                                  derivative=body.derivative)
-    return make("loop", (*inits, *xs, *inputs[nc + nx:], *captures),
-                (new_body, trips, nc, nx, reverse))
+    consts = inputs[nc + nx:]   # the batched ones are read through their placeholders
+    batched_consts = {mapping[p]: x for p, x in zip(body.params[1 + nc + nx:], consts)
+                      if p in mapping}
+    return rebuild_loop(node, params[:1 + nc + nx], results, inits + xs, nc, consts=consts,
+                        outer=batched_consts)
 
 
 def _cond(node, inputs, batched, size):

@@ -16,14 +16,15 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
-                      maybe_scalar_reasons, shared_with_arguments, zero_d_buffers)
+from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
+                      holds_array, holds_data, maybe_scalar_reasons, row_buffers,
+                      shared_with_arguments, zero_d_buffers)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
                           _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
-from .ir import Node, substitute
+from .ir import Node, make, substitute
 from .numpy_api import CALLABLES, DUALS, check_call, numpy_name
 from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
@@ -55,6 +56,25 @@ _MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sor
 def _container_method(fn) -> bool:
     """A method of a list or dict object (they move values without looking at them)."""
     return isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict))
+
+
+# Python builtins that make a Python number of Python numbers (``abs(t - 3)``).
+_NUMBER_BUILTINS = (builtins.abs, builtins.min, builtins.max, builtins.pow)
+
+
+def _weakly_typed(fn, args, value):
+    """A call's result typed as NumPy types it where traced values standing for Python
+    numbers (a loop index: symgrad.op_base.weak_scope) go in: the builtins above keep them
+    Python numbers; NumPy's functions and scalar types make NumPy values of them, also where
+    they return one as it is (``np.asarray(t)``: a cast node of the same dtype, strongly typed)."""
+    if not isinstance(value, Node) or value.ndim:
+        return value
+    if any(fn is b for b in _NUMBER_BUILTINS):
+        return ops.weak_result(value, *args)
+    if ops.weak_kind(value) is not None and any(value is a for a in args) and (
+            numpy_name(fn) is not None or isinstance(fn, type) and issubclass(fn, np.generic)):
+        return make("cast", (value,), (value.dtype,))
+    return value
 
 
 def _may_inline(fn) -> bool:
@@ -129,7 +149,32 @@ class Calls:
         finally:
             self.pending_arguments = None
         self.origins[node] = self.call_origin(fn, node, args, value, frame)
-        return value
+        self.note_zipped_items(fn, node, args, frame)
+        return _weakly_typed(fn, args, value)
+
+    def items_origin(self, expr, iterable, frame: Frame):
+        """Where the items of ``iterable`` (the value ``expr`` just evaluated to) live, as an
+        origin tree: the rows of an array are views of it (the items of a 1-d array are NumPy
+        scalars); the items of enumerate/zip pair up their arguments' items."""
+        recorded = self.item_origins.get(expr)
+        if recorded is not None:
+            return recorded
+        return row_buffers(iterable, self.origin_of(expr, frame))
+
+    def note_zipped_items(self, fn, node, args, frame: Frame):
+        """Record where the items of ``enumerate(...)`` / ``zip(...)`` live, item by item
+        (symgrad.aliases.ZIPPED_ITEMS): the rows of an array they pair up are views of it."""
+        try:
+            zipped = ZIPPED_ITEMS.get(fn)
+        except TypeError:   # an unhashable callable
+            return
+        if zipped is None:
+            return
+        if any(isinstance(a, ast.Starred) for a in node.args):   # which is which: unknown
+            self.item_origins[node] = self.origin_of(ast.Tuple(elts=list(node.args)), frame)
+            return
+        self.item_origins[node] = zipped([self.items_origin(a, v, frame)
+                                          for a, v in zip(node.args, args)])
 
     def call_origin(self, fn, node, args, value, frame: Frame):
         """Where a call's result may live: an inlined function's return value where it

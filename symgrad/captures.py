@@ -59,3 +59,25 @@ def _only_equal_scalars_changed(captures: list) -> bool:
                 return False
             captures[i] = (holder, name, current)
     return True
+
+
+def captured_arrays(captures: dict, globals_: dict, smallest: int) -> dict:
+    """The constant array node of each array of more than ``smallest`` elements the trace read
+    from a global, a closure cell or a module attribute -> (its name, a phrase saying where it
+    lives), for the generated source (which binds large constants by name)."""
+    from .op_base import array_const   # the op table sits above this module
+    out = {}
+    for holder, name, value in captures.values():
+        if not isinstance(value, np.ndarray) or value.ndim == 0 or value.size <= smallest:
+            continue
+        try:
+            node = array_const(value)
+        except TypeError:   # a dtype the IR has no constants of
+            continue
+        if isinstance(holder, dict):
+            where = f"global '{name}'" if holder is globals_ else \
+                f"'{holder.get('__name__', '?')}.{name}'"
+        else:
+            where = f"closure variable '{name}'"
+        out.setdefault(node, (name, where))
+    return out

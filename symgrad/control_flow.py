@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from . import ops, regions
-from .aliases import NO_BUFFERS, row_buffers, zero_d_buffers
+from .aliases import NO_BUFFERS, zero_d_buffers
 from .ir import Node, is_float
 from .while_loops import WhileLoops
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data,
@@ -226,11 +226,14 @@ class ControlFlow(WhileLoops):
                 items = iter(iterable)
             except TypeError:
                 self.fail(stmt.iter, f"iteration over {type(iterable).__name__}")
-        origin = row_buffers(iterable, self.origin_of(stmt.iter, frame))   # rows: views of it
+        origin = self.items_origin(stmt.iter, iterable, frame)   # rows: views of it
+        first = 0 if left is False else left.first   # the row item 0 is
         frame.loop_depth += 1
         try:
-            for item in items:
+            for k, item in enumerate(items):
                 self.assign(stmt.target, item, frame, stmt, origin=origin)
+                if plan is not None:
+                    self.bind_row_views(stmt, frame, first + k)
                 try:
                     self.exec_block(stmt.body, frame, ())
                 except Continue:

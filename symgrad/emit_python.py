@@ -186,17 +186,33 @@ class _Emitter:
             self.python_numbers.add(n)
 
     def bind_array(self, n: Node):
-        """A constant array: a name bound in the namespace (never printed), except an array of
-        one repeated number (``np.zeros(3)``), which is spelled, so the source runs as shown."""
+        """A constant array: spelled where it is small, so that the source runs as shown (an
+        array of one repeated number as ``np.zeros(3)``, others as an exact ``np.array([...])``
+        literal); a larger one is a name bound in the namespace beside the source (sg.export
+        writes it out), and a comment says what it holds and where it comes from."""
         value = n.attrs[0].value
         if value.size and value.dtype.kind in "fiub" and np.all(value == value.flat[0]) and \
                 np.all(np.signbit(value) == np.signbit(value.flat[0])):   # -0.0 is not 0.0
             first = value.flat[0].item()
             self.expr[n] = self.spell_full(full_node(value.shape, first, value.dtype.name))
             return
-        name = self.namer.name(self.graph.names.get(n, "c"))
-        self.namespace[name] = n.attrs[0].value
+        if value.size <= sp.ARRAY_LITERAL_LIMIT:
+            self.expr[n] = (sp.array_literal(value), sp.ATOM)
+            return
+        name = self.namer.name(self.graph.names.get(n, "const_array"))
+        self.namespace[name] = value
         self.expr[n] = (name, sp.ATOM)
+        self.lines.append(f"# {name}: {self.constant_origin(n)}, a {value.dtype.name} array of "
+                          f"shape {value.shape} (too large to print: bound beside this source; "
+                          "sg.export writes it out)")
+
+    def constant_origin(self, n: Node) -> str:
+        """Where a constant array bound by name comes from, for the comment above its use."""
+        origin = self.graph.constants.get(n)
+        if origin is not None:
+            return f"{origin} when traced"
+        loc = self.graph.locs.get(n)
+        return f"computed while tracing line {loc.lineno}" if loc is not None else "a constant"
 
     def spell(self, n: Node, args) -> tuple[str, int]:
         """The op table's spelling, except where Python numbers would not follow NumPy."""

@@ -21,8 +21,9 @@ import numpy as np
 
 from .emit_c import C_TYPES, emit_c
 from .emit_python import emit, function_name
+from .spelling import ARRAY_LITERAL_LIMIT, array_literal
 
-LITERAL_LIMIT = 64   # array constants up to this many elements are written as literals
+LITERAL_LIMIT = ARRAY_LITERAL_LIMIT   # array constants up to this many elements: literals
 
 
 def export(f, path, *args) -> pathlib.Path:
@@ -45,10 +46,8 @@ def export(f, path, *args) -> pathlib.Path:
 
 
 def _array_text(value: np.ndarray) -> str:
-    dtype = value.dtype.name
     if value.size <= LITERAL_LIMIT:
-        items = repr(value.ravel().tolist())
-        return f"np.array({items}, dtype=np.{dtype}).reshape({value.shape!r})"
+        return array_literal(value)
     data = base64.b64encode(np.ascontiguousarray(value).tobytes()).decode()
     return (f"np.frombuffer(base64.b64decode({data!r}), dtype=np.dtype({value.dtype.str!r}))"
             f".reshape({value.shape!r}).copy()")

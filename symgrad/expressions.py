@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 from . import numpy_extra, ops
-from .aliases import NO_BUFFERS, Buffer, holds_array, row_buffers, zero_d_buffers
+from .aliases import NO_BUFFERS, Buffer, holds_array, zero_d_buffers
 from .ir import Node
 from .numpy_api import DUALS
 from .scope import Frame, is_data
@@ -115,7 +115,7 @@ class Expressions:
                 self.fail(node, f"operator '{_OP_SYMBOLS.get(type(op), type(op).__name__)}' on traced arrays")
             if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
                 a, b = (DUALS["array"](v) if isinstance(v, (list, tuple)) else v for v in (a, b))
-            return build(a, b)
+            return ops.weak_result(build(a, b), a, b)
         return _BINOPS[type(op)](a, b)
 
     def expr_UnaryOp(self, node, frame):
@@ -123,7 +123,7 @@ class Expressions:
         if isinstance(node.op, ast.Not):
             return ops.logical_not(v) if is_data(v) else not v
         if isinstance(node.op, ast.USub):
-            return ops.neg(v) if is_data(v) else -v
+            return ops.weak_result(ops.neg(v), v) if is_data(v) else -v
         if isinstance(node.op, ast.UAdd):
             return v
         if is_data(v):
@@ -310,7 +310,7 @@ class Expressions:
         if gen.is_async:
             self.fail(gen, "async comprehension")
         iterable = self.eval(gen.iter, frame)
-        origin = row_buffers(iterable, self.origin_of(gen.iter, frame))
+        origin = self.items_origin(gen.iter, iterable, frame)
         for item in list(iterable):
             inner = Frame(self, frame.source, frame.globals, frame, {}, frame.name)
             dummy = ast.Assign(targets=[gen.target], value=None, lineno=gen.target.lineno,

@@ -21,23 +21,27 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array, holds_data,
-                      in_place_result, is_array, kind_conflict, maybe_scalar_reasons, row_buffers)
+from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array,
+                      holds_data, in_place_result, is_array, kind_conflict, maybe_scalar_reasons,
+                      row_buffers)
 from .errors import UnsupportedSyntaxError
-from .ir import INT_DTYPES, Graph, Loc, Node, label_new
+from .ir import Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
-from .expressions import LIBRARY_PACKAGES, Expressions, check_static_key, describe
+from .array_writes import ArrayWrites
+from .expressions import LIBRARY_PACKAGES, Expressions, describe
 from .arguments import bind_argument
 from .runtime import build_tree
 from .scope import Break, Continue, Frame, Return, closure_of, walk_nodes
 from .checkpoint import Checkpoint, checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .source import function_source
+from .captures import captured_arrays
+from .spelling import ARRAY_LITERAL_LIMIT
 
 
-class Tracer(Expressions, Calls, Loops, ControlFlow):
+class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
@@ -49,6 +53,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         self.node: ast.AST | None = None
         self.frames: list[Frame] = []          # the frames executing now, outermost first
         self.origins: dict = {}                # expression -> where its value may live
+        self.item_origins: dict = {}           # enumerate/zip call -> where its items live
         self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
         self.call_buffers = None               # ... of the last inlined call (None: not one)
         self.pending_arguments = None          # buffers of the arguments of the next call
@@ -87,10 +92,14 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         outputs = []
         tree_shape = _flatten(result, outputs, self.frame.source.loc(tree))
         has_trees = any(isinstance(t, tuple) for t in in_tree)
+        arrays = captured_arrays(self.captures, fn.__globals__, ARRAY_LITERAL_LIMIT)
+        for node, (array_name, _) in arrays.items():
+            self.names.setdefault(node, array_name)
         graph = Graph(name or fn.__name__, tuple(names), tuple(inputs),
                       tuple(ops.lift(o) for o in outputs), tree_shape, self.names, self.locs,
                       {}, source.filename, in_tree=tuple(in_tree) if has_trees else None,
-                      top_params=tuple(params) if has_trees else None, guards=self.guard_scopes[0])
+                      top_params=tuple(params) if has_trees else None, guards=self.guard_scopes[0],
+                      constants={node: where for node, (_, where) in arrays.items()})
         return graph
 
     def run_body(self, frame: Frame, tree):
@@ -206,12 +215,11 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                     added = frozenset((Buffer("an item repeated by a list * n"),))
                 self.note_contents(current, added, frame)
             elif is_array(current) or self.zero_d_array(target.id, current, frame):
-                self.check_writable(target.id, frame, stmt, "augmented assignment to")
+                view = self.check_write_into(target.id, frame, stmt, "augmented assignment to")
                 value = self.binop(stmt.op, current, operand, stmt)
                 self.check_kind_known(target.id, current, value, frame, stmt)
                 value = in_place_result(current, value)
-                frame.env[target.id] = value
-                self.record(frame, stmt, value, target.id)
+                self.written(target.id, value, view, frame, stmt)
             else:
                 self.assign(target, self.binop(stmt.op, current, operand, stmt), frame, stmt)
         elif isinstance(target, ast.Subscript):
@@ -238,6 +246,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
         if isinstance(target, ast.Name):
             self.bind_buffers(frame, target.id, value, _flat_buffers(origin))
             frame.env[target.id] = value
+            frame.views.pop(target.id, None)
             self.record(frame, stmt, value, target.id)
         elif isinstance(target, (ast.Tuple, ast.List)):
             self.unpack(target, value, frame, stmt, origin)
@@ -303,20 +312,8 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             self.fail(target, f"item assignment into '{name}', which may be an immutable NumPy "
                       f"scalar rather than a 0-d array ({reason})",
                       f"make it an array first: {name} = np.array({name})")
-        self.check_writable(name, frame, target, "item assignment into")
-        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
-            updated = ops.row_update(container, key, value)   # y[i] = v with i a loop index
-            frame.env[name] = updated
-            self.record(frame, stmt, updated, name)
-            return
-        check_static_key(self, key, target)
-        if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
-            updated = container.copy()         # a constant array written with a constant:
-            updated[key] = value               # NumPy's own semantics, still a constant
-        else:
-            updated = ops.setitem(_lift_constant(container), value, key)
-        frame.env[name] = updated
-        self.record(frame, stmt, updated, name)
+        view = self.check_write_into(name, frame, target, "item assignment into")
+        self.written(name, self.item_written(container, key, value, target), view, frame, stmt)
 
     # -- aliasing: where an in-place write may be seen (symgrad.aliases) ---------------------
     def zero_d_array(self, name: str, value, frame: Frame) -> bool:
@@ -332,9 +329,9 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             self.fail(node, f"augmented assignment to '{name}', which may be {conflict}",
                       f"make it an array first: {name} = np.array({name}), or rebind: {name} = {name} op value")
 
-    def check_writable(self, name: str, frame: Frame, node, what: str):
+    def check_writable(self, name: str, frame: Frame, node, what: str, besides=()):
         """Refuse an in-place write to ``name`` unless its array is private to this function
-        and no other live name may share its memory."""
+        and no other live name (but those ``besides``) may share its memory."""
         hint = f"copy it first: {name} = {name}.copy()"
         current = frame.env.get(name)
         if isinstance(current, Node) and current.ndim == 0:   # a 0-d array: rebinding works too
@@ -353,7 +350,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                 construct = (f"{what} '{name}', which may share memory with {owners[0]} "
                              "(writing would change it too, and symgrad updates arrays functionally)")
             self.fail(node, construct, hint)
-        other = self.sharing_name(name, frame, buffers)
+        other = self.sharing_name(name, frame, buffers, besides)
         if other is not None:
             self.fail(node, f"{what} '{name}', which may share memory with {other} (a view or "
                       "alias of one array: NumPy would change both, symgrad's functional "
@@ -393,12 +390,12 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
                 f = f.parent
         return order
 
-    def sharing_name(self, name: str, frame: Frame, buffers: frozenset):
+    def sharing_name(self, name: str, frame: Frame, buffers: frozenset, besides=()):
         if not buffers:
             return None
         for f in self.live_frames(frame):
             for other, held in f.buffers.items():
-                if (f is frame and other == name) or not held & buffers:
+                if (f is frame and (other == name or other in besides)) or not held & buffers:
                     continue
                 return f"'{other}'" if f is frame else f"'{other}' of {f.name}()"
         return None
@@ -448,19 +445,6 @@ class Tracer(Expressions, Calls, Loops, ControlFlow):
             frame.env[alias.asname or alias.name.split(".")[0]] = module
 
     # -- unsupported statements with a clear name ---------------------------------------------
-def _lift_constant(array):
-    """A constant array written with traced values becomes a node at that first write: a
-    ``full`` node when every element is one value (np.zeros(n), np.ones(n), np.full), so the
-    generated code reads np.zeros(n) rather than a table."""
-    if not isinstance(array, np.ndarray):
-        return array
-    if array.size and array.dtype.name in ("float32", "float64", "bool") + INT_DTYPES \
-            and bool(np.all(array == array.flat[0])) \
-            and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
-        return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
-    return ops.lift(array)
-
-
 # Python's in-place operators on containers: they change the object, every name bound to it
 # sees the change
 _CONTAINER_IN_PLACE = {(list, ast.Add): operator.iadd, (list, ast.Mult): operator.imul,

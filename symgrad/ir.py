@@ -315,6 +315,9 @@ class Graph:
     in_tree: Any = None
     top_params: Any = None
     guards: dict = field(default_factory=dict)
+    # constant array node -> the variable the traced function read it from ("closure variable
+    # 'W'"), for the generated source's comments
+    constants: dict = field(default_factory=dict)
 
     def nodes(self) -> list[Node]:
         return toposort(self.outputs)
@@ -323,7 +326,7 @@ class Graph:
         """A new graph over the same arguments, sharing copies of the side tables."""
         return Graph(name, self.params, self.inputs, tuple(outputs), out_tree, dict(self.names),
                      dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped),
-                     self.in_tree, self.top_params, dict(self.guards))
+                     self.in_tree, self.top_params, dict(self.guards), self.constants)
 
     def listing(self) -> str:
         """A readable, deterministic listing: one line per node, ``%k = op(...)``; a loop or

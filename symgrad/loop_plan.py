@@ -1,7 +1,8 @@
 """What a ``for`` loop is, for the loop-region tracer (``symgrad.loops``): the facts of its
 body read from the AST (what it rebinds, appends to, how it exits), how it iterates (a
-:class:`_Plan`: its trip count and how item i is made), what a carry may hold, and the range of
-an integer made from loop indices.
+:class:`_Plan`: its trip count and how item i is made), what a carry may hold, the range of
+an integer made from loop indices, and the exceptions by which the tracer's steps signal each
+other (fall back to unrolling, peel the first iteration, ...).
 """
 from __future__ import annotations
 
@@ -43,11 +44,9 @@ def _body_facts(stmts):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             assigned.setdefault(node.id)
         elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
-            base = node.value
-            while isinstance(base, (ast.Subscript, ast.Attribute)):
-                base = base.value
-            if isinstance(base, ast.Name):
-                assigned.setdefault(base.id)
+            base = _root_name(node)
+            if base is not None:
+                assigned.setdefault(base)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 isinstance(node.func.value, ast.Name):
             if node.func.attr == "append":
@@ -59,15 +58,52 @@ def _body_facts(stmts):
     return list(assigned), list(appended), jumps, exits
 
 
+def written_in_place(stmts) -> set[str]:
+    """The names a loop body may write into in place: ``a[k] = v``, ``a[k] += v``, ``a += v``."""
+    names = set()
+    for node in _walk_body(stmts):
+        if isinstance(node, ast.AugAssign):
+            names.add(_root_name(node.target))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            names.add(_root_name(node))
+    return names - {None}
+
+
+def _root_name(target):
+    """The variable ``a`` of ``a``, ``a[k]``, ``a.b[k]`` (None for another expression)."""
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
 def _target_names(target) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
 class _Plan:
-    """How a loop iterates: its trip count and, per loop target, how item i is made."""
+    """How a loop iterates: its trip count and, per loop target, how item i is made; ``first``:
+    which row of the iterated arrays item 0 is (1 once a first iteration is peeled off)."""
 
-    def __init__(self, trips: int, parts: list, tupled: bool):
-        self.trips, self.parts, self.tupled = trips, parts, tupled
+    def __init__(self, trips: int, parts: list, tupled: bool, first: int = 0):
+        self.trips, self.parts, self.tupled, self.first = trips, parts, tupled, first
+
+
+def row_view_pairs(stmt) -> list[tuple[str, str]]:
+    """(loop variable, array name) for each loop variable bound to the rows of an array the
+    loop names: ``for row in A``, ``for i, row in enumerate(A)``, ``for a, b in zip(A, B)``."""
+    target, it = stmt.target, stmt.iter
+    if isinstance(it, ast.Name):
+        return [(target.id, it.id)] if isinstance(target, ast.Name) else []
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords and
+            isinstance(target, ast.Tuple)):
+        return []
+    if it.func.id == "enumerate" and len(it.args) == 1 and len(target.elts) == 2:
+        pairs = [(target.elts[1], it.args[0])]
+    elif it.func.id == "zip" and len(it.args) == len(target.elts):
+        pairs = list(zip(target.elts, it.args))
+    else:
+        return []
+    return [(t.id, a.id) for t, a in pairs if isinstance(t, ast.Name) and isinstance(a, ast.Name)]
 
 
 def _part(value):
@@ -115,3 +151,62 @@ def _int_range(n: Node, ranges: dict):
         products = [x * y for x in a for y in b]
         return min(products), max(products)
     return None
+
+
+# ----------------------------------------------------------------------------------------------
+# What the steps of the loop-region tracer (symgrad.loops) signal to each other
+
+class BodyDone(Exception):
+    """A branch with break/continue has run the rest of the loop body itself."""
+
+
+class _Fallback(Exception):
+    """The body needs something a loop region cannot give it: unroll instead."""
+
+
+class _PeelFirst(Exception):
+    """A carry starts as a Python number, whose weak type NumPy resolves in the first
+    iteration: run that one as written, then loop over the rest."""
+
+
+class _Counter(Exception):
+    """A Python int the body steps by a fixed number (``count += 1``): not carried, its value
+    in iteration i is ``start + i * step`` and after the loop a Python int again."""
+
+    def __init__(self, name, step):
+        self.name, self.step = name, step
+
+
+class _Static(Exception):
+    """A variable the body sets to the same Python value each iteration: not carried."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class _Guarded(Exception):
+    """The body traced while loops on data: carry their guards (``symgrad.while_loops``)."""
+
+    def __init__(self, keys):
+        self.keys = keys
+
+
+class _Reshaped(Exception):
+    """A carry changed type in the first iteration: peel it and try again."""
+
+    def __init__(self, name, before, after):
+        self.name, self.before, self.after = name, before, after
+
+
+class StackedList(list):
+    """A list the loop body appends to: it records the items (the stacked outputs); reading it
+    inside the body needs its contents per iteration, which only unrolling gives. ``append``
+    stays list's own builtin method: the tracer calls a container's builtin methods directly,
+    whereas a Python-level override would be traced like user code (its ``self`` parameter
+    then iterated by the alias analysis, which refuses)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise _Fallback()
+
+    __getitem__ = __len__ = __iter__ = __contains__ = extend = insert = pop = _refuse
+    remove = index = count = sort = reverse = __setitem__ = __delitem__ = _refuse

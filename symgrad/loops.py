@@ -7,6 +7,10 @@ time and the generated source do not grow with the trip count. Lists the body ap
 become stacked outputs (after the loop the list holds their rows). A carry keeps its dtype and
 shape: a carry whose first iteration changes it (``h = 0.0`` then ``h = np.tanh(W @ h)``) has
 that iteration peeled off; one that changes again is refused, naming it and its two shapes.
+The index, counters and Python numbers carried stand for Python numbers and promote weakly, as
+NumPy promotes them (``symgrad.op_base.weak_scope``): ``x * t`` of a float32 ``x`` stays float32.
+An array whose rows the body writes into through the loop variable (``row[j] = v``: NumPy's row
+is a view, ``symgrad.array_writes``) is carried, its row i updated in iteration i.
 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
@@ -19,14 +23,17 @@ while statement, or-accumulated over the iterations.
 from __future__ import annotations
 
 import ast
+import builtins
 
 from . import guards as guards_table
 from . import ops, regions
-from .aliases import row_buffers
+from .aliases import NO_BUFFERS, ZIPPED_ITEMS, row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
+from .loop_plan import (BodyDone, StackedList, _Counter, _Fallback, _Guarded, _PeelFirst,
+                        _Reshaped, _Static)
 from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
-                        _target_names)
+                        _target_names, row_view_pairs, written_in_place)
 from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -37,62 +44,6 @@ UNROLL_MAX = 4
 # The hidden variable of a loop with a break on data: whether the loop has stopped (not an
 # identifier, so no user variable can be called that).
 DONE = "<break>"
-
-
-class BodyDone(Exception):
-    """A branch with break/continue has run the rest of the loop body itself."""
-
-
-class _Fallback(Exception):
-    """The body needs something a loop region cannot give it: unroll instead."""
-
-
-class _PeelFirst(Exception):
-    """A carry starts as a Python number, whose weak type NumPy resolves in the first
-    iteration: run that one as written, then loop over the rest."""
-
-
-class _Counter(Exception):
-    """A Python int the body steps by a fixed number (``count += 1``): not carried, its value
-    in iteration i is ``start + i * step`` and after the loop a Python int again."""
-
-    def __init__(self, name, step):
-        self.name, self.step = name, step
-
-
-class _Static(Exception):
-    """A variable the body sets to the same Python value each iteration: not carried."""
-
-    def __init__(self, name):
-        self.name = name
-
-
-class _Guarded(Exception):
-    """The body traced while loops on data: carry their guards (``symgrad.while_loops``)."""
-
-    def __init__(self, keys):
-        self.keys = keys
-
-
-class _Reshaped(Exception):
-    """A carry changed type in the first iteration: peel it and try again."""
-
-    def __init__(self, name, before, after):
-        self.name, self.before, self.after = name, before, after
-
-
-class StackedList(list):
-    """A list the loop body appends to: it records the items (the stacked outputs); reading it
-    inside the body needs its contents per iteration, which only unrolling gives. ``append``
-    stays list's own builtin method: the tracer calls a container's builtin methods directly,
-    whereas a Python-level override would be traced like user code (its ``self`` parameter
-    then iterated by the alias analysis, which refuses)."""
-
-    def _refuse(self, *args, **kwargs):
-        raise _Fallback()
-
-    __getitem__ = __len__ = __iter__ = __contains__ = extend = insert = pop = _refuse
-    remove = index = count = sort = reverse = __setitem__ = __delitem__ = _refuse
 
 
 def _mixes_narrow(frame) -> bool:
@@ -112,6 +63,13 @@ def _shown(name: str) -> str:
 def guard_name(key) -> str:
     """The hidden variable carrying the guard of the while at ``key`` through a loop."""
     return f"<guard {key[0]}:{key[1]}:{key[2]}>"
+
+
+def _stays_weak(value, kind) -> bool:
+    """Whether a carry of ``kind`` that started as a Python number is one again after the body
+    (a node standing for a Python number of the same type)."""
+    return isinstance(value, Node) and ops.weak_kind(value) is not None and \
+        value.dtype == kind[0]
 
 
 def _where(frame, node):
@@ -158,7 +116,6 @@ class Loops:
 
     def plan_of(self, stmt, frame):
         """The loop's :class:`_Plan`, or None when it is not one a region can express."""
-        import builtins
         it = stmt.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords and \
                 it.func.id in ("enumerate", "zip") and \
@@ -271,6 +228,7 @@ class Loops:
         items = [self._item(plan, p, 0) for p in plan.parts]
         self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt,
                     origin=self._items_origin(stmt, frame, plan))
+        self.bind_row_views(stmt, frame, plan.first)
         depth, saved_exits = frame.loop_depth, frame.exits
         frame.loop_depth += 1
         if exits:
@@ -290,20 +248,64 @@ class Loops:
                 rest.append(("range", p[1][1:]))
             else:
                 rest.append(("rows", ops.getitem(p[1], slice(1, None))))
-        return _Plan(plan.trips - 1, rest, plan.tupled)
+        return _Plan(plan.trips - 1, rest, plan.tupled, plan.first + 1)
 
-    def _items_origin(self, stmt, frame, plan) -> frozenset:
+    def _items_origin(self, stmt, frame, plan):
         """Where the loop's items live, as the unrolled loop binds them (rows of an array are
-        views of it): a write into a row is refused in a region too, never silently dropped."""
-        return row_buffers(None if plan.tupled else plan.parts[0][1],
-                           self.origin_of(stmt.iter, frame))
+        views of it, item by item for enumerate/zip): a write into a row writes into its array
+        or is refused, in a region too, never silently dropped."""
+        if not plan.tupled:
+            return row_buffers(plan.parts[0][1], self.origin_of(stmt.iter, frame))
+        it = stmt.iter   # enumerate(a) or zip(a, b, ...) of arrays and ranges (plan_of)
+        zipped = ZIPPED_ITEMS[getattr(builtins, it.func.id)]
+        iterated = plan.parts[1:] if it.func.id == "enumerate" else plan.parts
+        return zipped([row_buffers(p[1], self.origin_of(a, frame))
+                       for a, p in zip(it.args, iterated)])
+
+    @staticmethod
+    def _check_carried_memory(names, frame, child, assigned):
+        """The body is traced once, with each carry in the memory it has before the loop: a
+        body that writes into a carry in place and leaves it in memory the function does not
+        own or that a name the body does not rebind holds (``h = x``) would start the next
+        iteration elsewhere, so the loop is unrolled (where each iteration's writes are
+        checked as they are)."""
+        for name in names:
+            end = child.buffers.get(name, NO_BUFFERS) - frame.buffers.get(name, NO_BUFFERS)
+            if any(b.owner for b in end) or any(
+                    held & end for other, held in child.buffers.items()
+                    if other != name and other not in assigned):
+                raise _Fallback()
+
+    @staticmethod
+    def _carry_buffers(name, frame, child):
+        """After the loop, a carry lives where the body left it (written in place: where it
+        was before)."""
+        buffers = child.buffers.get(name)
+        if buffers:
+            frame.buffers[name] = buffers
+        else:
+            frame.buffers.pop(name, None)
 
     @staticmethod
     def _item(plan, part, i):
         return part[1][i] if part[0] == "range" else ops.getitem(part[1], i)
 
     def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled, exits):
+        # The index, counters and Python numbers carried stand for Python numbers in the body:
+        # they promote weakly, as NumPy promotes them (a float32 loop stays float32).
+        with ops.weak_scope():
+            self._traced_region(stmt, frame, plan, assigned, appended, targets, overrides,
+                                peeled, exits)
+
+    def _traced_region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled,
+                       exits):
         n = plan.trips
+        # An array whose rows the body writes into (through the loop variable) is carried: the
+        # row written in iteration i is read from the input rows (no earlier iteration wrote
+        # it) and written into the carried array.
+        written = [base for name, base in row_view_pairs(stmt) if name in assigned and
+                   base in frame.env and base not in assigned and base not in targets]
+        assigned = list(assigned) + written
         child = fork(frame)
         child.loop_depth += 1
         index = regions.placeholder("int64")
@@ -334,21 +336,22 @@ class Loops:
             step = overrides.get(("counter", name))
             if step is not None and done is None:
                 counters[name] = value
-                child.env[name] = index * step + value
+                child.env[name] = ops.mark_weak(index * step + value)
                 continue
             if isinstance(value, Undefined) or name in appended:
                 raise _Fallback()
             kind = overrides.get(name) or _carry_type(value)
             if kind is None:
                 raise _Fallback()
+            ph = regions.placeholder(kind[0], kind[1])
             if kind[2]:
                 weak.append(name)
-            ph = regions.placeholder(kind[0], kind[1])
+                if kind == _carry_type(value):   # still the Python number's own type
+                    ops.mark_weak(ph)
             carried.append((name, kind))
             inits.append(ops.cast(ops.lift(value), kind[0]) if kind[0] != getattr(value, "dtype", None) else ops.lift(value))
             phs.append(ph)
-            child.env[name] = ph
-            child.buffers.pop(name, None)
+            child.env[name] = ph   # in the memory it was in (a write into it may be refused)
         guard_carries = {}   # hidden name -> (while key, placeholder): guards of inner whiles
         for key in overrides.get("guards", ()):
             name = guard_name(key)
@@ -368,7 +371,8 @@ class Loops:
         for part in plan.parts:
             if part[0] == "range":
                 r = part[1]
-                items.append(index if (r.start, r.step) == (0, 1) else index * r.step + r.start)
+                item = index if (r.start, r.step) == (0, 1) else index * r.step + r.start
+                items.append(ops.mark_weak(item))
             else:
                 x = part[1] if part[1].shape[0] == n else ops.getitem(part[1], slice(0, n))
                 row = regions.placeholder(x.dtype, x.shape[1:])
@@ -380,6 +384,7 @@ class Loops:
         try:
             self.assign(stmt.target, tuple(items) if plan.tupled else items[0], child, stmt,
                         origin=self._items_origin(stmt, frame, plan))
+            self.bind_row_views(stmt, child, index + plan.first if plan.first else index)
             try:
                 self.exec_block(stmt.body, child, ())
             except BodyDone:
@@ -394,6 +399,9 @@ class Loops:
             raise _Guarded(tuple(dict.fromkeys([*overrides.get("guards", ()), *body_guards])))
         for name, (key, ph) in guard_carries.items():   # or-accumulated over the iterations
             child.env[name] = guards_table.any_of(ph, body_guards.get(key))
+        in_place = written_in_place(stmt.body)
+        self._check_carried_memory([name for name, _ in carried if name in in_place], frame, child,
+                                   assigned)
         for (name, kind), ph in zip(carried, phs):
             value = child.env.get(name)
             if name in weak and not isinstance(value, Node) and _carry_type(value) is not None:
@@ -407,12 +415,16 @@ class Loops:
                 other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
                 if other.op == "const" and isinstance(other.attrs[0], int):
                     raise _Counter(name, other.attrs[0])
-        if weak:
-            # A Python number carried through the loop stays weak in NumPy (a float32 array
-            # times it stays float32); a float64 / int64 carry would promote. Where nothing
-            # narrower is involved the two agree; otherwise the first iteration runs as written
-            # (it gives the carry its NumPy type) and the rest must not mix either.
-            kinds = {kind[0] for (name, kind) in carried if name in weak}
+        # A Python number carried through the loop stays weak in NumPy (a float32 array times
+        # it stays float32) as long as the body makes a Python number of it again (``k * 2``);
+        # one the body makes a NumPy value of is strong from the second iteration on. Where
+        # nothing narrower than 64 bits is involved the two agree; otherwise the first
+        # iteration runs as written (it gives the carry its NumPy type) and the rest must not
+        # mix either.
+        turned = [kind for (name, kind) in carried if name in weak and
+                  not _stays_weak(child.env.get(name), kind)]
+        if turned:
+            kinds = {kind[0] for kind in turned}
             if not kinds <= {"float64", "int64", "bool"} or _mixes_narrow(child):
                 if not peeled:
                     raise _PeelFirst()
@@ -475,7 +487,7 @@ class Loops:
                 self.add_guard(guard_carries[name][0], final)
                 continue
             frame.env[name] = final
-            frame.buffers.pop(name, None)
+            self._carry_buffers(name, frame, child)
             self.record(frame, loc_node, final, name if name.isidentifier() else None)
         k = 0
         for name, recorder in lists.items():
@@ -488,3 +500,7 @@ class Loops:
             last = [self._item(plan, p, n - 1) for p in plan.parts]
             self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt,
                         origin=self._items_origin(stmt, frame, plan))
+            for name, base in row_view_pairs(stmt):   # rows written through: as they are now
+                if base in written:
+                    frame.env[name] = ops.getitem(frame.env[base], plan.first + n - 1)
+            self.bind_row_views(stmt, frame, plan.first + n - 1)

@@ -5,6 +5,8 @@ normalisation. Callers import all of it from ``symgrad.ops``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 
@@ -134,10 +136,62 @@ def _weak_kind(x) -> int:
     return 0 if isinstance(x, bool) else 1 if isinstance(x, numbers.Integral) else 2
 
 
+# Traced values that stand for Python numbers: a loop region's index (``range`` gives Python
+# ints), a Python number carried through the loop, and what Python arithmetic makes of them
+# with other Python numbers (``t + 1``, ``t * dt``). NumPy promotes a Python number weakly (a
+# float32 array times it stays float32), so these promote as one: node -> weak kind (0 bool,
+# 1 int, 2 float), recorded while a loop body is traced (their nodes exist only there).
+_weak_values: contextvars.ContextVar[dict] = contextvars.ContextVar("symgrad_weak_values")
+_WEAK_DTYPES = ("bool", "int64", "float64")   # a Python number's dtype by its weak kind
+
+
+@contextlib.contextmanager
+def weak_scope():
+    """A scope (a loop body being traced) in which :func:`mark_weak` records weak values; the
+    marks of enclosing scopes stay visible, the scope's own end with it."""
+    token = _weak_values.set(dict(_weak_values.get({})))
+    try:
+        yield
+    finally:
+        _weak_values.reset(token)
+
+
+def mark_weak(node: Node) -> Node:
+    """Record ``node`` (a 0-d bool / int64 / float64 node in a :func:`weak_scope`) as standing
+    for a Python number; returns it."""
+    marks = _weak_values.get(None)
+    if marks is None or node.ndim or node.dtype not in _WEAK_DTYPES:
+        raise ValueError(f"internal: {node!r} cannot stand for a Python number here")
+    marks[node] = _WEAK_DTYPES.index(node.dtype)
+    return node
+
+
+def weak_kind(x) -> int | None:
+    """The weak kind of a Python number or of a node standing for one; None for a value NumPy
+    types strongly (an array, a NumPy scalar, any other node)."""
+    if isinstance(x, Node):
+        return _weak_values.get({}).get(x)
+    if isinstance(x, numbers.Number) and not isinstance(x, np.generic):
+        return _weak_kind(x)
+    return None
+
+
+def weak_result(result, *operands):
+    """``result`` of Python arithmetic on ``operands``: a Python number when every operand is
+    one (traced ones included: a loop index), so it is marked as one (``t * dt`` is a float)."""
+    if isinstance(result, Node) and not result.ndim and result.dtype in _WEAK_DTYPES and \
+            all(weak_kind(v) is not None for v in operands):
+        return mark_weak(result)
+    return result
+
+
 def result_dtype(*operands) -> str:
     strong, kind = [], -1
     for x in operands:
-        if isinstance(x, Node):
+        weak = weak_kind(x) if isinstance(x, Node) else None
+        if weak is not None:
+            kind = max(kind, weak)
+        elif isinstance(x, Node):
             strong.append(x.dtype)
         elif isinstance(x, (np.ndarray, np.generic)):
             strong.append(x.dtype.name)

@@ -12,9 +12,9 @@ results and their tangents (forward mode stores nothing: it keeps its role).
 """
 from __future__ import annotations
 
-from .ir import Graph, Node, is_float, make, substitute
+from .ir import Graph, Node, is_float, make
 from .ops import zeros_like
-from .regions import close, placeholder, results_of
+from .regions import close, placeholder, rebuild_loop, results_of
 
 
 def _push(push_tangents, body_results, seeds: dict) -> dict:
@@ -56,23 +56,17 @@ def loop_jvp(node: Node, tangents: list, push_tangents):
     new_results = list(results[:nc]) + [t_of(results[k]) for k in order_t] + list(ys) + \
         [t_of(ys[j]) for j in y_t]
     # Params: the primal's, the carries' tangents after the carries, the rows' after the rows;
-    # consts (and their tangents) come back as captures through stand-ins.
+    # consts (and their tangents) come back as captures.
     row_t = [(p, seeds_fixed[p]) for p, t in zip(rows, t_xs) if t is not None]
-    stand_ins = {p: placeholder(p.dtype, p.shape) for p in consts}
-    outer = {stand_ins[p]: c for p, c in zip(consts, node.inputs[nc + nx:])}
-    outer.update({seeds_fixed[p]: t for p, t in zip(consts, t_k) if t is not None})
-    new_results = substitute(new_results, stand_ins)
     explicit = [params[0], *carries, *(carry_ph[k] for k in order_t), *rows, *(ph for _, ph in row_t)]
     names = tuple(body.names) + ("",) * (1 + nc - len(body.names)) if body.names else ()
     if names:
         names = names[:1 + nc] + tuple(f"t_{names[1 + k]}" if names[1 + k] else "" for k in order_t)
-    new_body, captures, _ = close(explicit, new_results, hoist=True, names=names,
-                                  derivative=body.derivative)
     inputs = [*node.inputs[:nc], *(t_init[k] if t_init[k] is not None else zeros_like(node.inputs[k])
                                    for k in order_t),
-              *node.inputs[nc:nc + nx], *(t for t in t_xs if t is not None),
-              *substitute(captures, outer)]
-    new = make("loop", inputs, (new_body, n, nc + len(order_t), nx + len(row_t), reverse))
+              *node.inputs[nc:nc + nx], *(t for t in t_xs if t is not None)]
+    new = rebuild_loop(node, explicit, new_results, inputs, nc + len(order_t), names=names,
+                       outer={seeds_fixed[p]: t for p, t in zip(consts, t_k) if t is not None})
     outs = results_of(new)
     nt = len(order_t)
     primal = {k: outs[k] for k in range(nc)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .index_ops import getitem
 from .ir import Node, make, substitute, toposort
-from .regions import close, placeholder, results_of
+from .regions import close, placeholder, rebuild_loop
 
 
 _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
@@ -48,23 +48,17 @@ def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
 
 def _with_rows(loop: Node, reads: dict) -> Node:
     """``loop`` with each read of ``reads`` a per-iteration input."""
-    body, trips, nc, nx, reverse = loop.attrs
-    params = body.params
-    stand_ins = {p: placeholder(p.dtype, p.shape) for p in params}
-    outer = dict(zip([stand_ins[p] for p in params[1 + nc + nx:]], loop.inputs[nc + nx:]))
-    new_rows, new_xs, mapping = [], [], dict(stand_ins)
+    body, trips, nc, nx, _ = loop.attrs
+    new_rows, new_xs, mapping = [], [], {}
     for m, (source, offset) in reads.items():
         row = placeholder(m.dtype, m.shape)
         mapping[m] = row
         new_rows.append(row)
         new_xs.append(source if (offset, source.shape[0]) == (0, trips) else
                       getitem(source, slice(offset, offset + trips)))
-    results = substitute(body.results, mapping)
-    explicit = [stand_ins[p] for p in params[:1 + nc + nx]] + new_rows
-    new_body, captures, _ = close(explicit, results, hoist=True, names=body.names,
-                                  derivative=body.derivative)
-    inputs = list(loop.inputs[:nc + nx]) + new_xs + substitute(captures, outer)
-    return make("loop", inputs, (new_body, trips, nc, nx + len(new_rows), reverse))
+    explicit = list(body.params[:1 + nc + nx]) + new_rows
+    return rebuild_loop(loop, explicit, substitute(body.results, mapping),
+                        list(loop.inputs[:nc + nx]) + new_xs, nc)
 
 
 def simplify_region(n: Node, simplify_nodes) -> Node:
@@ -210,7 +204,7 @@ def _reached(roots) -> set:
 
 
 def _pruned(loop: Node, used: set):
-    body, n, nc, nx, reverse = loop.attrs
+    body, _, nc, nx, _ = loop.attrs
     params, results = body.params, body.results
     needed = {k for k in used if k < nc}
     while True:   # carries the needed results depend on
@@ -224,22 +218,14 @@ def _pruned(loop: Node, used: set):
     new_results = [results[k] for k in keep_c] + [results[k] for k in keep_y]
     reached = _reached(new_results)
     keep_x = [k for k in range(nx) if params[1 + nc + k] in reached]
-    # The consts become captures again (re-hoisted): through placeholders, as the outer
-    # values may be an enclosing body's params, the same nodes as some of this body's.
     const_params = params[1 + nc + nx:]
     numbers = {p: c for p, c in zip(const_params, loop.inputs[nc + nx:]) if c.op == "const"}
     new_results = substitute(new_results, numbers)   # numbers are folded into the body
-    stand_ins = {p: placeholder(p.dtype, p.shape) for p in const_params}
-    outer = dict(zip(stand_ins.values(), loop.inputs[nc + nx:]))
-    new_results = substitute(new_results, stand_ins)
     explicit = [params[0]] + [params[1 + k] for k in keep_c] + [params[1 + nc + k] for k in keep_x]
     names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep_c
                                                            if 1 + k < len(body.names))
-    new_body, captures, _ = close(explicit, new_results, hoist=True, names=names or (),
-                                  derivative=body.derivative)
-    captures = substitute(captures, outer)
-    inputs = [loop.inputs[k] for k in keep_c] + [loop.inputs[nc + k] for k in keep_x] + captures
-    new_loop = make("loop", inputs, (new_body, n, len(keep_c), len(keep_x), reverse))
+    inputs = [loop.inputs[k] for k in keep_c] + [loop.inputs[nc + k] for k in keep_x]
+    new_loop = rebuild_loop(loop, explicit, new_results, inputs, len(keep_c), names=names or ())
     if new_loop is loop:
         return None
     index_map = {old: new for new, old in enumerate(keep_c + keep_y)}

@@ -286,6 +286,31 @@ def scan(n: int, index: Node, carries, inits, rows, xs, new_carries, ys, *, reve
     return outs[:len(carries)], outs[len(carries):]
 
 
+def rebuild_loop(loop: Node, explicit, results, inputs, n_carry: int, *, consts=None, outer=None,
+                 names=None, derivative=None) -> Node:
+    """A loop of ``loop``'s trip count and direction with a new body: ``results`` computed
+    from the ``explicit`` params (the index, ``n_carry`` carries, then the rows: the old body's
+    params or placeholders), whose values are ``inputs`` (the inits, then the per-iteration
+    inputs), and from ``loop``'s consts (or ``consts``: their new values), which ``results``
+    read as the old body's const params. The consts become captures again (re-hoisted) through
+    stand-in placeholders, as the outer values may be an enclosing body's params, the same
+    nodes as some of this body's; ``outer`` maps other placeholders in ``results`` to the outer
+    values they stand for (tangents, batched consts). ``names`` / ``derivative`` default to the
+    old body's."""
+    body, trips, nc, nx, reverse = loop.attrs
+    if len(inputs) != len(explicit) - 1:
+        raise ValueError(f"internal: a loop body of {len(explicit)} explicit params given "
+                         f"{len(inputs)} inputs")
+    stand_ins = {p: placeholder(p.dtype, p.shape) for p in body.params[1 + nc + nx:]}
+    values = dict(zip(stand_ins.values(), loop.inputs[nc + nx:] if consts is None else consts))
+    values.update(outer or {})
+    new_body, captures, _ = close(explicit, substitute(list(results), stand_ins), hoist=True,
+                                  names=body.names if names is None else names,
+                                  derivative=body.derivative if derivative is None else derivative)
+    return make("loop", (*inputs, *substitute(captures, values)),
+                (new_body, trips, n_carry, len(explicit) - 1 - n_carry, reverse))
+
+
 def cond(pred: Node, then_results, else_results, *, outer=frozenset(), derivative=False,
          operands=None) -> list[Node]:
     """A branch: ``then_results`` if ``pred`` else ``else_results`` (lists of nodes of the same

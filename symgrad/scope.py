@@ -106,6 +106,8 @@ class Frame:
         # name -> the buffers its array value may live in (symgrad.aliases); absent for
         # values that hold no array
         self.buffers: dict[str, frozenset] = {}
+        # name -> the aliases.RowView it is (a loop variable that is a row of an array)
+        self.views: dict = {}
         self.loop_depth = 0
         self.exits = None    # the loop depth of a loop region whose break/continue are traced
         self.name = name
@@ -160,6 +162,7 @@ def fork(frame: Frame) -> Frame:
     child = Frame(frame.tracer, frame.source, frame.globals, frame.parent, frame.closure, frame.name)
     child.env = {k: copy_value(v) for k, v in frame.env.items()}
     child.buffers = dict(frame.buffers)
+    child.views = dict(frame.views)
     child.loop_depth = frame.loop_depth
     child.exits = frame.exits
     child.forked_from = frame

@@ -61,5 +61,20 @@ def dtype_name(dtype: str) -> str:
     return f"np.{dtype}" if dtype != "bool" else "np.bool_"
 
 
+# Constant arrays of up to this many elements are written into generated source as literals.
+ARRAY_LITERAL_LIMIT = 64
+
+
+def array_literal(value) -> str:
+    """``np.array([...], dtype=...)`` that evaluates to exactly ``value`` (a NumPy array of
+    bools, integers or floats): the repr of a float round-trips, nan / inf / -0.0 are kept."""
+    if value.size == 0:
+        return f"np.zeros({value.shape!r}, dtype={dtype_name(value.dtype.name)})"
+    items = [number(v)[0] for v in value.ravel().tolist()]
+    for length in reversed(value.shape):   # innermost axis first: [[1.0, 2.0], [3.0, 4.0]]
+        items = ["[" + ", ".join(items[k:k + length]) + "]" for k in range(0, len(items), length)]
+    return f"np.array({items[0]}, dtype={dtype_name(value.dtype.name)})"
+
+
 def shape_text(shape: tuple) -> str:
     return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"

@@ -1,0 +1,102 @@
+"""In-place writes into arrays (a mixin of :class:`symgrad.frontend.Tracer`): ``a[k] = v``
+as a functional update, and rows of arrays as views.
+
+A loop over the rows of an array (``for row in A``, ``for i, row in enumerate(A)``,
+``for a, b in zip(A, B)``) binds each row as NumPy does: a view, so ``row[j] = v`` and
+``row += v`` write into ``A``. The IR is functional, so such a write is a functional update
+of the row and of ``A``'s row (in a loop region ``A`` is then carried). It is allowed where
+NumPy's write is one symgrad can give: ``A`` is memory the function made and no other live name
+but the row may see it; a row of the caller's array (an argument) or of a global is refused.
+The view lasts while the loop variable holds the row and ``A`` names the same memory
+(:class:`symgrad.aliases.RowView`); rebinding either ends it.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from . import ops
+from .aliases import RowView, is_array
+from .expressions import check_static_key
+from .ir import INT_DTYPES, Node
+from .loop_plan import row_view_pairs
+from .scope import Frame, walk_nodes
+
+
+class ArrayWrites:
+    """Item writes, binding loop variables as row views and writing through them."""
+
+    def item_written(self, container, key, value, node):
+        """``container`` with ``container[key] = value`` done (functionally)."""
+        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
+            return ops.row_update(container, key, value)   # y[i] = v with i a loop index
+        check_static_key(self, key, node)
+        if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
+            updated = container.copy()         # a constant array written with a constant:
+            updated[key] = value               # NumPy's own semantics, still a constant
+            return updated
+        return ops.setitem(_lift_constant(container), value, key)
+
+    def bind_row_views(self, stmt, frame: Frame, index):
+        """The loop variables just bound to row ``index`` (a Python int or the loop index
+        node) of an array the loop names are views of it: a write into one writes into it."""
+        for name, base in row_view_pairs(stmt):
+            self.bind_row_view(name, base, index, frame)
+
+    def check_write_into(self, name: str, frame: Frame, node, what: str):
+        """Refuse an in-place write into ``name`` that NumPy would make elsewhere too; the
+        row view (symgrad.aliases.RowView) it writes through, if it is one."""
+        view = self.row_view(name, frame)
+        if view is None:
+            self.check_writable(name, frame, node, what)
+        else:   # the row's array is written: it must be writable, by no other name than the row
+            self.check_writable(view.base, frame, node, f"{what} '{name}', a row of",
+                                besides=(name,))
+        return view
+
+    def written(self, name: str, value, view, frame: Frame, stmt):
+        """``name`` now holds ``value`` after an in-place write; through a row view, the row
+        of its array too (a functional update of that row)."""
+        frame.env[name] = value
+        self.record(frame, stmt, value, name)
+        if view is None:
+            return
+        base = frame.env[view.base]
+        if isinstance(view.index, Node) and not (isinstance(base, Node) and self.in_bounds(view.index, base)):
+            self.fail(stmt, f"a write into '{name}', a row of '{view.base}' at an index not known "
+                      "to be in bounds")
+        updated = self.item_written(base, view.index, value, stmt)
+        frame.env[view.base] = updated
+        self.record(frame, stmt, updated, view.base)
+        frame.views[name] = replace(view, value=value)
+
+    def row_view(self, name: str, frame: Frame):
+        """The row view ``name`` is, while it is valid (the variable still holds the row and
+        its array's name the same memory); else None."""
+        view = frame.views.get(name)
+        if view is None or frame.env.get(name) is not view.value or view.base not in frame.env \
+                or frame.buffers.get(view.base) != view.buffers:
+            return None
+        return view
+
+    def bind_row_view(self, name: str, base: str, index, frame: Frame):
+        """``name`` was just bound to row ``index`` of the array ``base`` names (a loop's
+        item): a view of it, when both are arrays living in the same memory."""
+        buffers = frame.buffers.get(name)
+        if buffers and base in frame.env and frame.buffers.get(base) == buffers and \
+                is_array(frame.env.get(name)):
+            frame.views[name] = RowView(base, index, frame.env[name], buffers)
+
+
+def _lift_constant(array):
+    """A constant array written with traced values becomes a node at that first write: a
+    ``full`` node when every element is one value (np.zeros(n), np.ones(n), np.full), so the
+    generated code reads np.zeros(n) rather than a table."""
+    if not isinstance(array, np.ndarray):
+        return array
+    if array.size and array.dtype.name in ("float32", "float64", "bool") + INT_DTYPES \
+            and bool(np.all(array == array.flat[0])) \
+            and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
+        return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
+    return ops.lift(array)
