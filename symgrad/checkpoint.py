@@ -112,20 +112,7 @@ def lowerable(graph: Graph) -> Graph:
     """``graph`` with each checkpoint (a ``remat`` of role ``checkpoint``) replaced by its body
     on its operands, in loop and branch bodies too; the recomputations of backward passes stay
     regions. ``graph`` itself when it has no checkpoint."""
-    memo: dict[Node, Node] = {}
-    roots = list(graph.outputs) + list(graph.guards.values())   # guards: symgrad.guards
-    outputs = _inline(roots, memo)
-    if all(a is b for a, b in zip(outputs, roots)):
-        return graph
-    n_out = len(graph.outputs)
-    result = graph.derive(graph.name, outputs[:n_out], graph.out_tree)
-    result.guards = dict(zip(graph.guards, outputs[n_out:]))
-    for old, new in memo.items():
-        if new is not old:
-            for table in (result.names, result.locs, result.grad_origin):
-                if old in table:
-                    table.setdefault(new, table[old])
-    return result
+    return graph.rewritten(_inline)
 
 
 def _inline(outputs, memo: dict) -> list:

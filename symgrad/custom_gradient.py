@@ -22,7 +22,6 @@ import functools
 import itertools
 from dataclasses import dataclass
 
-from . import spelling as sp
 from .elementwise import mul
 from .ir import Graph, Node, OpDef, is_float, make, register, substitute, toposort
 from .op_base import broadcast_shapes, cast, lift, zeros_like
@@ -218,20 +217,7 @@ register(OpDef(OP, "shape", infer=lambda inputs, attrs: (inputs[0].dtype, inputs
 def lowerable(graph: Graph) -> Graph:
     """``graph`` with each custom_gradient node replaced by its value, in loop and branch
     bodies too (what back ends run); ``graph`` itself when it has none."""
-    memo: dict[Node, Node] = {}
-    roots = list(graph.outputs) + list(graph.guards.values())   # guards: symgrad.guards
-    outputs = _strip(roots, memo)
-    if all(a is b for a, b in zip(outputs, roots)):
-        return graph
-    n_out = len(graph.outputs)
-    result = graph.derive(graph.name, outputs[:n_out], graph.out_tree)
-    result.guards = dict(zip(graph.guards, outputs[n_out:]))
-    for old, new in memo.items():
-        if new is not old:
-            for table in (result.names, result.locs, result.grad_origin):
-                if old in table:
-                    table.setdefault(new, table[old])
-    return result
+    return graph.rewritten(_strip)
 
 
 def _strip(outputs, memo: dict) -> list:

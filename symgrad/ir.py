@@ -328,6 +328,25 @@ class Graph:
                      dict(self.locs), dict(self.grad_origin), self.filename, dict(self.stopped),
                      self.in_tree, self.top_params, dict(self.guards), self.constants)
 
+    def rewritten(self, rebuild) -> "Graph":
+        """This graph with its outputs and guards rebuilt by ``rebuild(roots, memo)`` (which
+        fills ``memo``: old node -> new); rebuilt nodes inherit the old ones' names, locations
+        and derivative origins. ``self`` when nothing changed."""
+        memo: dict[Node, Node] = {}
+        roots = list(self.outputs) + list(self.guards.values())   # guards: symgrad.guards
+        outputs = rebuild(roots, memo)
+        if all(a is b for a, b in zip(outputs, roots)):
+            return self
+        n_out = len(self.outputs)
+        result = self.derive(self.name, outputs[:n_out], self.out_tree)
+        result.guards = dict(zip(self.guards, outputs[n_out:]))
+        for old, new in memo.items():
+            if new is not old:
+                for table in (result.names, result.locs, result.grad_origin):
+                    if old in table:
+                        table.setdefault(new, table[old])
+        return result
+
     def listing(self) -> str:
         """A readable, deterministic listing: one line per node, ``%k = op(...)``; a loop or
         branch node is followed by its bodies, indented (``^k`` are a body's params)."""

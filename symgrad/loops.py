@@ -229,6 +229,20 @@ class Loops:
         self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt,
                     origin=self._items_origin(stmt, frame, plan))
         self.bind_row_views(stmt, frame, plan.first)
+        if self.run_iteration(stmt, frame, exits):
+            frame.env[DONE] = True
+        rest = []
+        for p in plan.parts:
+            if p[0] == "range":
+                rest.append(("range", p[1][1:]))
+            else:
+                rest.append(("rows", ops.getitem(p[1], slice(1, None))))
+        return _Plan(plan.trips - 1, rest, plan.tupled, plan.first + 1)
+
+    def run_iteration(self, stmt, frame, exits) -> bool:
+        """Run the loop body once as written; whether it ended in a static break. With a
+        break/continue in the body (``exits``), one on data (an ``if`` on data) runs the rest
+        of the body under the branch and leaves the done flag that starts a loop region."""
         depth, saved_exits = frame.loop_depth, frame.exits
         frame.loop_depth += 1
         if exits:
@@ -239,16 +253,10 @@ class Loops:
         except (BodyDone, Continue):
             pass
         except Break:
-            frame.env[DONE] = True
+            return True
         finally:
             frame.loop_depth, frame.exits = depth, saved_exits
-        rest = []
-        for p in plan.parts:
-            if p[0] == "range":
-                rest.append(("range", p[1][1:]))
-            else:
-                rest.append(("rows", ops.getitem(p[1], slice(1, None))))
-        return _Plan(plan.trips - 1, rest, plan.tupled, plan.first + 1)
+        return False
 
     def _items_origin(self, stmt, frame, plan):
         """Where the loop's items live, as the unrolled loop binds them (rows of an array are

@@ -22,8 +22,8 @@ from . import guards as guard_table
 from . import ops
 from .ir import Node
 from .loop_plan import _Plan, _body_facts
-from .loops import DONE, BodyDone, guard_name
-from .scope import Break, Continue, MISSING
+from .loops import DONE, guard_name
+from .scope import Break, MISSING
 
 # A while whose test stays a Python bool runs at most this many iterations while tracing.
 STATIC_TRIPS = 10_000
@@ -89,7 +89,7 @@ class WhileLoops:
             if not test:
                 return
             try:
-                if self._static_trip(stmt, frame, exits):
+                if self.run_iteration(stmt, frame, exits):
                     return
             except Break:
                 return
@@ -102,26 +102,6 @@ class WhileLoops:
         self.fail(stmt, f"while loop on static values that runs more than {STATIC_TRIPS} "
                   "iterations while tracing", "make its test depend on an array (it then "
                   "becomes a compiled loop), or use a for loop over range()")
-
-    def _static_trip(self, stmt, frame, exits) -> bool:
-        """One iteration of a while whose test was a Python bool; True after a static break.
-        With a break/continue in the body, a break on data (an ``if`` on data) is traced as a
-        loop region's first iteration: the rest of the body runs under the branch, and the
-        done flag it leaves starts the region."""
-        depth, saved_exits = frame.loop_depth, frame.exits
-        frame.loop_depth += 1
-        if exits:
-            frame.exits = frame.loop_depth
-            frame.env[DONE] = False
-        try:
-            self.exec_block(stmt.body, frame, ())
-        except (BodyDone, Continue):
-            pass
-        except Break:
-            return True
-        finally:
-            frame.loop_depth, frame.exits = depth, saved_exits
-        return False
 
     def _data_while(self, stmt, frame):
         """The loop as ``for <trip> in range(cap): if not test: break; body``, and its guard."""
