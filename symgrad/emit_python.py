@@ -196,6 +196,10 @@ class _Emitter:
             first = value.flat[0].item()
             self.expr[n] = self.spell_full(full_node(value.shape, first, value.dtype.name))
             return
+        eye = _scaled_identity(value)
+        if eye is not None:
+            self.expr[n] = eye
+            return
         if value.size <= sp.ARRAY_LITERAL_LIMIT:
             self.expr[n] = (sp.array_literal(value), sp.ATOM)
             return
@@ -288,6 +292,21 @@ STATEMENTS = {
     "remat": emit_regions.remat_statement,
     "proj": emit_regions.proj_expression,
 }
+def _scaled_identity(value) -> tuple[str, int] | None:
+    """``np.eye(n)`` or ``c * np.eye(n)`` (c > 0, so the zeros keep their sign) when a float
+    constant is exactly that, at any size; else None."""
+    if value.ndim != 2 or value.shape[0] != value.shape[1] or value.shape[0] < 2 or \
+            value.dtype.kind != "f":
+        return None
+    c = value[0, 0]
+    eye = np.eye(value.shape[0], dtype=value.dtype)
+    if not (np.isfinite(c) and c > 0) or not np.array_equal(value, c * eye) or np.signbit(value).any():
+        return None
+    tail = "" if value.dtype == np.float64 else f", dtype={sp.dtype_name(value.dtype.name)}"
+    text = f"np.eye({value.shape[0]}{tail})"
+    return (text, sp.ATOM) if c == 1 else (f"{sp.number(c.item())[0]} * {text}", sp.MUL)
+
+
 def _vector(x: Node, axis: int) -> Node | None:
     """The 1-d array a matmul operand ``x`` is made of, when ``x`` is that vector as a column
     (``axis`` -1: shape (k, 1)) or a row (``axis`` -2: shape (1, k)); else None."""

@@ -236,7 +236,9 @@ def test_the_ir_does_not_grow_with_n(routine):
     grad = sg.grad(ROUTINES[routine], target="python")
     small, large = _matrix((4, 4)), _matrix((24, 24))
     assert len(grad.ir_for(small).splitlines()) == len(grad.ir_for(large).splitlines())
-    assert len(grad.source_for(small).splitlines()) == len(grad.source_for(large).splitlines())
+    def code_lines(source):   # a large constant's binding gets a comment saying where it is from
+        return [line for line in source.splitlines() if not line.strip().startswith("#")]
+    assert len(code_lines(grad.source_for(small))) == len(code_lines(grad.source_for(large)))
     assert grad.source_for(large).count("for k in range(") >= 1   # the pivot loop, not unrolled
 
 
