@@ -1,7 +1,8 @@
 """What a ``for`` loop is, for the loop-region tracer (``symgrad.loops``): the facts of its
 body read from the AST (what it rebinds, appends to, how it exits), how it iterates (a
 :class:`_Plan`: its trip count and how item i is made), what a carry may hold, the range of
-an integer made from loop indices, and the exceptions by which the tracer's steps signal each
+an integer made from loop indices, how a (nested) tuple/list carry is split into one carry
+per leaf, and the exceptions by which the tracer's steps signal each
 other (fall back to unrolling, peel the first iteration, ...).
 """
 from __future__ import annotations
@@ -11,7 +12,9 @@ import numbers
 
 import numpy as np
 
+from .aliases import NO_BUFFERS
 from .ir import Node
+from .scope import MISSING
 
 
 def _walk_body(stmts):
@@ -210,3 +213,130 @@ class StackedList(list):
 
     __getitem__ = __len__ = __iter__ = __contains__ = extend = insert = pop = _refuse
     remove = index = count = sort = reverse = __setitem__ = __delitem__ = _refuse
+
+
+# ----------------------------------------------------------------------------------------------
+# Carries that are (nested) tuples / lists: one carry per leaf, the container rebuilt around them
+
+def _is_container(value) -> bool:
+    return type(value) in (tuple, list)   # not a namedtuple, StackedList or other subclass
+
+
+def flatten_carry(value):
+    """(structure, leaves) of a (nested) tuple/list: the structure in pre-order, ``(type,
+    length)`` per container and ``None`` per leaf; the leaves with their index paths."""
+    structure, leaves = [], []
+    stack = [((), value)]
+    while stack:
+        path, v = stack.pop()
+        if _is_container(v):
+            structure.append((type(v), len(v)))
+            stack.extend(((*path, k), item) for k, item in reversed(list(enumerate(v))))
+        else:
+            structure.append(None)
+            leaves.append((path, v))
+    return tuple(structure), leaves
+
+
+def rebuild_carry(structure, leaves):
+    """The container ``structure`` (from :func:`flatten_carry`) around ``leaves``, in order."""
+    values = iter(leaves)
+    open_ = [[list, 1, []]]   # a one-item holder of the result
+    for entry in structure:
+        if entry is None:
+            open_[-1][2].append(next(values))
+        else:
+            open_.append([entry[0], entry[1], []])
+        while len(open_) > 1 and len(open_[-1][2]) == open_[-1][1]:
+            kind, _, items = open_.pop()
+            open_[-1][2].append(kind(items))
+    return open_[0][2][0]
+
+
+def leaf_name(name: str, path) -> str:
+    """The hidden variable carrying the leaf at ``path`` of the container ``name``: its
+    name in generated code first (``state_0_1``), then how errors name it (``state[0][1]``)."""
+    return f"<{'_'.join([name, *map(str, path)])} {name}{''.join(f'[{k}]' for k in path)}>"
+
+
+def shown_carry(name: str) -> str:
+    """How a carry is named to the user (a leaf of a container: ``state[0]``)."""
+    return name[1:-1].split()[1] if name.startswith("<") and "[" in name else name
+
+
+def container_carries(stmt, frame, assigned, appended, targets):
+    """(name -> (structure, leaf names) of each carry holding a (nested) tuple/list, the
+    names to carry: its leaves in its place). One carry per leaf, bound in ``frame`` under
+    its hidden name for this trace (:func:`drop_leaves` unbinds them). A container
+    the body calls a method of or writes into in place is unrolled (its items are the
+    loop's values only when the body rebuilds it)."""
+    in_place = written_in_place(stmt.body)
+    called = {node.func.value.id for node in ast.walk(ast.Module(body=stmt.body, type_ignores=[]))
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and isinstance(node.func.value, ast.Name)}
+    containers = {}
+    for name in assigned:
+        value = frame.env.get(name, MISSING)
+        if name in targets or name in appended or type(value) not in (tuple, list):
+            continue
+        if name in in_place or name in called:
+            raise _Fallback()
+        structure, leaves = flatten_carry(value)
+        names = [leaf_name(name, path) for path, _ in leaves]
+        for leaf, (_, v) in zip(names, leaves):
+            frame.env[leaf] = v
+            if name in frame.buffers:
+                frame.buffers[leaf] = frame.buffers[name]
+        containers[name] = (structure, names)
+    return containers, [leaf for name in assigned
+                        for leaf in (containers[name][1] if name in containers else [name])]
+
+
+def leaves_after_body(containers, child, in_place):
+    """Bind each container's leaves as the body leaves them; a body that changes the
+    container's structure, or writes in place into memory it shares, is unrolled."""
+    for name, (structure, leaves) in containers.items():
+        value = child.env.get(name, MISSING)
+        if type(value) not in (tuple, list):
+            raise _Fallback()
+        after, values = flatten_carry(value)
+        if after != structure:
+            raise _Fallback()
+        held = child.buffers.get(name, NO_BUFFERS)
+        if any(child.buffers.get(other, NO_BUFFERS) & held for other in in_place):
+            raise _Fallback()
+        for leaf, (_, v) in zip(leaves, values):
+            child.env[leaf] = v
+            child.buffers.pop(leaf, None)
+
+
+def drop_leaves(frame, containers):
+    """Unbind the leaves' hidden variables (bound for one trace by :func:`container_carries`)."""
+    for _, leaves in containers.values():
+        for leaf in leaves:
+            frame.env.pop(leaf, None)
+            frame.buffers.pop(leaf, None)
+
+
+def check_carried_memory(names, frame, child, assigned):
+    """The body is traced once, with each carry in the memory it has before the loop: a
+    body that writes into a carry in place and leaves it in memory the function does not
+    own or that a name the body does not rebind holds (``h = x``) would start the next
+    iteration elsewhere, so the loop is unrolled (where each iteration's writes are
+    checked as they are)."""
+    for name in names:
+        end = child.buffers.get(name, NO_BUFFERS) - frame.buffers.get(name, NO_BUFFERS)
+        if any(b.owner for b in end) or any(
+                held & end for other, held in child.buffers.items()
+                if other != name and other not in assigned):
+            raise _Fallback()
+
+
+def carry_buffers(name, frame, child):
+    """After the loop, a carry lives where the body left it (written in place: where it
+    was before)."""
+    buffers = child.buffers.get(name)
+    if buffers:
+        frame.buffers[name] = buffers
+    else:
+        frame.buffers.pop(name, None)

@@ -34,6 +34,8 @@ from .loop_plan import (BodyDone, StackedList, _Counter, _Fallback, _Guarded, _P
                         _Reshaped, _Static)
 from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
                         _target_names, row_view_pairs, written_in_place)
+from .loop_plan import (carry_buffers, check_carried_memory, container_carries, drop_leaves,
+                        leaves_after_body, rebuild_carry, shown_carry)
 from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -184,7 +186,7 @@ class Loops:
             except _Reshaped as r:
                 if r.name in overrides or peeled and r.before[1] != r.after[1]:
                     if r.before[1] != r.after[1]:
-                        self.fail(stmt, f"loop-carried variable '{r.name}' changes shape from "
+                        self.fail(stmt, f"loop-carried variable '{shown_carry(r.name)}' changes shape from "
                                   f"{r.before[1]} to {r.after[1]} between iterations",
                                   "give it its final shape before the loop")
                     return self._left(frame, plan, peeled)
@@ -271,42 +273,22 @@ class Loops:
                        for a, p in zip(it.args, iterated)])
 
     @staticmethod
-    def _check_carried_memory(names, frame, child, assigned):
-        """The body is traced once, with each carry in the memory it has before the loop: a
-        body that writes into a carry in place and leaves it in memory the function does not
-        own or that a name the body does not rebind holds (``h = x``) would start the next
-        iteration elsewhere, so the loop is unrolled (where each iteration's writes are
-        checked as they are)."""
-        for name in names:
-            end = child.buffers.get(name, NO_BUFFERS) - frame.buffers.get(name, NO_BUFFERS)
-            if any(b.owner for b in end) or any(
-                    held & end for other, held in child.buffers.items()
-                    if other != name and other not in assigned):
-                raise _Fallback()
-
-    @staticmethod
-    def _carry_buffers(name, frame, child):
-        """After the loop, a carry lives where the body left it (written in place: where it
-        was before)."""
-        buffers = child.buffers.get(name)
-        if buffers:
-            frame.buffers[name] = buffers
-        else:
-            frame.buffers.pop(name, None)
-
-    @staticmethod
     def _item(plan, part, i):
         return part[1][i] if part[0] == "range" else ops.getitem(part[1], i)
 
     def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled, exits):
         # The index, counters and Python numbers carried stand for Python numbers in the body:
         # they promote weakly, as NumPy promotes them (a float32 loop stays float32).
-        with ops.weak_scope():
-            self._traced_region(stmt, frame, plan, assigned, appended, targets, overrides,
-                                peeled, exits)
+        containers, assigned = container_carries(stmt, frame, assigned, appended, targets)
+        try:
+            with ops.weak_scope():
+                self._traced_region(stmt, frame, plan, assigned, appended, targets, overrides,
+                                    peeled, exits, containers)
+        finally:
+            drop_leaves(frame, containers)
 
     def _traced_region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled,
-                       exits):
+                       exits, containers):
         n = plan.trips
         # An array whose rows the body writes into (through the loop variable) is carried: the
         # row written in iteration i is read from the input rows (no earlier iteration wrote
@@ -360,6 +342,8 @@ class Loops:
             inits.append(ops.cast(ops.lift(value), kind[0]) if kind[0] != getattr(value, "dtype", None) else ops.lift(value))
             phs.append(ph)
             child.env[name] = ph   # in the memory it was in (a write into it may be refused)
+        for name, (structure, leaves) in containers.items():   # around its leaves' carries
+            child.env[name] = rebuild_carry(structure, [child.env[leaf] for leaf in leaves])
         guard_carries = {}   # hidden name -> (while key, placeholder): guards of inner whiles
         for key in overrides.get("guards", ()):
             name = guard_name(key)
@@ -408,7 +392,8 @@ class Loops:
         for name, (key, ph) in guard_carries.items():   # or-accumulated over the iterations
             child.env[name] = guards_table.any_of(ph, body_guards.get(key))
         in_place = written_in_place(stmt.body)
-        self._check_carried_memory([name for name, _ in carried if name in in_place], frame, child,
+        leaves_after_body(containers, child, in_place)
+        check_carried_memory([name for name, _ in carried if name in in_place], frame, child,
                                    assigned)
         for (name, kind), ph in zip(carried, phs):
             value = child.env.get(name)
@@ -495,8 +480,11 @@ class Loops:
                 self.add_guard(guard_carries[name][0], final)
                 continue
             frame.env[name] = final
-            self._carry_buffers(name, frame, child)
+            carry_buffers(name, frame, child)
             self.record(frame, loc_node, final, name if name.isidentifier() else None)
+        for name, (structure, leaves) in containers.items():   # rebuilt around the finals
+            frame.env[name] = rebuild_carry(structure, [frame.env[leaf] for leaf in leaves])
+            carry_buffers(name, frame, child)
         k = 0
         for name, recorder in lists.items():
             count = len(list(list.__iter__(recorder)))
