@@ -40,6 +40,8 @@ import time
 
 import numpy as np
 
+from workloads import _lower_triangles   # the triangle column by column, as ADBench builds it
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STAGES = ["trace", "differentiate", "simplify", "schedule", "lower", "llvm opt", "llvm codegen",
@@ -50,17 +52,6 @@ GMM_DIMS = {2: (5, 1000), 10: (25, 1000), 20: (50, 1000), 64: (200, 1000)}
 # ---------------------------------------------------------------------------------------------
 # ADBench GMM, as its definition reads: the triangle from static slices stacked column by
 # column, Q_k (x_i - mu_k) as a batched matmul, logsumexp with a max.
-
-def _make_l(icf, d):
-    k = icf.shape[0]
-    cols = []
-    start = d
-    for i in range(d):
-        count = d - i - 1
-        cols.append(np.concatenate([np.zeros((k, i + 1)), icf[:, start:start + count]], axis=1))
-        start += count
-    return np.stack(cols, axis=2)                                  # (K, d, d)
-
 
 def _logsumexp_vec(a):
     mx = np.max(a, axis=0)
@@ -77,7 +68,7 @@ def gmm_adbench(alphas, means, icf, x):
     k = alphas.shape[0]
     qdiags = np.exp(icf[:, :d])
     sum_qs = np.sum(icf[:, :d], axis=1)
-    ls = _make_l(icf, d)
+    ls = _lower_triangles(icf, d)                                  # (K, d, d)
     xcentered = x[None, :, :] - means[:, None, :]                  # (K, n, d)
     lxcentered = qdiags[:, None, :] * xcentered + xcentered @ np.transpose(ls, (0, 2, 1))
     sqsum = np.sum(lxcentered * lxcentered, axis=2)                # (K, n)

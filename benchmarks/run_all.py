@@ -332,7 +332,7 @@ else:
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import workloads as W
-    fn = W.with_module(P.gmm_adbench, jnp, _make_l=W.with_module(P._make_l, jnp),
+    fn = W.with_module(P.gmm_adbench, jnp, _lower_triangles=W.with_module(W._lower_triangles, jnp),
                        _logsumexp=W.with_module(P._logsumexp, jnp),
                        _logsumexp_vec=W.with_module(P._logsumexp_vec, jnp))
     jargs = [jnp.asarray(a) for a in args]
