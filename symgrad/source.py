@@ -141,12 +141,27 @@ def _lambda_in_file(code, filename: str) -> tuple[Source, str] | None:
     entry, an argument on a continued line), unlike the lines ``inspect`` cuts out; None when
     the file's text is not valid Python on its own or does not tell the lambda apart."""
     text = "".join(linecache.getlines(filename))
-    try:
-        module = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    module = _parsed_file(filename, text)
+    if module is None:
         return None
     tree = _find_lambda(code, module, 0, 0, 0, line=code.co_firstlineno)
     return None if tree is None else (Source(filename, tree, 0, 0), text)
+
+
+# filename -> (its text, its syntax tree or None): a file of many lambdas is parsed once.
+_file_trees: dict = {}
+
+
+def _parsed_file(filename: str, text: str):
+    cached = _file_trees.get(filename)
+    if cached is not None and cached[0] == text:
+        return cached[1]
+    try:
+        module = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        module = None
+    _file_trees[filename] = (text, module)
+    return module
 
 
 def _find_lambda(code, module, line_offset: int, indent: int, wrapped: int, line=None):
