@@ -19,7 +19,7 @@ from . import numpy_extra, ops
 from .aliases import NO_BUFFERS, Buffer, holds_array, zero_d_buffers
 from .ir import Node
 from .numpy_api import DUALS
-from .scope import Frame, is_data
+from .scope import MISSING, Frame, is_data
 
 MAX_CALL_DEPTH = 40
 
@@ -221,7 +221,11 @@ class Expressions:
                 self.captured(vars(value), node.attr, result)   # config.SCALE may be rebound
             return result
         if hasattr(value, "__dict__") or isinstance(value, type):
-            return getattr(value, node.attr)
+            result = getattr(value, node.attr)
+            own = getattr(value, "__dict__", None)
+            if type(own) is dict and own.get(node.attr, MISSING) is result:
+                self.captured(own, node.attr, result)   # model.scale = 3.0 is seen, like a global
+            return result
         self.fail(node, f"attribute '{node.attr}' of {type(value).__name__}")
 
     def expr_Subscript(self, node, frame):
