@@ -212,3 +212,35 @@ def test_write_into_a_carried_array_sees_its_memory(fn, message, target):
     alias of another live array silently lost (a wrong value)."""
     with pytest.raises(sg.UnsupportedSyntaxError, match=message):
         sg.differentiate(fn, target=target)(np.arange(6.0))
+
+
+def break_on_a_one_element_array(x):
+    s = 0.0
+    for i in range(50):
+        s = s + np.exp(x) * 0.1
+        if s > 3:          # s has shape (1,): NumPy takes its one element as the truth value
+            break
+    return s * x
+
+
+def break_on_a_vector(x):
+    s = np.zeros(2)
+    for i in range(50):
+        s = s + np.exp(x) * 0.1
+        if s > 3:
+            break
+    return np.sum(s)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_break_on_a_one_element_array_tests_its_element(target):
+    """The hidden done flag took the condition's shape (1,) and the loop was refused naming
+    '<break>'; Python (NumPy) takes a one-element array's element as its truth value."""
+    f = sg.differentiate(break_on_a_one_element_array, target=target)
+    for x in (np.array([0.5]), np.array([-2.0]), np.array([3.0])):
+        np.testing.assert_allclose(f(x), break_on_a_one_element_array(x), rtol=1e-14)
+        eps = 1e-6
+        numeric = (break_on_a_one_element_array(x + eps) - break_on_a_one_element_array(x - eps)) / (2 * eps)
+        np.testing.assert_allclose(f.grad(x), numeric, rtol=1e-6)
+    with pytest.raises(sg.UnsupportedSyntaxError, match=r"array of shape \(2,\).*ambiguous"):
+        sg.differentiate(break_on_a_vector, target=target)(np.array([0.5, 1.0]))
