@@ -477,6 +477,7 @@ _NODE_METHODS = {
     "argmin": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmin"](x, axis, out, keepdims=keepdims),
     "cumsum": lambda x, axis=None, dtype=None, out=None: DUALS["cumsum"](x, axis, dtype, out),
     "cumprod": lambda x, axis=None, dtype=None, out=None: DUALS["cumprod"](x, axis, dtype, out),
+    "take": lambda x, indices, axis=None: DUALS["take"](x, indices, axis),
 }
 
 

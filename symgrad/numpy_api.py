@@ -144,7 +144,6 @@ FUNCTIONS = {
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
-    "take": (np.take, ops.take),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }

@@ -63,6 +63,7 @@ FUNCTIONS = {
     "clip": (np.clip, reductions.clip), "select": (np.select, reductions.select),
     "linspace": (np.linspace, reductions.linspace), "norm": (np.linalg.norm, reductions.norm),
     "take_along_axis": (np.take_along_axis, indexing.take_along_axis),
+    "take": (np.take, indexing.take),
 }
 # alias -> name (as symgrad.numpy_api.ALIASES)
 ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "remainder",
