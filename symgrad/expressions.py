@@ -17,7 +17,8 @@ import numpy as np
 
 from . import numpy_extra, ops
 from .aliases import NO_BUFFERS, Buffer, holds_array, zero_d_buffers
-from .ir import Node
+from .ir import INT_DTYPES, Node
+from .loop_plan import stackable
 from .numpy_api import DUALS
 from .scope import MISSING, Frame, is_data
 
@@ -266,6 +267,9 @@ class Expressions:
                 if container is getattr(np, name, None):
                     self.fail(node, f"np.{name}[...] is not supported",
                               "use np.concatenate / np.stack / np.arange")
+            if isinstance(container, (list, tuple)) and stackable(container) and \
+                    isinstance(key, Node) and key.ndim == 0 and key.dtype in INT_DTYPES:
+                return ops.take(ops.stack(list(container)), key, 0)   # xs[t] in a loop region
             self.fail(node, f"indexing a {type(container).__name__} with a traced value")
         return container[key]
 

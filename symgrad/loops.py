@@ -126,17 +126,17 @@ class Loops:
             if it.func.id == "enumerate":
                 if len(values) != 1:
                     return None
-                inner = _part(values[0])
+                inner = _part(values[0], stmt.body)
                 if inner is None:
                     return None
                 parts = [("range", range(_length(inner))), inner]
             else:
-                parts = [_part(v) for v in values]
+                parts = [_part(v, stmt.body) for v in values]
                 if not parts or any(p is None for p in parts):
                     return None
             trips = min(_length(p) for p in parts)
             return _Plan(trips, parts, True)
-        part = _part(self.eval(it, frame))
+        part = _part(self.eval(it, frame), stmt.body)
         return None if part is None else _Plan(_length(part), [part], False)
 
     def loop_region(self, stmt, frame, plan: _Plan, force: bool = False):
