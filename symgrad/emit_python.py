@@ -34,6 +34,15 @@ _FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
 MAX_NESTING = 16
 
 
+def _nonzero_divisor(n: Node) -> bool:
+    """``a / c`` with a constant c != 0: Python's division raises only for a zero divisor (it
+    overflows to inf like NumPy), so it is spelled ``/`` (``scale / 2.0``)."""
+    if n.op != "div":
+        return False
+    divisor = n.inputs[1]
+    return divisor.op == "const" and divisor.attrs[0] == divisor.attrs[0] and divisor.attrs[0] != 0
+
+
 def spelling_names() -> set[str]:
     """Every name an op's spelling may bind in the generated namespace (``OpDef.names``):
     never handed out to a variable. Two ops binding one name to different objects, or to
@@ -223,7 +232,7 @@ class _Emitter:
         python_operands = all(i in self.python_numbers for i in n.inputs)
         if n.op == "const" or (python_operands and n.op in _PYTHON_ARITHMETIC):
             self.python_numbers.add(n)
-        if python_operands and n.op in _NUMPY_SCALAR_CALLS:
+        if python_operands and n.op in _NUMPY_SCALAR_CALLS and not _nonzero_divisor(n):
             return sp.call(_NUMPY_SCALAR_CALLS[n.op])(args, n)
         opdef = OPS[n.op]
         if opdef.python is None:
