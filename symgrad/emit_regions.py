@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import spelling as sp
 from .ir import Node, make, use_counts
+from .regions import UNTIL, loop_consts, loop_count
 
 
 def _scope(em):
@@ -68,7 +69,7 @@ def _narrow_number(em, n: Node) -> bool:
 
 
 def loop_statement(em, n: Node):
-    body, trips, nc, nx, reverse = n.attrs
+    body, trips, nc, nx, reverse, exit_ = n.attrs
     names = list(body.names) + [None] * (len(body.params) - len(body.names))
     params = body.params
     # A carry started from a Python number of a narrow dtype (float32) starts as a NumPy scalar
@@ -76,7 +77,8 @@ def loop_statement(em, n: Node):
     inits = [f"{sp.dtype_name(i.dtype)}({named(em, i)})" if _narrow_number(em, i) else named(em, i)
              for i in n.inputs[:nc]]
     xs = [named(em, i) for i in n.inputs[nc:nc + nx]]
-    consts = [named(em, i) for i in n.inputs[nc + nx:]]
+    consts = [named(em, i) for i in loop_consts(n)]
+    bound = str(trips) if loop_count(n) is None else named(em, loop_count(n))
     comment = em.comment_for(n)
     if comment is not None and comment != em.last_comment:
         em.lines.append(comment)
@@ -89,8 +91,12 @@ def loop_statement(em, n: Node):
         var = em.namer.name(None)
         shape = sp.shape_text((trips,) + r.shape)
         tail = "" if r.dtype == "float64" else f", dtype={sp.dtype_name(r.dtype)}"
-        em.lines.append(f"{var} = np.empty({shape}{tail})")
+        fill = "zeros" if loop_count(n) is not None else "empty"   # rows past the trips: 0
+        em.lines.append(f"{var} = np.{fill}({shape}{tail})")
         stacks.append(var)
+    _, k, c = exit_ if exit_ is not None and exit_[0] == UNTIL else (None, None, None)
+    if c is not None and n.inputs[c].op == "const" and n.inputs[c].attrs[0] == 0:
+        index = carries[c]   # the trips counter, from 0, is the loop index
     bindings = {params[0]: index}
     bindings.update(zip(params[1:1 + nc], carries))
     bindings.update((p, f"{x}[{index}]") for p, x in zip(params[1 + nc:1 + nc + nx], xs))
@@ -99,12 +105,27 @@ def loop_statement(em, n: Node):
                if i in em.python_numbers and not _narrow_number(em, i)]
     lines, results = emit_body(em, body, bindings, [params[0], *numbers])
     lines += [f"{s}[{index}] = {r}" for s, r in zip(stacks, results[nc:])]
-    lines += _assign(carries, results[:nc])
-    loop = f"reversed(range({trips}))" if reverse else f"range({trips})"
-    em.lines.append(f"for {index} in {loop}:")
-    em.lines.extend("    " + line for line in (lines or ["pass"]))
+    if exit_ is not None and exit_[0] == UNTIL:
+        _while_statement(em, n, index, carries, lines, results)
+    else:
+        lines += _assign(carries, results[:nc])
+        loop = f"reversed(range({bound}))" if reverse else f"range({bound})"
+        em.lines.append(f"for {index} in {loop}:")
+        em.lines.extend("    " + line for line in (lines or ["pass"]))
     em.last_comment = None
     em.region_vars[n] = carries + stacks
+
+
+def _while_statement(em, n: Node, index: str, carries, lines, results):
+    """A loop that stops once its done flag is set: ``while i < n and not done:``."""
+    _, k, c = n.attrs[5]
+    nc, trips = n.attrs[2], n.attrs[1]
+    lines = lines + _assign(carries, results[:nc])
+    if index != carries[c]:
+        em.lines.append(f"{index} = 0")
+        lines.append(f"{index} += 1")
+    em.lines.append(f"while {index} < {trips} and not {carries[k]}:")
+    em.lines.extend("    " + line for line in lines)
 
 
 def cond_statement(em, n: Node):
