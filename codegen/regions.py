@@ -16,7 +16,11 @@ machine code.
   still read it), row ``i`` of each per-iteration input and of each stacked output at byte
   offset ``i * row_bytes`` of its array, the loop-invariant inputs their own memory, read in
   place. The carries start as copies of the inits, and the final carries are copied where the
-  loop's results live when they ended in the other buffer; zero trips leave the inits.
+  loop's results live when they ended in the other buffer; zero trips leave the inits. A loop
+  that exits early (``symgrad.regions``: a ``while`` or ``break`` on data) loads its done flag
+  at the top of each iteration and branches out of the loop once it is set; its backward loop
+  (``("count",)``) loads its trip count, clamped to ``[0, n]``, and zeroes its stacked outputs
+  first (the rows of the iterations that do not run).
 * ``cond``: the predicate is loaded and a real branch calls only the taken side's body, which
   writes the branch's results directly.
 * ``remat`` (a checkpoint's recomputation in a backward pass; the checkpoint itself reaches no

@@ -194,9 +194,9 @@ def _check_exit(exit_, inputs, body, n_carry):
             raise TypeError(f"internal: loop trip count {count.dtype}{list(count.shape)}")
         return inputs[:-1]
     kind, k, c = exit_
-    flag, counter = body.params[1 + k] if k < n_carry else None, body.params[1 + c]
-    if kind != UNTIL or flag is None or (flag.dtype, flag.shape) != ("bool", ()) or \
-            counter.dtype != "int64" or c >= n_carry:
+    carries = body.params[1:1 + n_carry]
+    if kind != UNTIL or max(k, c) >= n_carry or (carries[k].dtype, carries[k].shape) != \
+            ("bool", ()) or carries[c].dtype != "int64":
         raise TypeError(f"internal: loop exit {exit_!r} on carries that are not a bool flag "
                         "and an int64 counter")
     return inputs

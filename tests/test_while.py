@@ -637,3 +637,36 @@ def test_the_native_loop_branches_out_once_done():
     _grow_cap(f)
     text = f.grad.llvm_ir(0.4, 10.5)
     assert "loop.going" in text and "trips.run" in text   # the exit, the backward's trip count
+
+
+def _stop_early(X):
+    acc = np.zeros(2)
+    for v in X:
+        acc = acc + v * v
+        if np.sum(acc) > 3.0:
+            break
+    return np.sum(acc * np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_for_with_a_break_exits_early_per_example(target):
+    rng = np.random.default_rng(3)
+    batch = np.abs(rng.normal(size=(3, 10, 2))) * np.array([0.3, 1.0, 3.0])[:, None, None]
+    f = sg.differentiate(_stop_early, target=target)
+    _assert_close(sg.vmap(f)(batch), [_stop_early(X) for X in batch], 1e-12)
+    grads = sg.vmap(sg.grad(f))(batch)
+    for X, g in zip(batch, grads):
+        _assert_close(g, _fd_grad(_stop_early, (X,), 0), 1e-6)
+        _assert_close(sg.grad(f)(X), g, 1e-12)
+
+
+def test_the_source_of_a_for_with_a_break_breaks_and_runs_as_shown():
+    X = np.abs(np.random.default_rng(4).normal(size=(10, 2)))
+    f = sg.grad(_stop_early, target="python")
+    want = f(X)
+    source = f.source
+    assert "        if done:\n            break\n" in source
+    assert "in reversed(range(trips)):" in source
+    namespace = {"np": np}
+    exec(source, namespace)
+    _assert_close(namespace["grad__stop_early"](X), want, 1e-12)
