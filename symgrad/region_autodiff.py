@@ -10,7 +10,9 @@ tape: each stored value is a stacked output, preallocated from the trip count):
 3. the backward loop runs ``i = n-1, ..., 0`` with the cotangents of the carries as its carries,
    the cotangents of loop-invariant inputs accumulated as further carries, and the residual
    rows, the ys' cotangent rows and the xs' rows as its per-iteration inputs; the xs'
-   cotangents are its stacked outputs.
+   cotangents are its stacked outputs. The backward loop of a loop that exits early (a
+   ``while`` or ``break`` on data) runs only as many iterations as the forward loop counted
+   (its ``("count",)`` exit), so the stored rows of iterations that never ran are never read.
 
 A branch differentiates only the taken side: its backward is a branch on the same condition
 whose bodies are the two sides' derivatives (each recomputing its side's forward values).
