@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from symgrad.ir import Graph, toposort
+from symgrad.loop_exits import without_exits
 
 from . import libdevice
 from .lower import LOWER
@@ -51,7 +52,7 @@ def plan(graph: Graph) -> Plan:
     lowering (in loop bodies too): a missing one is a NotImplementedError here, never a crash in
     native code. Loops are steps of the launch sequence, branches selects
     (``codegen.ptx_regions``)."""
-    graph = without_conds(graph)
+    graph = without_conds(without_exits(graph))   # loops run every iteration here
     pending = [graph.outputs]
     while pending:
         for n in toposort(pending.pop()):

@@ -125,7 +125,7 @@ def loop_steps(proj, source: dict, new, buffers: list, name: str) -> list:
     meets; it locates the others): its results' buffers (fresh ones for results nothing reads),
     each carry's spare buffer and the body's plan, named ``name``."""
     loop = proj.inputs[0]
-    body, trips, nc, nx, reverse = loop.attrs
+    body, trips, nc, nx, reverse = loop.attrs[:5]   # (no exit: symgrad.regions.without_exits)
     results = results_of(loop)
     dests = [source[r] if r in source else new("tmp", r.dtype, max(r.size, 1)) for r in results]
     for r, d in zip(results, dests):

@@ -7,7 +7,9 @@ capped loop region, ``for _ in range(cap): if not test: break; body``, with the 
 of ``for`` loops (``symgrad.loops``: a hidden done flag, the body under a branch node), plus a
 *guard*: a bool that is true when all ``cap`` trips ran and the test still held. The cap is
 the while statement's entry in ``symgrad.guards.CAPS`` (read as a capture); the API grows it and
-runs the call again when a guard fires. Neither the IR nor the compiled code depend on the cap.
+runs the call again when a guard fires. Neither the IR nor the compiled code depend on the cap,
+and a call costs the trips it takes, not the cap: the loop region stops once its done flag is
+set (its ``("until", ...)`` exit, ``symgrad.regions``) and its backward loop walks those trips.
 
 Guards are collected per region body being traced (``guard_scopes``): a loop region carries
 the guards of its body (or-accumulated, one carry per while statement), a data-dependent
