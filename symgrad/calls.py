@@ -19,8 +19,8 @@ from . import ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
-from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
-                          _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
+from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
+from .expressions import _PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
