@@ -216,6 +216,12 @@ class ControlFlow(WhileLoops):
                       "cast one side with .astype(...) so both branches have one dtype")
         if shape_a == shape_b:
             return
+        carried = [v for v in (a, b) if isinstance(v, Node) and v.op == "param"]
+        if not elementwise and carried and isinstance(what, str) and what.startswith("variable"):
+            # one side is the loop's value before the iteration: the carry itself changes shape
+            after = shape_b if carried[0] is a else shape_a
+            self.fail(stmt, f"loop-carried {what} changes shape from {carried[0].shape} to "
+                      f"{after} between iterations", "give it its final shape before the loop")
         if not elementwise:
             self.fail(stmt, f"{what} has shape {shape_a} on one branch and {shape_b} on the other "
                       "of a data-dependent if (its shape would depend on the data)",
@@ -277,9 +283,10 @@ def _resolved(built, v):
 
 
 def _strong_dtype(v) -> str:
-    """The dtype of a traced value or NumPy array/scalar; "" for a (weak) Python number."""
+    """The dtype of a traced value or NumPy array/scalar; "" for a (weak) Python number, or a
+    node standing for one (a Python number carried by a loop region: ``s = 0.0`` before it)."""
     if isinstance(v, Node):
-        return v.dtype
+        return "" if ops.weak_kind(v) is not None else v.dtype
     if isinstance(v, (np.ndarray, np.generic)):
         return v.dtype.name
     return ""

@@ -84,9 +84,7 @@ class WhileLoops:
         for _trip in range(STATIC_TRIPS):
             test = self.located(frame, stmt, lambda: self.eval(stmt.test, frame))
             if isinstance(test, Node):
-                if test.ndim:
-                    self.fail(stmt, f"a while test on an array of shape {test.shape}",
-                              "reduce it to one truth value (np.any / np.all)")
+                self.truth_value(test, stmt, "a while test")   # one element, or refused
                 return self._data_while(stmt, frame)
             if not test:
                 return
@@ -135,6 +133,7 @@ class WhileLoops:
         test = self.located(frame, stmt, lambda: self.eval(stmt.test, frame))
         ended = ops.cast(ops.lift(self.exit_flag), "bool")
         if isinstance(test, Node):
+            test = self.truth_value(test, stmt, "a while test")
             still = test if test.dtype == "bool" else ops.cast(test, "bool")
             self.add_guard(key, ops.logical_and(ops.logical_not(ended), still))
         elif test:

@@ -494,7 +494,7 @@ def _changes_shape(x):
     (_else, (0.5,), "while ... else"),
     (_endless_static, (0.5,), "runs more than 10000 iterations"),
     (_array_test, (np.ones(3),), "a while test on an array of shape (3,)"),
-    (_changes_shape, (np.ones(2),), "'y' has shape (4,) on one branch and (2,) on the other"),
+    (_changes_shape, (np.ones(2),), "loop-carried variable 'y' changes shape from (2,) to (4,)"),
 ])
 def test_refused_while_loops_name_the_line(fn, args, words):
     f = sg.differentiate(fn, target="python")
@@ -671,3 +671,44 @@ def test_the_source_of_a_for_with_a_break_breaks_and_runs_as_shown():
     namespace = {"np": np}
     exec(source, namespace)
     _assert_close(namespace["grad__stop_early"](X), want, 1e-12)
+
+
+def accumulate_until(x, n):
+    s = 0.0                       # a Python number: NumPy gives it x's float32 type in the body
+    while s < n:
+        s = s + np.exp(x) * 0.1
+    return s * x
+
+
+def accumulate_one_element(x, n):
+    s = np.zeros(1)
+    while s < n:                  # a one-element test: its element is the truth value
+        s = s + np.exp(x) * 0.1
+    return np.sum(s * x)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_a_python_number_carried_by_a_while_takes_the_body_s_float32(target):
+    """``s = 0.0`` then ``s = s + float32``: NumPy makes s float32; the while's test branch
+    refused it as 'float32 on one branch and float64 on the other'."""
+    f = sg.differentiate(accumulate_until, target=target)
+    x = np.float32(0.5)
+    value, want = f(x, 3.0), accumulate_until(x, 3.0)
+    assert np.asarray(value).dtype == np.float32 and value == want
+    eps = 1e-3
+    numeric = (accumulate_until(0.5 + eps, 3.0) - accumulate_until(0.5 - eps, 3.0)) / (2 * eps)
+    assert f.grad(x, 3.0) == pytest.approx(numeric, rel=1e-4)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_a_while_on_a_one_element_array_and_a_carry_changing_shape(target):
+    f = sg.differentiate(accumulate_one_element, target=target)
+    x = np.array([0.5])
+    assert f(x, 3.0) == accumulate_one_element(x, 3.0)
+    eps = 1e-6
+    numeric = (accumulate_one_element(x + eps, 3.0) - accumulate_one_element(x - eps, 3.0)) / (2 * eps)
+    np.testing.assert_allclose(f.grad(x, 3.0), numeric, rtol=1e-6)
+    # s = 0.0 becoming shape (1,) in the body: named as the carry it is, not as an if's branch
+    with pytest.raises(sg.UnsupportedSyntaxError,
+                       match=r"loop-carried variable 's' changes shape from \(\) to \(1,\)"):
+        sg.differentiate(accumulate_until, target=target)(np.array([0.5]), 3.0)
