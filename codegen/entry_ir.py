@@ -325,44 +325,31 @@ fail.next:
 fail.return:
   ret ptr null
 }
-
-define internal ptr @slot.ptr(ptr %base, i64 %k) alwaysinline {
-  %at = getelementptr inbounds i64, ptr %base, i64 %k
-  %v = load ptr, ptr %at
-  ret ptr %v
-}
-
-define internal i64 @slot.i64(ptr %base, i64 %k) alwaysinline {
-  %at = getelementptr inbounds i64, ptr %base, i64 %k
-  %v = load i64, ptr %at
-  ret i64 %v
-}
-
-define internal ptr @field.ptr(ptr %object, i64 %offset) alwaysinline {
-  %at = getelementptr inbounds i8, ptr %object, i64 %offset
-  %v = load ptr, ptr %at
-  ret ptr %v
-}
-
-define internal i64 @field.i64(ptr %object, i64 %offset) alwaysinline {
-  %at = getelementptr inbounds i8, ptr %object, i64 %offset
-  %v = load i64, ptr %at
-  ret i64 %v
-}
 """
+
+
+# The typed loads the IR reads its memory with: ``slot.<type>(base, k)``, the k-th 8-byte slot
+# of a descriptor or record; ``field.<type>(object, offset)``, an object's field at a byte
+# offset. One template: they differ only in the unit of the index and the type loaded.
+_ACCESSOR = """
+define internal {value} @{name}.{value}(ptr %base, i64 %k) alwaysinline {{
+  %at = getelementptr inbounds {unit}, ptr %base, i64 %k
+  %v = load {value}, ptr %at
+  ret {value} %v
+}}
+"""
+_ACCESSORS = "".join(_ACCESSOR.format(name=name, unit=unit, value=value)
+                     for name, unit in (("slot", "i64"), ("field", "i8"))
+                     for value in ("ptr", "i64"))
 
 
 def entry_text() -> str:
     """The IR of ``sg_enter`` with this module's constants (slots, offsets) filled in."""
-    constants = {f"S_{name}": k for name, k in SLOT.items()}
-    constants.update(MAX_RESULTS=MAX_RESULTS, ARG_RECORD=ARG_RECORD, OUT_RECORD=OUT_RECORD,
-                     SCALAR_RECORD=SCALAR_RECORD, KIND_FLOAT=KIND_FLOAT,
-                     C_CONTIGUOUS_ALIGNED=C_CONTIGUOUS_ALIGNED, OB_TYPE=OB_TYPE,
-                     TUPLE_SIZE=TUPLE_SIZE, TUPLE_ITEMS=TUPLE_ITEMS, FLOAT_VALUE=FLOAT_VALUE,
-                     ARRAY_DATA=ARRAY_DATA, ARRAY_ND=ARRAY_ND, ARRAY_DIMS=ARRAY_DIMS,
-                     ARRAY_DESCR=ARRAY_DESCR, ARRAY_FLAGS=ARRAY_FLAGS,
-                     CDATA_POINTER=CDATA_POINTER)
-    return _CONSTANT.sub(lambda m: str(constants[m.group(0)]), _IR)
+    # every upper-case integer of this module, so a constant the IR names cannot be left out
+    constants = {name: value for name, value in globals().items()
+                 if name.isupper() and type(value) is int}
+    constants.update({f"S_{name}": k for name, k in SLOT.items()})
+    return _CONSTANT.sub(lambda m: str(constants[m.group(0)]), _IR) + _ACCESSORS
 
 
 _CONSTANT = re.compile(r"\bS_[a-z_]+\b|\b[A-Z][A-Z_]+\b")
