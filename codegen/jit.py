@@ -45,6 +45,13 @@ def _init():
             return _state
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        # No loop versioning on symbolic strides: LLVM vectorises a loop that reads a run-time
+        # stride (a column P[:, 6] of a vmapped (n, 15) array) only for stride == 1, and runs
+        # the scalar loop otherwise. Our unit strides are baked into the IR (codegen.kernel),
+        # so a run-time stride is never 1 and the check always picked the scalar loop: ADBench
+        # BA's sin/cos loop ran 5.6x slower. Without versioning the loop is vectorised with
+        # strided (gather) accesses.
+        llvm.set_option("", "-enable-mem-access-versioning=0")
         triple = llvm.get_process_triple()
         cpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()

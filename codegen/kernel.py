@@ -232,6 +232,7 @@ class KernelModule:
             st, loads, gathers = self._merged(st, loads, gathers)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
             v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
+        views += matmul_kernel.epilogue_views(st) if blocked else []
         bufs = {v.buf for v in views}
         if gathers or any(sk.kind == "scatter" for sk in st.sinks):
             bufs.add(self.s.flag)
