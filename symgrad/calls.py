@@ -15,6 +15,7 @@ import types
 
 import numpy as np
 
+from . import guards as guard_table
 from . import ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
@@ -260,7 +261,10 @@ class Calls:
         if handler is not None:
             try:
                 check_call(handler, args, kwargs)
-                return handler(*args, **kwargs)
+                with guard_table.reporting() as errors:   # e.g. inv of a singular matrix
+                    value = handler(*args, **kwargs)
+                self.add_error_guards(errors, node)
+                return value
             except UnsupportedSyntaxError as e:
                 if e.lineno:
                     raise
@@ -297,6 +301,16 @@ class Calls:
         if _is_pure(fn) or fn in SAFE_BUILTINS.values():
             return fn(*args, **kwargs)
         self.fail(node, f"call to {getattr(fn, '__qualname__', repr(fn))}")
+
+    def add_error_guards(self, errors, node):
+        """The conditions under which a library call raises (``symgrad.guards.report``), as
+        guards of this call's line."""
+        if not errors:
+            return
+        loc = self.frame.source.loc(node)
+        for kind, flag in errors:
+            self.add_guard(guard_table.ErrorKey(loc.filename, loc.lineno, loc.col, loc.text, kind),
+                           flag)
 
     def call_derived(self, fn, args, kwargs):
         """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:

@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from . import emit_regions, spelling as sp
-from .guards import CAPS, INITIAL_CAP
+from .guards import CAPS, INITIAL_CAP, error_for, is_error
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
 from .runtime import DictTree, ListTree
@@ -164,11 +164,15 @@ class _Emitter:
         """A while loop on data ran at most its cap of trips (``symgrad.guards``): the source
         says so where that was too few, rather than return a wrong number."""
         for key, node in self.graph.guards.items():
+            self.lines.append(f"if {self.expr[node][0]}:")
+            if is_error(key):   # NumPy's error (inv of a singular matrix, ...)
+                error = error_for(key)
+                self.lines.append(f"    raise np.linalg.{type(error).__name__}({str(error)!r})")
+                continue
             cap = CAPS.get(key, INITIAL_CAP)
             message = (f"the while loop at line {key[1]} needs more than {cap} trips here "
                        "(this code stops there; the symgrad Function retries with a larger "
                        "cap)")
-            self.lines.append(f"if {self.expr[node][0]}:")
             self.lines.append(f"    raise RuntimeError({message!r})")
 
     def expression(self, n: Node):

@@ -131,10 +131,12 @@ def isfinite(x):
 
 
 def signbit(x):
-    """x < 0, or -0.0 (1 / -0.0 is -inf). (A NaN's sign bit is not read: False.)"""
+    """x < 0, or -0.0: arctan2(x, -1) is -pi for both, +pi for +0.0 and x > 0 (IEEE atan2
+    reads the sign of a zero; 1 / x would too, but divides by zero: a RuntimeWarning from
+    NumPy at every zero, e.g. in ``t // 2`` of a loop index at t = 0). (A NaN's sign bit is
+    not read: False.)"""
     x = ops.to_float(x)
-    return ops.logical_or(ops.lt(x, 0), ops.logical_and(ops.eq(x, 0), ops.lt(1 / ops.where(
-        ops.eq(x, 0), x, 1.0), 0)))
+    return ops.lt(ops.arctan2(x, -1.0), 0)
 
 
 def copysign(a, b):
