@@ -26,6 +26,7 @@ while's guard, so the derivative of a function that calls ``inv`` raises where i
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from typing import NamedTuple
 
 import numpy as np
@@ -193,8 +194,9 @@ def raise_errors(keys) -> None:
             raise error_for(key)
 
 
-# the reports of the library call being traced now (a stack: builders may call builders)
-_REPORTS: list = []
+# the reports of the library call being traced now: one per thread (traces of different
+# Functions may run at once), the innermost call's (builders may call builders)
+_REPORTS: contextvars.ContextVar = contextvars.ContextVar("symgrad_guard_reports", default=None)
 
 
 @contextlib.contextmanager
@@ -202,11 +204,11 @@ def reporting():
     """Collect the :func:`report` calls of the builders run inside: yields the list of
     ``(kind, node)`` they report."""
     found: list = []
-    _REPORTS.append(found)
+    token = _REPORTS.set(found)
     try:
         yield found
     finally:
-        _REPORTS.pop()
+        _REPORTS.reset(token)
 
 
 def report(kind: str, flag: Node) -> None:
@@ -214,5 +216,6 @@ def report(kind: str, flag: Node) -> None:
     which its call raises ``ERRORS[kind]``. Outside a trace nobody checks guards: dropped."""
     if kind not in ERRORS:
         raise KeyError(f"unknown error guard kind {kind!r}")
-    if _REPORTS:
-        _REPORTS[-1].append((kind, flag if flag.ndim == 0 else ops.reduce("max", flag)))
+    found = _REPORTS.get()
+    if found is not None:
+        found.append((kind, flag if flag.ndim == 0 else ops.reduce("max", flag)))
