@@ -292,7 +292,10 @@ class _PrivateLLVM:
     target machines, which is all _compile_private does: inside ``calls()`` this thread's
     llvmlite calls skip that lock. Every other thread still takes it, so any other use of
     llvmlite in the process (another library, the engine) is serialised as before. Where
-    llvmlite's lock is not where this expects, the lock stays and parts simply take turns."""
+    llvmlite's lock is not where this expects, the lock stays and parts simply take turns.
+    (What this cannot exclude: Python's cycle collector running, inside that window, the
+    finalizer of another owner's llvmlite object while a third thread uses LLVM's global
+    context; llvmlite's objects are freed by reference counting, not in cycles.)"""
 
     def __init__(self):
         self.mine = threading.local()
