@@ -149,6 +149,12 @@ class KernelModule:
         if parent is not None:   # called only from the region's loop: inlined there
             for fn in [self.run_fn] + [f for w in wrappers for f in (w.stage, w.init)]:
                 fn.linkage = "internal"
+        else:
+            # sg_run calls the very code the threads call (inlined into sg_run, a stage could
+            # be optimised differently there, and compiled twice), and codegen.module_split
+            # may put them in different parts
+            for fn in (f for w in wrappers for f in (w.stage, w.init)):
+                fn.attributes.add("noinline")
 
     # -- parameters ----------------------------------------------------------------------------
     def param(self, value: int) -> int:
