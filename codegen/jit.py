@@ -22,6 +22,7 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import threading
@@ -259,11 +260,20 @@ def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
 
     helpers = [threading.Thread(target=work, name=f"symgrad-llvm{t}", daemon=True)
                for t in range(1, threads)]
-    for t in helpers:
-        t.start()
-    work()
-    for t in helpers:
-        t.join()
+    # No cycle collection while threads call LLVM without llvmlite's lock: a collection run
+    # inside that window could finalise another owner's llvmlite object unlocked (reference
+    # counting frees only what a thread itself drops: its own part's objects).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for t in helpers:
+            t.start()
+        work()
+        for t in helpers:
+            t.join()
+    finally:
+        if collecting:
+            gc.enable()
     if failures:
         raise failures[min(failures)]
     return results
@@ -300,9 +310,8 @@ class _PrivateLLVM:
     llvmlite calls skip that lock. Every other thread still takes it, so any other use of
     llvmlite in the process (another library, the engine) is serialised as before. Where
     llvmlite's lock is not where this expects, the lock stays and parts simply take turns.
-    (What this cannot exclude: Python's cycle collector running, inside that window, the
-    finalizer of another owner's llvmlite object while a third thread uses LLVM's global
-    context; llvmlite's objects are freed by reference counting, not in cycles.)"""
+    (Python's cycle collector could run, inside that window, the finalizer of another
+    owner's llvmlite object: _compile_parts turns automatic collection off meanwhile.)"""
 
     def __init__(self):
         self.mine = threading.local()
