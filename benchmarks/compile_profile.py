@@ -181,7 +181,9 @@ def instrument(clock: Clock):
     jit.optimize = clock.wrap("llvm opt", jit.optimize)
     jit.load = clock.wrap("load", jit.load)
     st = jit.target()
-    st["tm"] = _TimedMachine(st["tm"], clock)
+    for name in ("tm", "tm_light"):   # tm_light: modules of light functions only (jit.is_light)
+        if name in st:
+            st[name] = _TimedMachine(st[name], clock)
 
 
 class _TimedMachine:
