@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import re
 import threading
 import time
 
@@ -73,9 +74,11 @@ def _init():
         if math.libmvec is not None:
             llvm.load_library_permanently(math.libmvec._name)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        tm_light = target.create_target_machine(cpu=cpu, features=features, opt=0,
+                                                reloc="static", codemodel="jitdefault")
         _private.install()
-        _state.update(tm=tm, math=math, engine=engine, triple=triple, cpu=cpu,
-                      features=features, kernels={})
+        _state.update(tm=tm, tm_light=tm_light, math=math, engine=engine, triple=triple,
+                      cpu=cpu, features=features, kernels={})
         return _state
 
 
@@ -115,6 +118,28 @@ def finish_text(module) -> str:
     return finish_cpu_module(str(module), module.math_calls, st["math"])
 
 
+_DEFINE = re.compile(r"^define ", re.M)
+_DEFINE_OPTNONE = re.compile(r"^define [^\n]*\boptnone\b", re.M)
+
+
+def is_light(text: str) -> bool:
+    """Does every function ``text`` defines carry ``optnone``? (``codegen.kernel`` marks a
+    module so when all of its stages are small: scalar code.) Such a module skips the IR
+    pipeline, whose module passes still cost time around optnone functions, and is compiled
+    by the -O0 code generator: fast register allocation, no post-RA scheduling (straight-line
+    scalar code of 1000 statements: 1.8 s of LLVM -> 0.2 s). Its functions were unoptimised
+    already; only their register allocation is simpler. A function of the text alone, so the
+    cache key (the text's hash) covers the choice."""
+    defines = len(_DEFINE.findall(text))
+    return defines > 0 and len(_DEFINE_OPTNONE.findall(text)) == defines
+
+
+def machine_for(text: str):
+    """The target machine that compiles ``text`` (see is_light)."""
+    st = _init()
+    return st["tm_light"] if is_light(text) else st["tm"]
+
+
 def optimize(text: str):
     """The module after the -O3 pipeline, in LLVM's global context (for display and for a
     module compiled whole on the calling thread)."""
@@ -127,6 +152,8 @@ def _optimize(text: str, tm, context=None):
     mod.triple = st["triple"]
     mod.data_layout = str(tm.target_data)
     mod.verify()
+    if is_light(text):
+        return mod
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
@@ -197,11 +224,11 @@ def compile_objects(text: str) -> list[bytes]:
     module gives (a parse or verifier message with its line in ``text``)."""
     parts = module_split.split(text)
     if len(parts) == 1:
-        return [_emit(_optimize(text, _init()["tm"]), _init()["tm"])]
+        return [_emit(_optimize(text, machine_for(text)), machine_for(text))]
     try:
         return _compile_parts(parts, min(len(parts), compile_threads()))
     except Exception as part_error:
-        _emit(_optimize(text, _init()["tm"]), _init()["tm"])   # raises the whole text's error
+        _emit(_optimize(text, machine_for(text)), machine_for(text))   # raises its error
         raise RuntimeError("internal: a part of a split module failed to compile although "
                            "the whole module compiles") from part_error
 
@@ -225,8 +252,8 @@ def _compile_private(text: str) -> bytes:
     st = _init()
     with _private.calls():
         tm = llvm.Target.from_triple(st["triple"]).create_target_machine(
-            cpu=st["cpu"], features=st["features"], opt=3, reloc="static",
-            codemodel="jitdefault")
+            cpu=st["cpu"], features=st["features"], opt=0 if is_light(text) else 3,
+            reloc="static", codemodel="jitdefault")
         context = llvm.create_context()
         mod = None
         try:
@@ -382,4 +409,4 @@ def _write_disk(key: str, obj: bytes):
 
 
 def assembly(text: str) -> str:
-    return _init()["tm"].emit_assembly(optimize(text))
+    return machine_for(text).emit_assembly(optimize(text))

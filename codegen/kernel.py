@@ -86,6 +86,26 @@ def _compile_light(fn: ir.Function):
     fn.attributes.add("noinline")   # LLVM requires it beside optnone
     fn.attributes.add("optnone")
 
+
+def all_stages_light(schedule: Schedule, light: int) -> bool:
+    """Is every stage compiled light (no region, no blocked matmul, none above the bound)?"""
+    return bool(schedule.stages) and all(
+        st.region is None and st.size <= light and not matmul_kernel.applies(st, schedule.buffers)
+        for st in schedule.stages)
+
+
+def _module_light(module: ir.Module):
+    """Mark every function the module defines light (the stages' bodies are already): their
+    wrappers and ``sg_run`` only load addresses and call, so nothing is lost, and a module of
+    nothing but optnone functions is compiled by the -O0 code generator (``jit.is_light``),
+    whose register allocation takes a fraction of the time on long straight-line bodies.
+    Inlined maths (``codegen.f64math``'s alwaysinline functions) becomes a call: without
+    fast-math flags the arithmetic, and so every result, is the same either way."""
+    for fn in module.functions:
+        if fn.blocks and "optnone" not in fn.attributes:
+            fn.attributes.discard("alwaysinline")
+            _compile_light(fn)
+
 class StageInfo(NamedTuple):
     """What the run time needs to know of one stage's machine code (``KernelModule.stage_info``)."""
     extent0_slot: int | None   # params slot of the outermost extent (None: a 0-d stage)
@@ -142,10 +162,14 @@ class KernelModule:
         # stages up to this size compile light; none in a loop region's body, whose stages
         # run once per iteration (ADBench LSTM: 14-element stages, 1023 steps)
         self.light = light_bound(schedule) if parent is None else -1
+        # scalar code: every function light, compiled by the -O0 code generator (_module_light)
+        self.all_light = parent is None and all_stages_light(schedule, self.light)
         wrappers = []
         for st in schedule.stages:
             wrappers.append(st.region.emit(self, st) if st.region is not None else self._stage(st))
         self.run_fn = self._run(wrappers)
+        if self.all_light:
+            _module_light(self.module)
         if parent is not None:   # called only from the region's loop: inlined there
             for fn in [self.run_fn] + [f for w in wrappers for f in (w.stage, w.init)]:
                 fn.linkage = "internal"
@@ -266,7 +290,8 @@ class KernelModule:
         elif d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
                                     for sk in st.sinks):
             self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
-        elif _own_math_calls(st) > OUTLINE_MATH_CALLS and hasattr(self.math, "outlined"):
+        elif (_own_math_calls(st) > OUTLINE_MATH_CALLS and hasattr(self.math, "outlined")
+              and not self.all_light):   # light, each function is one called definition anyway
             inline, self.math = self.math, self.math.outlined()
             try:
                 self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)

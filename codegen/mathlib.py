@@ -249,6 +249,26 @@ class OutlinedMath:
         return call
 
 
+_SCALAR_CALL = re.compile(r'(?:call (?:preserve_allcc )?|^declare )(double|float) @"([^"]+)"\(')
+
+
+def _mark_math_calls(text: str, attr_of: dict) -> str:
+    """Every call (ending its line) and the declaration of a math symbol of ``attr_of`` gets
+    that symbol's attribute group: one pass over the text, however many functions it calls
+    (one pass per function made lowering grow with the product of the two)."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if '@"' not in line:
+            continue
+        m = _SCALAR_CALL.search(line)
+        if m is None:
+            continue
+        attr = attr_of.get((m.group(1), m.group(2)))
+        if attr is not None and (line.startswith("declare") or line.rstrip().endswith(")")):
+            lines[i] = line + " " + attr
+    return "\n".join(lines)
+
+
 def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
     """Attach SIMD variants to the math calls of a printed module.
 
@@ -258,28 +278,22 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
     runs (global DCE would otherwise drop them as unused, and the mapping is then ignored).
     """
     groups, decls, used = [], [], []
+    attr_of: dict[tuple[str, str], str] = {}     # (value type, symbol) -> attribute group
     for k, (cname, dtype, nargs, sym) in enumerate(sorted(calls)):
         ty = "double" if dtype == "float64" else "float"
-        scalar_call = re.compile(rf'call (preserve_allcc )?{ty} @"{sym}"\(')
         variants = math.variants(cname, dtype, nargs)
         attr = f"#{900 + k}"
+        attr_of.setdefault((ty, sym), attr)
         mapping = ",".join(f"{name[:name.index('_', 4) + 1]}{sym}({name})" for name, _ in variants)
         body = "nounwind willreturn memory(none)"
         if mapping:
             body += f' "vector-function-abi-variant"="{mapping}"'
         groups.append(f"attributes {attr} = {{ {body} }}")
-        lines = []
-        for line in text.split("\n"):
-            if scalar_call.search(line) and line.rstrip().endswith(")"):
-                line = line + " " + attr
-            elif line.startswith(f'declare {ty} @"{sym}"('):
-                line = line + " " + attr
-            lines.append(line)
-        text = "\n".join(lines)
         for name, lanes in variants:
             vt = f"<{lanes} x {ty}>"
             used.append(f'ptr @"{name}"')
             decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
+    text = _mark_math_calls(text, attr_of)
     decls = [_mark_no_caller_saved(line, groups) for line in decls]
     if used:
         decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "

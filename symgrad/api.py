@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import backends
+from . import backends, gc_pause
 from .autodiff import grad_graph, hvp_graph
 from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
@@ -82,7 +82,8 @@ class Compiled:
         with _prepare_lock:
             prepared = self.prepared.get(backend.name)
             if prepared is None:
-                prepared = self.prepared[backend.name] = backend.prepare(self.guarded or self)
+                with gc_pause.paused():
+                    prepared = self.prepared[backend.name] = backend.prepare(self.guarded or self)
         return prepared
 
 
@@ -235,8 +236,9 @@ class Function:
         with self._lock:
             entry = self._cache.get(key)
             if entry is None or not captures_current(entry.captures):
-                graph, captures = self._build(values)
-                entry = Compiled(simplify(graph), captures)
+                with gc_pause.paused():
+                    graph, captures = self._build(values)
+                    entry = Compiled(simplify(graph), captures)
                 self._cache[key] = entry
                 while len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
