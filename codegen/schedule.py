@@ -91,6 +91,7 @@ class Schedule:
             self.out_of.setdefault(o, k)
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
+        self._operands: dict[int, tuple] = {}   # stage -> (nodes seen, their inputs)
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
         self.once = fusion.compared_values(graph.outputs)   # never recomputed in another loop
         self._claimed: set = set()              # output indices that have their buffer
@@ -364,10 +365,22 @@ class Schedule:
         where an earlier node of stage k reads x from memory: they are computed in list order."""
         st = self.stages[k]
         if x not in self.home or x.op not in LOWER or x in self.once or x.shape != st.shape \
-                or any(x in n.inputs for n in st.ssa):
+                or x in self._operands_of(k):
             return False
         return all(y.op in LEAF_INLINE or self._in_stage(y, k) or (
             y in self.loc and self.ready[y] <= k and 2 * y.size <= x.size) for y in x.inputs)
+
+    def _operands_of(self, k: int) -> set:
+        """The inputs of stage k's nodes, brought up to date as nodes join it (a scan of its
+        list per question was quadratic: half of schedule's time at 2000 statements)."""
+        seen, found = self._operands.get(k, (0, set()))
+        ssa = self.stages[k].ssa
+        if len(ssa) < seen:
+            seen, found = 0, set()
+        for n in ssa[seen:]:
+            found.update(n.inputs)
+        self._operands[k] = (len(ssa), found)
+        return found
 
     def _in_stage(self, x: Node, k: int) -> bool:
         """Is x computed in registers in stage k (its home, or recomputed there)?"""
