@@ -21,11 +21,8 @@ from .dtypes import is_unsigned, memory_type, storage, value_type
 from .loops import close_loop, open_loop
 from .lower import LOWER, Scalar
 from .opsets import VIEWS
-from .ptx_plan import BLOCK, Kernel, Plan
+from .ptx_plan import BLOCK, BY_VALUE, Kernel, Plan
 
-
-# Buffers passed by value: a 0-d argument, a loop body's index (codegen.ptx_regions).
-BY_VALUE = ("scalar", "index")
 
 class Index:
     """A position in an array of ``shape`` inside one kernel: a flat offset and/or one value per
@@ -172,6 +169,24 @@ class KernelBuilder:
                      align=storage(dtype).itemsize)
 
     # -- control flow ------------------------------------------------------------------------
+    def enter_guards(self):
+        """Return at once unless every branch the kernel is inside is the one taken
+        (``Kernel.guards``): the side of a ``cond`` not taken does no work. The predicate is
+        one value for the whole grid, so all threads leave together (before any barrier)."""
+        if not self.kernel.guards:
+            return
+        b, taken = self.b, None
+        for buf, want in self.kernel.guards:
+            pred = self.load(buf, self.int(0))
+            pred = pred if want else b.not_(pred)
+            taken = pred if taken is None else b.and_(taken, pred)
+        run = self.fn.append_basic_block("branch.taken")
+        skip = self.fn.append_basic_block("branch.not_taken")
+        b.cbranch(taken, run, skip)
+        b.position_at_end(skip)
+        b.ret_void()
+        b.position_at_end(run)
+
     def loop(self, start, stop, step, body, carried=(), name="loop"):
         """``for i in range(start, stop, step)`` with loop-carried values; returns their final
         values. ``body(i, *carried) -> new carried tuple``."""

@@ -43,11 +43,15 @@ SPLIT_CHUNK = 4 * BLOCK * 8  # elements one block reduces before a reduction is 
 # Ops whose values are buffers from the start: kernel parameters (an array by pointer, a 0-d
 # value by value) and constant arrays.
 IN_MEMORY = ("arg", "array", "param")   # param: a loop body's (codegen.ptx_regions)
+# Buffer kinds passed by value: a 0-d argument, a loop body's index (codegen.ptx_regions).
+BY_VALUE = ("scalar", "index")
+# Region nodes that are steps of the launch sequence (codegen.ptx_regions), planned at their
+# first result (a ``proj``); their inputs are in memory.
+STEPPED = ("loop", "cond")
 # Ops the CUDA back end refuses with NotImplementedError (empty: every op lowers). Kept
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
-    "cond": "expanded into a select first (codegen.ptx_regions.expand_conds)",
-    "remat": "inlined first (codegen.ptx_regions.expand_conds)",
+    "remat": "inlined first (codegen.ptx_regions.inline_remats)",
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
 
 
@@ -94,6 +98,9 @@ class Kernel:
     count: int       # work items: threads (map/thread/scatter) or blocks (block)
     params: tuple = ()   # buffer indices, in parameter order
     zero: tuple = ()     # buffers the launcher zeroes first
+    # (predicate buffer, value it must have) of each branch the kernel is inside: the kernel
+    # does its work only when all hold (codegen.ptx_regions.CondStep)
+    guards: tuple = ()
     # code generation details (not needed to launch)
     jobs: list = field(default_factory=list, repr=False)   # StoreJob | ReduceJob | FinishJob | ScatterJob
 
@@ -123,10 +130,14 @@ def _reads(root: Node, source: dict, skip_root=True) -> list:
     return out
 
 
-def plan(graph: Graph, buffers: list | None = None) -> Plan:
+def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=False) -> Plan:
     """Decide buffers and kernels for ``graph`` (deterministic: toposort order throughout).
     Callers go through ``codegen.ptx.plan``, which first checks that every op has a lowering.
-    ``buffers``: the list a loop body's buffers are numbered in (its parent plan's)."""
+    For a region's body (``codegen.ptx_regions``): ``buffers`` is the list its buffers are
+    numbered in (its parent plan's), ``kinds`` the kind of each input's buffer (default: a 0-d
+    argument by value, an array by pointer), and ``kernel_written`` gives every output a buffer
+    of its own that only kernels write (a branch's side: its kernels are guarded by the
+    predicate, the launcher's copies and zeroing are not)."""
     order = toposort(graph.outputs)
     buffers = [] if buffers is None else buffers
     source: dict[Node, int] = {}
@@ -137,7 +148,8 @@ def plan(graph: Graph, buffers: list | None = None) -> Plan:
 
     for i, a in enumerate(graph.inputs):
         if a is not None and a not in source:
-            source[a] = new("scalar" if a.shape == () else "arg", a.dtype, max(a.size, 1), i)
+            kind = kinds[i] if kinds is not None else "scalar" if a.shape == () else "arg"
+            source[a] = new(kind, a.dtype, max(a.size, 1), i)
     for n in order:
         if n.op == "array":
             source[n] = new("const", n.dtype, n.size, n.attrs[0].value)
@@ -156,7 +168,7 @@ def plan(graph: Graph, buffers: list | None = None) -> Plan:
     for n in order:
         if n.op in LEAVES:
             continue
-        if n.op == "loop":         # its inputs in memory (contiguous) for the body's kernels
+        if n.op in STEPPED:        # its inputs in memory (contiguous) for the body's kernels
             for x in n.inputs:
                 if x.op not in IN_MEMORY and x not in mat:
                     mat.append(x)
@@ -169,21 +181,35 @@ def plan(graph: Graph, buffers: list | None = None) -> Plan:
         elif n.shape != () and len(users[n]) >= 2 and not cheap(n) and any(
                 u.op not in LOWER or u.shape != n.shape for u in users[n]):   # views, reductions, ...
             mat.append(n)   # read at several positions: compute once, not once per reader
-    outs, out_of, copies = [], {}, []
+    outs, out_of, copies = [], {}, []   # copies: (node, output buffer) a map kernel stores
     for o in graph.outputs:
-        if o not in out_of:
-            out_of[o] = new("out", o.dtype, max(o.size, 1))
-            if o in source:
-                copies.append(o)      # an argument or constant returned as is: a copy
-            elif o not in mat:
+        if o in out_of and not kernel_written:
+            outs.append(out_of[o])
+            continue
+        buf = new("out", o.dtype, max(o.size, 1))
+        if o in out_of or o in source or kernel_written and _host_written(o):
+            copies.append((o, buf))   # an argument or constant returned as is, ...: a copy
+            if o not in source and o not in mat:
                 mat.append(o)
-        outs.append(out_of[o])
+        else:
+            out_of[o] = buf
+            if o not in mat:
+                mat.append(o)
+        outs.append(buf)
     mat.sort(key={n: i for i, n in enumerate(order)}.get)
     for n in mat:
         source[n] = out_of[n] if n in out_of else new("tmp", n.dtype, max(n.size, 1))
+    # A region's body reads its inputs through pointers: a by-value input (a 0-d argument, a
+    # loop index) is stored into memory first (a cond's predicate is read by value as it is).
+    boxed: dict[Node, int] = {}
+    for n in order:
+        if n.op in STEPPED:
+            for x in n.inputs[1:] if n.op == "cond" else n.inputs:
+                if buffers[source[x]].kind in BY_VALUE and x not in boxed:
+                    boxed[x] = new("tmp", x.dtype, 1)
 
     # Levels: a kernel runs after every kernel whose results it reads.
-    level: dict[Node, int] = {}
+    level: dict[Node, int] = {x: 1 for x in boxed}
     for n in mat:
         level[n] = 1 + max((level.get(m, 0) for m in _reads(n, source)), default=0)
 
@@ -199,13 +225,15 @@ def plan(graph: Graph, buffers: list | None = None) -> Plan:
             staged.append((lvl, maps[key]))
         maps[key].jobs.append(StoreJob(n, dest))
 
-    looped: set = set()
+    for x, buf in boxed.items():
+        store(1, x, buf)
+    stepped: set = set()
     for n in mat:
-        if n.op == "proj":        # a loop's result: the loop's step, once per loop
-            if n.inputs[0] not in looped:
-                looped.add(n.inputs[0])
-                staged += [(level[n], k) for k in
-                           KERNEL_RULES["proj"](n, source, new, buffers, f"{base}_r{len(buffers)}")]
+        if n.op == "proj":        # a region's result: the region's step, once per region
+            if n.inputs[0] not in stepped:
+                stepped.add(n.inputs[0])
+                staged += [(level[n], k) for k in KERNEL_RULES["proj"](
+                    n, source, new, buffers, f"{base}_r{len(buffers)}", {**source, **boxed})]
             continue
         if n.size == 0:
             continue      # nothing to compute (its buffer still exists, of one element)
@@ -214,9 +242,9 @@ def plan(graph: Graph, buffers: list | None = None) -> Plan:
             staged += [(level[n], k) for k in rule(n, source, new)]
         else:
             store(level[n], n, source[n])
-    for n in copies:
+    for n, buf in copies:
         if n.size:
-            store(1, n, out_of[n])
+            store(level.get(n, 0) + 1, n, buf)
     staged.sort(key=lambda lk: lk[0])   # stable: toposort order within a level
     for i, (_, k) in enumerate(staged):
         if k.kind != "loop":
@@ -268,13 +296,20 @@ KERNEL_RULES = {
     **{op: _reduction_kernels for op in sorted(REDUCTIONS)},   # block/warp-shuffle reductions
     "matmul": _reduction_kernels,                              # a sum over k
     "scatter_add": _scatter_kernels,                           # atomic adds
-    # a loop is a step of the launch sequence (codegen.ptx_regions), planned at its first
-    # result; its inputs are in memory
-    "loop": lambda *args: _loop_steps(*args),
-    "proj": lambda *args: _loop_steps(*args),
+    # a loop or a branch is a step of the launch sequence (codegen.ptx_regions), planned at
+    # its first result; its inputs are in memory
+    "loop": lambda *args: _region_steps(*args),
+    "cond": lambda *args: _region_steps(*args),
+    "proj": lambda *args: _region_steps(*args),
 }
 
 
-def _loop_steps(*args):
-    from .ptx_regions import loop_steps as steps   # plans the body with plan() itself
-    return steps(*args)
+def _region_steps(proj, *args):
+    from .ptx_regions import REGION_STEPS   # plans the bodies with plan() itself
+    return REGION_STEPS[proj.inputs[0].op](proj, *args)
+
+
+def _host_written(node: Node) -> bool:
+    """Whether the launcher writes ``node``'s buffer itself: a region's result (copies of
+    carries) or a buffer it zeroes before a kernel adds into it."""
+    return node.op == "proj" or KERNEL_RULES.get(node.op) is _scatter_kernels
