@@ -432,6 +432,15 @@ class KernelBuilder:
         thunks = [(lambda x=x: self.value(x, sub)) for x in node.inputs]
         return self.choose(conds, thunks, value_type(node.dtype))
 
+    def _branch(self, node, idx):
+        """A result of a branch computed in place (``Plan.fused``): the predicate, then a real
+        branch to the side taken, which alone is computed at ``idx`` (in its own scope)."""
+        cond, (k,) = node.inputs[0], node.attrs
+        then, other = self.plan.fused[cond]
+        pred = self.value(cond.inputs[0], self.scalar_index)
+        return self.choose([pred], [lambda: self.value(then[k], idx), lambda: self.value(other[k], idx)],
+                           value_type(node.dtype))
+
     def _gathered(self, k, idx_dtype, size):
         """An index value from data: negative counts from the end, then clamped in bounds
         (a GPU kernel cannot raise IndexError; out-of-range indices read the nearest edge)."""
@@ -470,4 +479,5 @@ COMPUTE_RULES = {
     "index_add": KernelBuilder._update,
     "concatenate": KernelBuilder._concatenate,
     "stack": KernelBuilder._stack,
+    "proj": KernelBuilder._branch,             # a fused branch's result (a loop's is in memory)
 }

@@ -247,12 +247,12 @@ def _kernel_params(p: Plan, k: Kernel) -> tuple:
         if isinstance(job, FinishJob):
             reads.add(job.partial)
         elif isinstance(job, StoreJob) and p.source.get(n) == dest:
-            reads.update(p.source[m] for m in _reads(n, p.source))
+            reads.update(p.source[m] for m in _reads(n, p.source, fused=p.fused))
         elif isinstance(job, StoreJob):      # an output that is another buffer's value: a copy
             reads.add(p.source[n])
         else:                          # reduce / scatter: the operands' expressions
             for x in n.inputs:
-                reads.update(p.source[m] for m in _reads(x, p.source, skip_root=False))
+                reads.update(p.source[m] for m in _reads(x, p.source, False, p.fused))
     reads.update(buf for buf, _ in k.guards)   # the predicates of the branches it is inside
     return tuple(sorted(reads))
 

@@ -4,8 +4,10 @@ Scheduling (:func:`plan`) gives memory only to what needs it: graph inputs and c
 outputs, reductions and matmuls, scatter-adds, matmul operands that are computed, and computed
 values that several consumers read at *different* positions. Everything else is an index
 expression evaluated in registers where it is consumed (``codegen.ptx_build``): elementwise
-ops, views (reshape, transpose, broadcast_to, getitem), gathers, and the region ops (setitem,
-index_add, concatenate, stack), which become branches on the output position.
+ops, views (reshape, transpose, broadcast_to, getitem), gathers, the region ops (setitem,
+index_add, concatenate, stack), which become branches on the output position, and the results
+of a ``cond`` whose sides are all of these (a branch on its predicate, :func:`fused_branches`).
+Loops and other branches are steps of the launch sequence (``codegen.ptx_regions``).
 
 Kernels (:class:`Kernel`, bodies written by ``codegen.ptx_kernels``):
 
@@ -29,7 +31,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from symgrad.ir import Graph, Node, is_float, toposort
+from symgrad.ir import Graph, Node, is_float, substitute, toposort
 
 from .buffers import Buffer
 from .lower import LOWER
@@ -113,10 +115,14 @@ class Plan:
     outputs: tuple        # buffer index of each graph output
     source: dict          # node -> buffer it is read from
     sincos: dict = field(default_factory=dict)   # sin(x) <-> cos(x) pairs, computed together
+    # branches computed inside the kernels that read them: cond -> (then, else) results as
+    # nodes of this graph (the sides on the operands)
+    fused: dict = field(default_factory=dict)
 
 
-def _reads(root: Node, source: dict, skip_root=True) -> list:
-    """Materialized nodes a kernel computing ``root`` reads (its fused region's frontier)."""
+def _reads(root: Node, source: dict, skip_root=True, fused=None) -> list:
+    """Materialized nodes a kernel computing ``root`` reads (its fused region's frontier,
+    through both sides of the branches computed in place)."""
     seen, out, stack = set(), [], [root]
     while stack:
         n = stack.pop()
@@ -127,7 +133,46 @@ def _reads(root: Node, source: dict, skip_root=True) -> list:
             out.append(n)
             continue
         stack.extend(n.inputs)
+        if fused and n in fused:
+            stack.extend(fused[n][0] + fused[n][1])
     return out
+
+
+def _computed_in_place(op: str) -> bool:
+    from .ptx_build import COMPUTE_RULES   # the kernel builder's table (it imports this module)
+    return op in LOWER or op in VIEWS or op in COMPUTE_RULES or op == "param"
+
+
+def fused_branches(order) -> dict:
+    """The branches among ``order`` whose sides are computed in place (elementwise ops, views,
+    gathers, constants, such branches): a real branch inside the kernel that reads their
+    results, per element, instead of a step of guarded kernels. cond -> its sides on its
+    operands (nodes of this graph; the branches nested in them are entered as well)."""
+    fused: dict = {}
+    pending = [n for n in reversed(order) if n.op == "cond"]
+    while pending:
+        n = pending.pop()
+        if n in fused or not _sides_in_place(n):
+            continue
+        operands = n.inputs[1:]
+        fused[n] = sides = tuple(substitute(list(body.results), dict(zip(body.params, operands)))
+                                 for body in n.attrs[:2])
+        pending.extend(m for m in reversed(toposort(sides[0] + sides[1])) if m.op == "cond")
+    return fused
+
+
+def _sides_in_place(cond: Node) -> bool:
+    """Whether every node of both sides of ``cond`` (and of the branches nested in them) is
+    computed in place."""
+    stack = [cond]
+    while stack:
+        c = stack.pop()
+        for m in toposort([r for body in c.attrs[:2] for r in body.results]):
+            if m.op == "cond":
+                stack.append(m)
+            elif not (_computed_in_place(m.op) or m.op == "proj"):   # a loop's proj meets "loop"
+                return False
+    return True
 
 
 def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=False) -> Plan:
@@ -141,6 +186,7 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
     order = toposort(graph.outputs)
     buffers = [] if buffers is None else buffers
     source: dict[Node, int] = {}
+    fused = fused_branches(order)
 
     def new(kind, dtype, size, ref=None):
         buffers.append(Buffer(len(buffers), kind, dtype, int(size), ref))
@@ -168,10 +214,14 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
     for n in order:
         if n.op in LEAVES:
             continue
-        if n.op in STEPPED:        # its inputs in memory (contiguous) for the body's kernels
+        if n.op in STEPPED and n not in fused:   # inputs in memory for the body's kernels
             for x in n.inputs:
                 if x.op not in IN_MEMORY and x not in mat:
                     mat.append(x)
+        elif n in fused:           # nothing of its own: its results are computed in place
+            continue
+        elif n.op == "proj" and n.inputs[0] not in fused:   # written by its region's step
+            mat.append(n)
         elif n.op in KERNEL_RULES:   # computed by kernels of its own, into memory
             if n.op == "matmul":
                 for x in n.inputs:
@@ -187,7 +237,7 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
             outs.append(out_of[o])
             continue
         buf = new("out", o.dtype, max(o.size, 1))
-        if o in out_of or o in source or kernel_written and _host_written(o):
+        if o in out_of or o in source or kernel_written and _host_written(o, fused):
             copies.append((o, buf))   # an argument or constant returned as is, ...: a copy
             if o not in source and o not in mat:
                 mat.append(o)
@@ -203,7 +253,7 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
     # loop index) is stored into memory first (a cond's predicate is read by value as it is).
     boxed: dict[Node, int] = {}
     for n in order:
-        if n.op in STEPPED:
+        if n.op in STEPPED and n not in fused:
             for x in n.inputs[1:] if n.op == "cond" else n.inputs:
                 if buffers[source[x]].kind in BY_VALUE and x not in boxed:
                     boxed[x] = new("tmp", x.dtype, 1)
@@ -211,7 +261,7 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
     # Levels: a kernel runs after every kernel whose results it reads.
     level: dict[Node, int] = {x: 1 for x in boxed}
     for n in mat:
-        level[n] = 1 + max((level.get(m, 0) for m in _reads(n, source)), default=0)
+        level[n] = 1 + max((level.get(m, 0) for m in _reads(n, source, fused=fused)), default=0)
 
     base = re.sub(r"\W", "_", graph.name) or "kernel"
     kernels: list[Kernel] = []
@@ -229,10 +279,10 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
         store(1, x, buf)
     stepped: set = set()
     for n in mat:
-        if n.op == "proj":        # a region's result: the region's step, once per region
+        if n.op == "proj" and n.inputs[0] not in fused:   # the region's step, once per region
             if n.inputs[0] not in stepped:
                 stepped.add(n.inputs[0])
-                staged += [(level[n], k) for k in KERNEL_RULES["proj"](
+                staged += [(level[n], k) for k in KERNEL_RULES[n.inputs[0].op](
                     n, source, new, buffers, f"{base}_r{len(buffers)}", {**source, **boxed})]
             continue
         if n.size == 0:
@@ -253,7 +303,7 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
     trig = {(n.op, n.inputs[0]): n for n in order if n.op in ("sin", "cos") and is_float(n.dtype)}
     sincos = {n: trig[("cos" if op == "sin" else "sin", x)] for (op, x), n in trig.items()
               if ("cos" if op == "sin" else "sin", x) in trig}
-    return Plan(graph, buffers, kernels, tuple(outs), source, sincos)
+    return Plan(graph, buffers, kernels, tuple(outs), source, sincos, fused)
 
 
 def _scatter_kernels(n: Node, source, new) -> list:
@@ -297,19 +347,22 @@ KERNEL_RULES = {
     "matmul": _reduction_kernels,                              # a sum over k
     "scatter_add": _scatter_kernels,                           # atomic adds
     # a loop or a branch is a step of the launch sequence (codegen.ptx_regions), planned at
-    # its first result; its inputs are in memory
+    # its first result (a ``proj``: computed in place, ``ptx_build``, for a fused branch); its
+    # inputs are in memory
     "loop": lambda *args: _region_steps(*args),
     "cond": lambda *args: _region_steps(*args),
-    "proj": lambda *args: _region_steps(*args),
 }
 
 
 def _region_steps(proj, *args):
+    """The steps of the region of ``proj`` (one of its results)."""
     from .ptx_regions import REGION_STEPS   # plans the bodies with plan() itself
     return REGION_STEPS[proj.inputs[0].op](proj, *args)
 
 
-def _host_written(node: Node) -> bool:
-    """Whether the launcher writes ``node``'s buffer itself: a region's result (copies of
+def _host_written(node: Node, fused: dict) -> bool:
+    """Whether the launcher writes ``node``'s buffer itself: a region step's result (copies of
     carries) or a buffer it zeroes before a kernel adds into it."""
-    return node.op == "proj" or KERNEL_RULES.get(node.op) is _scatter_kernels
+    if node.op == "proj":
+        return node.inputs[0] not in fused
+    return KERNEL_RULES.get(node.op) is _scatter_kernels

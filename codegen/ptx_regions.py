@@ -13,7 +13,10 @@ loop-invariant inputs are read in place. Carries start as device copies of the i
 trips leave the inits. The kernels therefore do not change with the trip count (a new one
 reuses the PTX).
 
-A branch (``cond``) is a step too (:class:`CondStep`): each side is a plan of its own over
+A branch (``cond``) whose sides are computed in place (elementwise ops, views, gathers) is no
+step: its results are computed inside the kernels that read them, through a real branch per
+element to the taken side (``ptx_plan.fused_branches``, ``ptx_build.KernelBuilder._branch``).
+Any other branch is a step too (:class:`CondStep`): each side is a plan of its own over
 the branch's operands (read in place) whose kernels write the branch's results, and every one
 of those kernels (those of loops and branches inside a side too) is *guarded*: it reads the
 predicate from device memory and returns at once unless its side is the one taken

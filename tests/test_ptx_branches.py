@@ -1,8 +1,11 @@
-"""Branches (``cond``) on target="cuda": each side's kernels are guarded by the predicate
-(a conditional branch at the kernel's entry, ``codegen.ptx_regions.CondStep``), so only the
-taken side computes anything. Checked without a GPU: through the CPU emulation of the same
-kernels (``codegen.ptx_emulate``) against target="python", by the memory the side not taken
-leaves untouched, and by ``ptxas`` on the PTX (in a child process: LLVM may abort).
+"""Branches (``cond``) on target="cuda": only the taken side runs. A branch whose sides are
+computed in place (elementwise ops, views, gathers) is a real branch inside the kernel that
+reads its results (``Plan.fused``: a conditional branch per element to the taken side); one
+whose sides need kernels of their own (reductions, matmuls, loops) is a step whose side
+kernels are guarded by the predicate (a conditional branch at their entry,
+``codegen.ptx_regions.CondStep``). Checked without a GPU: through the CPU emulation of the
+same kernels (``codegen.ptx_emulate``) against target="python", by the memory the side not
+taken leaves untouched, and by ``ptxas`` on the PTX (in a child process: LLVM may abort).
 
 Also here: 0-d arguments (Python and NumPy scalars, 0-d arrays, bools) read by a loop or a
 branch body, which takes its inputs through pointers (they are stored into device memory
@@ -47,6 +50,24 @@ def _log_or_square_graph():
     return Graph("branch", ("x", "w"), (x, w), (value,), 0)
 
 
+def _log_or_square_in_place_graph():
+    """log(x) * w if sum(x) > 0 else x * x * w: elementwise sides, computed in place."""
+    x, w = _arg(0, "x", (4,)), _arg(1, "w", (4,))
+    pred = ops.gt(ops.reduce("sum", x), ops.const(0.0, "float64"))
+    (value,) = regions.cond(pred, [ops.mul(ops.log(x), w)], [ops.mul(ops.mul(x, x), w)])
+    return Graph("fused_branch", ("x", "w"), (x, w), (value,), 0)
+
+
+def _nested_steps_graph():
+    """A branch in a side of a branch, both with reductions in their sides (steps)."""
+    x, w = _arg(0, "x", (4,)), _arg(1, "w", (4,))
+    (inner,) = regions.cond(ops.gt(ops.reduce("sum", w), ops.const(0.0, "float64")),
+                            [ops.reduce("sum", ops.exp(x))], [ops.reduce("max", ops.sin(x))])
+    (value,) = regions.cond(ops.gt(ops.reduce("sum", x), ops.const(0.0, "float64")),
+                            [inner], [ops.reduce("sum", ops.mul(x, w))])
+    return Graph("nested_branch", ("x", "w"), (x, w), (value,), 0)
+
+
 def _reference(graph, values):
     return regions.evaluate(list(graph.outputs), dict(zip(graph.inputs, values)))
 
@@ -79,14 +100,61 @@ def test_every_kernel_of_a_side_is_guarded():
     assert outside and all(not k.guards for k in outside)
 
 
-def test_a_branch_nested_in_a_loop_body_guards_with_both_predicates():
-    import test_ptx
-    graph = dict(test_ptx._graphs("float64"))["branch_in_loop-float64"]
-    outer, *inner = _cond_steps(ptx.plan(graph))
-    assert inner, "the nested branch is a step of a side"
-    for side in inner[0].sides:
+def test_a_nested_branch_guards_with_both_predicates():
+    outer, inner = _cond_steps(ptx.plan(_nested_steps_graph()))
+    for side, taken in zip(inner.sides, (True, False)):
         for _, k in all_kernels(side.plan):
-            assert len(k.guards) == 2 and k.guards[0][0] == outer.pred
+            assert k.guards == ((outer.pred, True), (inner.pred, taken))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0, 0.0])
+def test_a_nested_branch_value(sign):
+    graph = _nested_steps_graph()
+    for w_sign in (1.0, -1.0):
+        values = [sign * RNG.uniform(0.5, 2.0, size=4) + (sign == 0) * RNG.normal(size=4),
+                  w_sign * RNG.uniform(0.5, 2.0, size=4)]
+        np.testing.assert_allclose(ptx_emulate.run(graph, values), _reference(graph, values)[0],
+                                   rtol=1e-13)
+
+
+def _nested_in_place_graph():
+    """Elementwise branches nested in a side (the inner predicate computed in the side)."""
+    x, w = _arg(0, "x", (4,)), _arg(1, "w", (4,))
+    (inner,) = regions.cond(ops.gt(ops.getitem(x, (0,)), ops.const(0.0, "float64")),
+                            [ops.log(x)], [ops.mul(x, x)])
+    (value,) = regions.cond(ops.gt(ops.getitem(w, (0,)), ops.const(0.0, "float64")),
+                            [ops.mul(inner, w)], [ops.exp(w)])
+    return Graph("nested_in_place", ("x", "w"), (x, w), (value,), 0)
+
+
+@pytest.mark.parametrize("signs", [(1, 1), (1, -1), (-1, 1), (-1, -1)])
+def test_nested_branches_inside_the_kernel(signs):
+    graph = _nested_in_place_graph()
+    plan = ptx.plan(graph)
+    assert len(plan.fused) == 2 and not _cond_steps(plan)
+    values = [signs[0] * RNG.uniform(0.5, 2.0, size=4), signs[1] * RNG.uniform(0.5, 2.0, size=4)]
+    got = ptx_emulate.run(graph, values)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, _reference(graph, values)[0], rtol=1e-13)
+
+
+def test_elementwise_sides_branch_inside_the_kernel():
+    graph = _log_or_square_in_place_graph()
+    plan = ptx.plan(graph)
+    assert list(plan.fused) and not _cond_steps(plan)
+    text = ptx.build_module(plan)
+    (reader,) = [k.name for k in plan.kernels if k.kind == "map"]
+    body = text.split(f'@"{reader}"')[1].split("\ndefine ")[0]
+    assert "choose.case0" in body and "__nv_log" in body.split("choose.case0:")[1]
+    for sign in (1.0, -1.0):
+        values = [sign * RNG.uniform(0.5, 2.0, size=4), RNG.normal(size=4)]
+        got = ptx_emulate.run(graph, values)
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, _reference(graph, values)[0], rtol=1e-13)
+        grad = grad_graph(graph, (0, 1), False, False)
+        for g, w in zip(ptx_emulate.run(grad, values), _reference(grad, values)):
+            assert np.all(np.isfinite(g))
+            np.testing.assert_allclose(g, w, rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -141,7 +209,8 @@ def test_the_safe_norm_gradient_at_zero_is_zero():
     py = sg.differentiate(safe_norm, target="python")
     zero = np.zeros(3)
     graph = py.grad.graph_for((zero,))[0]
-    assert _cond_steps(ptx.plan(graph))
+    plan = ptx.plan(graph)
+    assert plan.fused or _cond_steps(plan)   # a branch, not a select
     np.testing.assert_array_equal(ptx_emulate.run(graph, [zero]), np.zeros(3))
 
 
@@ -200,13 +269,19 @@ import symgrad as sg
 from test_native_loops import safe_norm, branch_in_loop, break_on_data
 from symgrad.codegen import ptx
 from symgrad.codegen.ptx_regions import all_kernels
-for k, (fn, x) in enumerate([(safe_norm, np.ones(3)), (branch_in_loop, np.full(3, 0.2)),
-                             (break_on_data, np.full(3, 0.2))]):   # break: a capped loop
-    f = sg.differentiate(fn, target="cuda")
+from test_ptx_branches import _nested_steps_graph, _log_or_square_in_place_graph
+class Entry:
+    def __init__(self, graph):
+        self.graph = graph
+entries = [Entry(_nested_steps_graph()), Entry(_log_or_square_in_place_graph())]
+for fn, x in [(safe_norm, np.ones(3)), (branch_in_loop, np.full(3, 0.2)),
+              (break_on_data, np.full(3, 0.2))]:   # break: a capped loop
+    entries.append(sg.differentiate(fn, target="cuda").grad._compiled([x]))
+for k, entry in enumerate(entries):
     for arch in ("sm_80", "sm_90"):
-        open(sys.argv[1] + f"/{{k}}.{{arch}}.ptx", "w").write(f.grad.ptx(x, arch=arch))
-    plan = ptx.plan(f.grad._compiled([x]).graph)
-    print(" ".join(kn.name for _, kn in all_kernels(plan) if kn.guards))
+        open(sys.argv[1] + f"/{{k}}.{{arch}}.ptx", "w").write(ptx.ptx(entry, arch=arch))
+    plan = ptx.plan(entry.graph)
+    print(" ".join(kn.name for _, kn in all_kernels(plan) if kn.guards) or "-")
 """
 
 
@@ -221,8 +296,11 @@ def test_ptx_has_a_branch_per_guarded_kernel_and_assembles(tmp_path):
                         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     guarded = [line.split() for line in r.stdout.splitlines()]
+    assert guarded[0] and guarded[1] == ["-"]   # steps; a branch inside one kernel
+    fused = (tmp_path / "1.sm_80.ptx").read_text()
+    assert re.search(r"@!?%p\d+ bra", _entry_bodies(fused)["fused_branch_k1"])
     for k, names in enumerate(guarded):
-        assert names, "no guarded kernel"
+        names = [n for n in names if n != "-"]
         for arch in ("sm_80", "sm_90"):
             text = (tmp_path / f"{k}.{arch}.ptx").read_text()
             bodies = _entry_bodies(text)
