@@ -297,7 +297,7 @@ def plan(graph: Graph, buffers: list | None = None, kinds=None, kernel_written=F
             store(level.get(n, 0) + 1, n, buf)
     staged.sort(key=lambda lk: lk[0])   # stable: toposort order within a level
     for i, (_, k) in enumerate(staged):
-        if k.kind != "loop":
+        if k.kind not in STEPPED:   # a region step keeps its name
             k.name = f"{base}_k{i}"
         kernels.append(k)
     trig = {(n.op, n.inputs[0]): n for n in order if n.op in ("sin", "cos") and is_float(n.dtype)}
