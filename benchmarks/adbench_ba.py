@@ -24,12 +24,11 @@ are checked against each other first.
 import argparse
 import os
 import platform
-import statistics
-import time
 
 import numpy as np
 
 import symgrad as sg
+from timing import median_time
 
 
 def cross(a, b, xp=np):
@@ -75,16 +74,6 @@ def ba_data(n, rng):
     P = np.concatenate([rot, center, focal, x0, kappa, X, w], axis=1)
     feat = rng.uniform(-50, 50, size=(n, 2))
     return P, feat
-
-
-def median_time(fn, repeat):
-    fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def jax_runs():

@@ -30,6 +30,10 @@ import time
 
 import numpy as np
 
+# (tests load this file by its path: its folder is put on the path for the shared helper)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_time  # noqa: E402
+
 HIDDEN = 14
 
 
@@ -132,16 +136,6 @@ def jax_objective():
 
 # ---------------------------------------------------------------------------------------------
 # Measurement (one configuration per process)
-
-def median_time(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
-
 
 def measure(system: str, layers: int, chars: int, repeats: int) -> dict:
     args = make_inputs(layers, chars)

@@ -47,9 +47,16 @@ def rows_for(n: int) -> dict:
             table[buf] = addr
         run(ptrs_addr, params_addr)
 
+    out = np.empty(n)
+
+    def with_out(a, o=out):
+        return g(a, out=o)
+
     rows = {
         f"n={n}: f.grad(x), the whole call": (g, (x,)),
+        f"n={n}: f.grad(x, out=o), the whole call": (with_out, (x,)),
         f"n={n}: the plan alone (no API frame)": (plan, ((x,),)),
+        f"n={n}: the plan alone with out (no API frame)": (plan, ((x,), out)),
         f"n={n}: the Python plan alone (no native entry)": (python_plan, ((x,),)),
         f"n={n}: Native(values), the full path": (native, ((x,),)),
         f"n={n}: the kernel alone (table stores + ctypes call, GIL released)": (kernel_only, ()),
@@ -91,7 +98,13 @@ def scalar_rows() -> dict:
     g = sg.differentiate(w1, wrt=(0, 1)).grad
     for _ in range(200):
         g(0.3, 0.7)
-    return {"W1 gradient at a point (2 floats in, 2 out)": (g, (0.3, 0.7))}
+    out = (np.empty(()), np.empty(()))
+
+    def with_out(x, y, o=out):
+        return g(x, y, out=o)
+
+    return {"W1 gradient at a point (2 floats in, 2 out)": (g, (0.3, 0.7)),
+            "W1 gradient at a point, out= two 0-d arrays": (with_out, (0.3, 0.7))}
 
 
 def primitives() -> dict:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 
 import numpy as np
 
 import symgrad as sg
 from symgrad.ir import toposort
+from timing import median_time
 
 
 def identity(fn):
@@ -57,16 +57,6 @@ def stored_bytes(f, args) -> int:
     return total
 
 
-def per_call(f, args, repeats: int) -> float:
-    f.grad(*args)                                   # compiled and warm
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        f.grad(*args)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=64)
@@ -87,7 +77,8 @@ def main():
             ckpt = sg.differentiate(loss_of(cell, sg.checkpoint), wrt=(0, 1, 2))
             for a, b in zip(plain.grad(*args), ckpt.grad(*args)):
                 np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-            t_plain, t_ckpt = per_call(plain, args, opts.repeats), per_call(ckpt, args, opts.repeats)
+            t_plain = median_time(lambda: plain.grad(*args), opts.repeats)
+            t_ckpt = median_time(lambda: ckpt.grad(*args), opts.repeats)
             print(f"{name:6} {steps:6d} {stored_bytes(plain, args) / 1e6:10.2f} MB "
                   f"{stored_bytes(ckpt, args) / 1e6:9.2f} MB {t_plain * 1e3:8.2f} ms "
                   f"{t_ckpt * 1e3:7.2f} ms {t_ckpt / t_plain:10.2f}")

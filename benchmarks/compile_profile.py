@@ -8,12 +8,13 @@ with the stages timed by wrapping the functions that implement them:
   simplify      symgrad.simplify.simplify (both graphs: the trace's and the gradient's)
   schedule      codegen.schedule.Schedule (stages, fusion, buffers)
   lower         codegen.kernel.KernelModule + jit.finish_text (the LLVM IR text)
-  llvm opt      codegen.jit.optimize (parse, verify, the -O pass pipeline)
-  llvm codegen  TargetMachine.emit_object (machine code)
+  llvm opt      codegen.jit._optimize (parse, verify, the -O pass pipeline), summed over the
+                threads that compile a large module's parts
+  llvm codegen  codegen.jit._emit (machine code), summed likewise
   load          what else codegen.jit.load takes: the disk-cache read on a hit, linking
                 the object into the engine
-  other         the first call's CPU time minus the stages above (argument binding,
-                Native's tables, the call itself)
+  other         the first call's CPU time (the process's, all threads) minus the stages
+                above (argument binding, Native's tables, the call itself)
 
 "cold" runs with ``SYMGRAD_NO_CACHE=1``; "disk" runs with a private cache directory that a
 previous process filled (the disk-cache hit path in a fresh process). Medians of ``--runs``
@@ -36,6 +37,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -145,26 +147,29 @@ def case(name: str):
 # Instrumentation (in the measuring process)
 
 class Clock:
-    """CPU time of this thread per stage (LLVM runs in the calling thread; on a shared machine
-    CPU time is far steadier than wall time); a stage called inside another is charged to the
-    inner one only."""
+    """CPU time per stage, of the thread that runs it (LLVM compiles a large module's parts on
+    several threads: their CPU times add up); on a shared machine CPU time is far steadier
+    than wall time. A stage called inside another is charged to the inner one only."""
 
     def __init__(self):
         self.total = dict.fromkeys(STAGES, 0.0)
-        self.stack: list = []
+        self.local = threading.local()
+        self.lock = threading.Lock()
 
     def wrap(self, stage, fn):
         def timed(*args, **kwargs):
+            stack = self.local.__dict__.setdefault("stack", [])
             t0 = time.thread_time()
-            self.stack.append(0.0)
+            stack.append(0.0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                inner = self.stack.pop()
+                inner = stack.pop()
                 spent = time.thread_time() - t0
-                self.total[stage] += spent - inner
-                if self.stack:
-                    self.stack[-1] += spent
+                with self.lock:
+                    self.total[stage] += spent - inner
+                if stack:
+                    stack[-1] += spent
         timed.__wrapped__ = fn
         return timed
 
@@ -178,21 +183,9 @@ def instrument(clock: Clock):
     llvm.Schedule = clock.wrap("schedule", llvm.Schedule)
     llvm.KernelModule = clock.wrap("lower", llvm.KernelModule)
     jit.finish_text = clock.wrap("lower", jit.finish_text)
-    jit.optimize = clock.wrap("llvm opt", jit.optimize)
+    jit._optimize = clock.wrap("llvm opt", jit._optimize)
+    jit._emit = clock.wrap("llvm codegen", jit._emit)
     jit.load = clock.wrap("load", jit.load)
-    st = jit.target()
-    st["tm"] = _TimedMachine(st["tm"], clock)
-
-
-class _TimedMachine:
-    """The target machine with emit_object timed (llvmlite's object has fixed slots)."""
-
-    def __init__(self, tm, clock):
-        self._tm = tm
-        self.emit_object = clock.wrap("llvm codegen", tm.emit_object)
-
-    def __getattr__(self, name):
-        return getattr(self._tm, name)
 
 
 def measure_one(name: str) -> dict:
@@ -203,10 +196,10 @@ def measure_one(name: str) -> dict:
     clock = Clock()
     instrument(clock)
     fn, wrt, args = case(name)
-    t0, c0 = time.perf_counter(), time.thread_time()
+    t0, c0 = time.perf_counter(), time.process_time()
     f = sg.differentiate(fn, wrt=wrt)
     f.grad(*args)
-    first, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    first, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = dict(clock.total)
     out["other"] = cpu - sum(clock.total.values())
     out["first gradient cpu"] = cpu
@@ -327,7 +320,7 @@ def main(argv=None):
         return
     trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": ROOT}
     print(f"Machine: {machine()}; medians of {args.runs} fresh processes; times in ms "
-          "(stages: CPU time of the compiling thread)")
+          "(stages: CPU time of the threads that ran them)")
     names = [s for s in args.cases.split(",") if s]
     results = profile(names, args.runs, not args.no_disk, trees)
     print(markdown(results))

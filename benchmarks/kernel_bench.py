@@ -24,18 +24,9 @@ import subprocess
 import sys
 import time
 
+from timing import median_time
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def median_ms(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    times.sort()
-    return 1e3 * times[len(times) // 2]
 
 
 def bench_matmul(sizes, reps):
@@ -56,8 +47,8 @@ def bench_matmul(sizes, reps):
             r = max(3, reps if n <= 512 else reps // 2)
             ours, theirs = [], []
             for _ in range(r):   # alternated, so load hits both alike
-                ours.append(median_ms(lambda: f(a, b), 1))
-                theirs.append(median_ms(lambda: np.matmul(a, b), 1))
+                ours.append(1e3 * median_time(lambda: f(a, b), 1))
+                theirs.append(1e3 * median_time(lambda: np.matmul(a, b), 1))
             out[f"matmul {n} {dt}"] = [sorted(ours)[r // 2], sorted(theirs)[r // 2]]
     return out
 
@@ -131,8 +122,8 @@ def bench_gmm(dims, reps, with_jax=False):
         out[f"gmm matmul form d={d} first gradient (s)"] = first
         if d <= 20:
             wargs = W.gmm_inputs(d, k, n)
-            out[f"gmm broadcast form d={d} objective"] = median_ms(lambda: fw(*wargs), reps)
-            out[f"gmm broadcast form d={d} gradient"] = median_ms(lambda: fw.grad(*wargs), reps)
+            out[f"gmm broadcast form d={d} objective"] = 1e3 * median_time(lambda: fw(*wargs), reps)
+            out[f"gmm broadcast form d={d} gradient"] = 1e3 * median_time(lambda: fw.grad(*wargs), reps)
     return out
 
 

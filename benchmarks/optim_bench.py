@@ -18,26 +18,16 @@ import argparse
 import math
 import os
 import platform
-import time
 
 import numpy as np
 
 import symgrad as sg
 from symgrad import optim
+from timing import median_time
 
 B1, B2, EPS, LR, MOM = 0.9, 0.999, 1e-7, 1e-3, 0.9
 # the kernels' clipping and weight-decay arguments when both are off
 NO_CLIP = (optim.NO_CLIP, *(np.asarray(x) for x in (1.0, 1.0, -np.inf, np.inf)), None, None)
-
-
-def median_time(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def adam_numpy(w, m, v, g, t):

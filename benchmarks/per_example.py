@@ -17,12 +17,11 @@ excluded); the results are checked against each other first.
 import argparse
 import os
 import platform
-import statistics
-import time
 
 import numpy as np
 
 import symgrad as sg
+from timing import median_time
 
 
 def example_loss(w, x, y):
@@ -44,16 +43,6 @@ def numpy_per_example(w, X, Y):
 
 def numpy_batched(w, X, Y):
     return X.T @ numpy_coef(w, X, Y)
-
-
-def median_time(fn, repeat):
-    fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def jax_per_example():

@@ -25,20 +25,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 import symgrad as sg  # noqa: E402
 import workloads as W  # noqa: E402
 from symgrad.codegen import llvm as cpu  # noqa: E402
+from timing import median_time  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-REPEATS = 7
-
-
-def median_time(fn, repeats=REPEATS, inner=1):
-    fn()   # warm up (compile, page in)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - t) / inner)
-    return float(np.median(times))
 
 
 def try_import(name):
@@ -312,13 +301,11 @@ import sys, time, json
 sys.path.insert(0, {here!r}); sys.path.insert(0, {root!r})
 import numpy as np
 import compile_profile as P
+from timing import median_time
 d, tool, reps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 args = P.gmm_args(d)
 def median(fn):
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+    return median_time(fn, reps)
 if tool == "symgrad":
     import symgrad as sg
     t0 = time.perf_counter()

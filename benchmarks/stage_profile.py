@@ -7,6 +7,7 @@ load disturbs least. Each line shows the stage's loop shape, the ops it computes
 and what it writes (its sinks).
 
     python benchmarks/stage_profile.py gmm 10 [--reps 7] [--quiet]   # examples/gmm_objective.py
+    python benchmarks/stage_profile.py adbench 10                     # compile_profile.gmm_adbench
     python benchmarks/stage_profile.py w2                            # W2, 10^6 logits
 
 The stage calls reuse the buffers of one real call (arguments, outputs, scratch), so every
@@ -72,6 +73,9 @@ def problems(which: str, d: int | None):
         import workloads as W
         k, n = {dd: (kk, nn) for dd, kk, nn in W.GMM_SIZES}[d]
         return sg.differentiate(G.gmm_objective, wrt=(0, 1, 2)), G.make_problem(d, k, n)
+    if which == "adbench":   # the GMM as ADBench's definition reads (run_all's GMM table)
+        import compile_profile as P
+        return sg.differentiate(P.gmm_adbench, wrt=(0, 1, 2)), P.gmm_args(d)
     import workloads as W
     rng = np.random.default_rng(1)
     x = rng.normal(size=10 ** 6) * 3
@@ -81,7 +85,7 @@ def problems(which: str, d: int | None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["gmm", "w2"])
+    ap.add_argument("workload", choices=["gmm", "adbench", "w2"])
     ap.add_argument("d", type=int, nargs="?", default=10, help="GMM dimension (2, 10, 20, 64)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quiet", action="store_true", help="totals only")

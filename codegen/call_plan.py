@@ -7,7 +7,8 @@ small enough for one thread. For those, the plan does only what such a call need
 argument (type, dtype, shape, and that its buffer is C-contiguous and writeable), fill the
 pointer table and scalar cells, allocate the outputs and call the kernel. Anything else returns ``MISS`` before native code
 runs, and the API takes the full path, which raises the clear errors (wrong dtype or shape)
-or copies what needs copying. Caller arrays are never written: outputs are always fresh.
+or copies what needs copying. Caller arrays are never written: outputs are always fresh (a
+call with ``out=`` is the native entry's, which writes only there, or the full path's).
 
 What bounds a call then (measured in ``benchmarks/call_overhead.py``): the argument checks
 and the buffer-protocol address of each array (~0.2-0.3 us each: ``ctypes.c_char.from_buffer``
@@ -76,9 +77,10 @@ def argument_specs(native, kinds: tuple):
 
 
 def call_plan(native, kinds: tuple, holding_gil: bool):
-    """``plan(args)``: the call's result, or ``MISS`` (nothing run, nothing written that the
-    caller can see) when ``args`` are not exactly what the plan was made for; ``None`` when
-    the signature needs the full path (see :func:`argument_specs`)."""
+    """``plan(args, out=None)``: the call's result, or ``MISS`` (nothing run, nothing written
+    that the caller can see) when ``args`` are not exactly what the plan was made for, or
+    ``out`` is given (only the native entry writes into ``out=``); ``None`` when the signature
+    needs the full path (see :func:`argument_specs`)."""
     arg_specs = argument_specs(native, kinds)
     if arg_specs is None:
         return None
@@ -98,17 +100,19 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
     single = out_specs[0] if (len(out_specs) == 1 and n_results == 1 and not scalar_out
                               and native.graph.out_tree == 0) else None
 
-    def plan(args):
+    def plan(args, out=None):
         nonlocal calls_left, may_compile
         if len(args) != arity:
             return MISS
-        if calls_left is not None:
+        if calls_left is not None:   # (out= calls count too: the entry takes them)
             calls_left -= 1
             if calls_left <= 0:
                 if _install_native_entry(native, kinds, arg_specs, may_compile):
                     calls_left = None
                     return MISS   # nothing run: the full path runs it and takes the entry
                 calls_left, may_compile = (None, False) if may_compile else (NATIVE_AFTER, True)
+        if out is not None:
+            return MISS           # out= is the native entry's (or the full path's)
         lock = native.lock        # read each call: a forked child replaces it
         if not lock.acquire(False):
             return MISS           # a concurrent call: the full path gives it private memory

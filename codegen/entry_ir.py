@@ -15,15 +15,19 @@ SLOTS = ("ml_name", "ml_meth", "ml_flags", "ml_doc",
          "nargs", "miss", "tuple_type", "ndarray_type", "float_type",
          "table", "params", "run",
          "array_empty", "incref", "decref", "float_from_double", "tuple_new",
-         "n_outs", "n_scalars", "n_pick", "args_at", "outs_at", "scalars_at", "pick_at")
+         "n_outs", "n_scalars", "n_pick", "n_top", "args_at", "outs_at", "scalars_at", "top_at")
 SLOT = {name: k for k, name in enumerate(SLOTS)}
-ARG_RECORD = 5      # kind (0 array, 1 float), destination, descr, nd, dims_at
+ARG_RECORD = 6      # kind (0 array, 1 float), destination, descr, nd, dims_at, bytes
 OUT_RECORD = 5      # result index, table slot, descr, nd, dims_at
 SCALAR_RECORD = 2   # result index, cell address
-MAX_RESULTS = 8     # the entry's results live in a fixed stack array
+TOP_RECORD = 6      # per top-level result (what out= matches): result index, descr, nd,
+                    # dims_at, bytes, kind (0 an array the kernel writes, 1 a 0-d result)
+MAX_RESULTS = 8     # the entry's results live in fixed stack arrays
 KIND_ARRAY, KIND_FLOAT = 0, 1
 METH_FASTCALL = 0x80
-C_CONTIGUOUS_ALIGNED = 0x1 | 0x100   # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+# NumPy's flags an argument's and an out= array's memory must have
+C_CONTIGUOUS_ALIGNED = 0x1 | 0x100                  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+C_CONTIGUOUS_ALIGNED_WRITEABLE = 0x1 | 0x100 | 0x400   # ... | NPY_ARRAY_WRITEABLE
 
 # Byte offsets into CPython / NumPy / ctypes objects (checked by `available`)
 OB_TYPE = 8
@@ -35,15 +39,19 @@ CDATA_POINTER = 16
 _IR = r"""
 define ptr @"sg_enter"(ptr %self, ptr %args, i64 %nargs) {
 entry:
-  %results = alloca [MAX_RESULTS x ptr]
-  %values = alloca [MAX_RESULTS x double]
+  %results = alloca [MAX_RESULTS x ptr]           ; what the entry made, by result index
+  %given = alloca [MAX_RESULTS x ptr]             ; the out= arrays, by result index
+  %values = alloca [MAX_RESULTS x double]         ; the 0-d results, by result index
   store [MAX_RESULTS x ptr] zeroinitializer, ptr %results
   %buffer.at = getelementptr inbounds i8, ptr %self, i64 CDATA_POINTER
   %d = load ptr, ptr %buffer.at
   %incref = call ptr @slot.ptr(ptr %d, i64 S_incref)
   %decref = call ptr @slot.ptr(ptr %d, i64 S_decref)
-  %one.arg = icmp eq i64 %nargs, 1
-  br i1 %one.arg, label %tuple, label %decline
+  %out.at = getelementptr inbounds ptr, ptr %args, i64 1
+  %with.out = icmp eq i64 %nargs, 2                ; entry(args, out)
+  %one.arg = icmp eq i64 %nargs, 1                 ; entry(args)
+  %call.ok = or i1 %one.arg, %with.out
+  br i1 %call.ok, label %tuple, label %decline
 
 tuple:
   %tup = load ptr, ptr %args
@@ -66,71 +74,128 @@ arity:
 check.cond:
   %i = phi i64 [0, %arity], [%i.next, %check.next]
   %check.more = icmp ult i64 %i, %want.n
-  br i1 %check.more, label %check.body, label %alloc.start
+  br i1 %check.more, label %check.body, label %checked
 
 check.body:
   %arg.at = getelementptr inbounds ptr, ptr %items, i64 %i
   %arg = load ptr, ptr %arg.at
-  %rec.index = mul i64 %i, ARG_RECORD
-  %rec = getelementptr inbounds i64, ptr %arg.records, i64 %rec.index
+  %rec = call ptr @record(ptr %arg.records, i64 %i, i64 ARG_RECORD)
   %kind = call i64 @slot.i64(ptr %rec, i64 0)
-  %arg.type = call ptr @field.ptr(ptr %arg, i64 OB_TYPE)
   %is.float.arg = icmp eq i64 %kind, KIND_FLOAT
   br i1 %is.float.arg, label %check.float, label %check.array
 
 check.float:
+  %arg.type = call ptr @field.ptr(ptr %arg, i64 OB_TYPE)
   %is.float = icmp eq ptr %arg.type, %float
   br i1 %is.float, label %check.next, label %decline
 
-check.array:                                   ; an ndarray's fields are read only once it is one
-  %is.ndarray = icmp eq ptr %arg.type, %ndarray
-  br i1 %is.ndarray, label %check.fields, label %decline
-
-check.fields:
-  %descr = call ptr @field.ptr(ptr %arg, i64 ARRAY_DESCR)
+check.array:
   %want.descr = call ptr @slot.ptr(ptr %rec, i64 2)
-  %descr.ok = icmp eq ptr %descr, %want.descr
-  %nd.at = getelementptr inbounds i8, ptr %arg, i64 ARRAY_ND
-  %nd32 = load i32, ptr %nd.at
-  %nd = sext i32 %nd32 to i64
   %want.nd = call i64 @slot.i64(ptr %rec, i64 3)
-  %nd.ok = icmp eq i64 %nd, %want.nd
-  %flags.at = getelementptr inbounds i8, ptr %arg, i64 ARRAY_FLAGS
-  %flags = load i32, ptr %flags.at
-  %layout = and i32 %flags, C_CONTIGUOUS_ALIGNED
-  %layout.ok = icmp eq i32 %layout, C_CONTIGUOUS_ALIGNED
-  %ok.1 = and i1 %descr.ok, %nd.ok
-  %ok = and i1 %ok.1, %layout.ok
-  br i1 %ok, label %dims.start, label %decline
-
-dims.start:
-  %dims = call ptr @field.ptr(ptr %arg, i64 ARRAY_DIMS)
   %dims.at = call i64 @slot.i64(ptr %rec, i64 4)
   %want.dims = getelementptr inbounds i64, ptr %d, i64 %dims.at
-  br label %dims.cond
-
-dims.cond:
-  %j = phi i64 [0, %dims.start], [%j.next, %dims.body]
-  %dims.more = icmp ult i64 %j, %want.nd
-  br i1 %dims.more, label %dims.body, label %check.next
-
-dims.body:
-  %dim.at = getelementptr inbounds i64, ptr %dims, i64 %j
-  %dim = load i64, ptr %dim.at
-  %want.dim.at = getelementptr inbounds i64, ptr %want.dims, i64 %j
-  %want.dim = load i64, ptr %want.dim.at
-  %j.next = add i64 %j, 1
-  %dim.ok = icmp eq i64 %dim, %want.dim
-  br i1 %dim.ok, label %dims.cond, label %decline
+  %arg.ok = call i1 @array.is(ptr %arg, ptr %ndarray, ptr %want.descr, i64 %want.nd,
+                              ptr %want.dims, i32 C_CONTIGUOUS_ALIGNED)
+  br i1 %arg.ok, label %check.next, label %decline
 
 check.next:
   %i.next = add i64 %i, 1
   br label %check.cond
 
-alloc.start:
+checked:
   %n.outs = call i64 @slot.i64(ptr %d, i64 S_n_outs)
   %outs.at = call i64 @slot.i64(ptr %d, i64 S_outs_at)
   %out.records = getelementptr inbounds i64, ptr %d, i64 %outs.at
+  %n.top = call i64 @slot.i64(ptr %d, i64 S_n_top)
+  %top.at = call i64 @slot.i64(ptr %d, i64 S_top_at)
+  %top.records = getelementptr inbounds i64, ptr %d, i64 %top.at
+  br i1 %with.out, label %out.start, label %alloc.start
+
+out.start:                                     ; out=: a tuple, one array per top-level result,
+  %out = load ptr, ptr %out.at                 ; or an array alone, read as a 1-tuple
+  %out.type = call ptr @field.ptr(ptr %out, i64 OB_TYPE)
+  %out.is.tuple = icmp eq ptr %out.type, %want.tuple
+  br i1 %out.is.tuple, label %out.tuple, label %out.alone
+
+out.tuple:
+  %out.size = call i64 @field.i64(ptr %out, i64 TUPLE_SIZE)
+  %out.tuple.items = getelementptr inbounds i8, ptr %out, i64 TUPLE_ITEMS
+  %out.size.ok = icmp eq i64 %out.size, %n.top
+  br i1 %out.size.ok, label %out.items, label %decline
+
+out.alone:
+  %one.top = icmp eq i64 %n.top, 1
+  br i1 %one.top, label %out.items, label %decline
+
+out.items:
+  %outs = phi ptr [%out.tuple.items, %out.tuple], [%out.at, %out.alone]
+  br label %out.cond
+
+out.cond:
+  %q = phi i64 [0, %out.items], [%q.next, %out.next]
+  %out.more = icmp ult i64 %q, %n.top
+  br i1 %out.more, label %out.body, label %fill.start
+
+out.body:
+  %o.at = getelementptr inbounds ptr, ptr %outs, i64 %q
+  %o = load ptr, ptr %o.at
+  %trec = call ptr @record(ptr %top.records, i64 %q, i64 TOP_RECORD)
+  %o.descr = call ptr @slot.ptr(ptr %trec, i64 1)
+  %o.nd = call i64 @slot.i64(ptr %trec, i64 2)
+  %o.dims.at = call i64 @slot.i64(ptr %trec, i64 3)
+  %o.dims = getelementptr inbounds i64, ptr %d, i64 %o.dims.at
+  %o.ok = call i1 @array.is(ptr %o, ptr %ndarray, ptr %o.descr, i64 %o.nd, ptr %o.dims,
+                            i32 C_CONTIGUOUS_ALIGNED_WRITEABLE)
+  br i1 %o.ok, label %out.take, label %decline
+
+out.take:
+  %o.index = call i64 @slot.i64(ptr %trec, i64 0)
+  %o.given.at = getelementptr inbounds ptr, ptr %given, i64 %o.index
+  store ptr %o, ptr %o.given.at
+  %o.kind = call i64 @slot.i64(ptr %trec, i64 5)
+  %o.direct = icmp eq i64 %o.kind, KIND_ARRAY
+  br i1 %o.direct, label %overlap.start, label %out.next
+
+overlap.start:                                 ; the kernel writes it: it must not overlap an
+  %o.lo = call i64 @field.i64(ptr %o, i64 ARRAY_DATA)   ; array argument (as the full path
+  %o.bytes = call i64 @slot.i64(ptr %trec, i64 4)       ; compares: byte ranges, 0-d ones
+  %o.hi = add i64 %o.lo, %o.bytes                       ; left out), else the full path copies
+  br label %overlap.cond
+
+overlap.cond:
+  %a = phi i64 [0, %overlap.start], [%a.next, %overlap.next]
+  %overlap.more = icmp ult i64 %a, %want.n
+  br i1 %overlap.more, label %overlap.body, label %out.next
+
+overlap.body:
+  %arec = call ptr @record(ptr %arg.records, i64 %a, i64 ARG_RECORD)
+  %a.kind = call i64 @slot.i64(ptr %arec, i64 0)
+  %a.nd = call i64 @slot.i64(ptr %arec, i64 3)
+  %a.is.array = icmp eq i64 %a.kind, KIND_ARRAY
+  %a.has.dims = icmp ne i64 %a.nd, 0
+  %a.spans = and i1 %a.is.array, %a.has.dims
+  br i1 %a.spans, label %overlap.test, label %overlap.next
+
+overlap.test:
+  %a.obj.at = getelementptr inbounds ptr, ptr %items, i64 %a
+  %a.obj = load ptr, ptr %a.obj.at
+  %a.lo = call i64 @field.i64(ptr %a.obj, i64 ARRAY_DATA)
+  %a.bytes = call i64 @slot.i64(ptr %arec, i64 5)
+  %a.hi = add i64 %a.lo, %a.bytes
+  %starts.below = icmp ult i64 %o.lo, %a.hi
+  %ends.above = icmp ult i64 %a.lo, %o.hi
+  %overlaps = and i1 %starts.below, %ends.above
+  br i1 %overlaps, label %decline, label %overlap.next
+
+overlap.next:
+  %a.next = add i64 %a, 1
+  br label %overlap.cond
+
+out.next:
+  %q.next = add i64 %q, 1
+  br label %out.cond
+
+alloc.start:
   %empty = call ptr @slot.ptr(ptr %d, i64 S_array_empty)
   br label %alloc.cond
 
@@ -140,8 +205,7 @@ alloc.cond:
   br i1 %alloc.more, label %alloc.body, label %fill.start
 
 alloc.body:
-  %orec.index = mul i64 %k, OUT_RECORD
-  %orec = getelementptr inbounds i64, ptr %out.records, i64 %orec.index
+  %orec = call ptr @record(ptr %out.records, i64 %k, i64 OUT_RECORD)
   %out.index = call i64 @slot.i64(ptr %orec, i64 0)
   %out.descr = call ptr @slot.ptr(ptr %orec, i64 2)
   %out.nd = call i64 @slot.i64(ptr %orec, i64 3)
@@ -149,18 +213,19 @@ alloc.body:
   %out.dims.at = call i64 @slot.i64(ptr %orec, i64 4)
   %out.dims = getelementptr inbounds i64, ptr %d, i64 %out.dims.at
   call void %incref(ptr %out.descr)              ; PyArray_Empty steals a reference
-  %out = call ptr %empty(i32 %out.nd32, ptr %out.dims, ptr %out.descr, i32 0)
-  %out.failed = icmp eq ptr %out, null
-  br i1 %out.failed, label %fail.cond, label %alloc.ok
+  %made = call ptr %empty(i32 %out.nd32, ptr %out.dims, ptr %out.descr, i32 0)
+  %made.failed = icmp eq ptr %made, null
+  br i1 %made.failed, label %fail.cond, label %alloc.ok
 
 alloc.ok:
-  %out.slot = getelementptr inbounds ptr, ptr %results, i64 %out.index
-  store ptr %out, ptr %out.slot
+  %made.at = getelementptr inbounds ptr, ptr %results, i64 %out.index
+  store ptr %made, ptr %made.at
   %k.next = add i64 %k, 1
   br label %alloc.cond
 
-fill.start:
+fill.start:                                    ; from here on, nothing allocates until the run
   %table = call ptr @slot.ptr(ptr %d, i64 S_table)
+  %written = select i1 %with.out, ptr %given, ptr %results   ; the arrays the kernel writes
   br label %fill.cond
 
 fill.cond:
@@ -171,8 +236,7 @@ fill.cond:
 fill.body:
   %farg.at = getelementptr inbounds ptr, ptr %items, i64 %f
   %farg = load ptr, ptr %farg.at
-  %frec.index = mul i64 %f, ARG_RECORD
-  %frec = getelementptr inbounds i64, ptr %arg.records, i64 %frec.index
+  %frec = call ptr @record(ptr %arg.records, i64 %f, i64 ARG_RECORD)
   %fkind = call i64 @slot.i64(ptr %frec, i64 0)
   %dest = call i64 @slot.i64(ptr %frec, i64 1)
   %fis.float = icmp eq i64 %fkind, KIND_FLOAT
@@ -196,21 +260,20 @@ fill.next:
   br label %fill.cond
 
 fill.outs.cond:
-  %o = phi i64 [0, %fill.cond], [%o.next, %fill.outs.body]
-  %fill.outs.more = icmp ult i64 %o, %n.outs
+  %w = phi i64 [0, %fill.cond], [%w.next, %fill.outs.body]
+  %fill.outs.more = icmp ult i64 %w, %n.outs
   br i1 %fill.outs.more, label %fill.outs.body, label %run
 
 fill.outs.body:
-  %prec.index = mul i64 %o, OUT_RECORD
-  %prec = getelementptr inbounds i64, ptr %out.records, i64 %prec.index
+  %prec = call ptr @record(ptr %out.records, i64 %w, i64 OUT_RECORD)
   %pindex = call i64 @slot.i64(ptr %prec, i64 0)
   %ptable.slot = call i64 @slot.i64(ptr %prec, i64 1)
-  %pres.at = getelementptr inbounds ptr, ptr %results, i64 %pindex
+  %pres.at = getelementptr inbounds ptr, ptr %written, i64 %pindex
   %pres = load ptr, ptr %pres.at
   %pdata = call i64 @field.i64(ptr %pres, i64 ARRAY_DATA)
   %pentry.at = getelementptr inbounds i64, ptr %table, i64 %ptable.slot
   store i64 %pdata, ptr %pentry.at
-  %o.next = add i64 %o, 1
+  %w.next = add i64 %w, 1
   br label %fill.outs.cond
 
 run:
@@ -225,18 +288,51 @@ run:
 read.cond:                                     ; the 0-d results, before any allocation
   %r = phi i64 [0, %run], [%r.next, %read.body]
   %read.more = icmp ult i64 %r, %n.scalars
-  br i1 %read.more, label %read.body, label %box.start
+  br i1 %read.more, label %read.body, label %read.done
 
 read.body:
-  %srec.index = mul i64 %r, SCALAR_RECORD
-  %srec = getelementptr inbounds i64, ptr %scalar.records, i64 %srec.index
+  %srec = call ptr @record(ptr %scalar.records, i64 %r, i64 SCALAR_RECORD)
+  %sindex = call i64 @slot.i64(ptr %srec, i64 0)
   %scell.addr = call i64 @slot.i64(ptr %srec, i64 1)
   %scell = inttoptr i64 %scell.addr to ptr
   %svalue = load double, ptr %scell
-  %svalue.at = getelementptr inbounds double, ptr %values, i64 %r
+  %svalue.at = getelementptr inbounds double, ptr %values, i64 %sindex
   store double %svalue, ptr %svalue.at
   %r.next = add i64 %r, 1
   br label %read.cond
+
+read.done:
+  br i1 %with.out, label %store.cond, label %box.start
+
+store.cond:                                    ; 0-d results into their out= arrays, in the
+  %s = phi i64 [0, %read.done], [%s.next, %store.next]   ; order the full path writes them
+  %store.more = icmp ult i64 %s, %n.top
+  br i1 %store.more, label %store.body, label %return.out
+
+store.body:
+  %strec = call ptr @record(ptr %top.records, i64 %s, i64 TOP_RECORD)
+  %st.kind = call i64 @slot.i64(ptr %strec, i64 5)
+  %st.is.scalar = icmp eq i64 %st.kind, KIND_FLOAT
+  br i1 %st.is.scalar, label %store.value, label %store.next
+
+store.value:
+  %st.index = call i64 @slot.i64(ptr %strec, i64 0)
+  %st.given.at = getelementptr inbounds ptr, ptr %given, i64 %st.index
+  %st.given = load ptr, ptr %st.given.at
+  %st.data = call ptr @field.ptr(ptr %st.given, i64 ARRAY_DATA)
+  %st.value.at = getelementptr inbounds double, ptr %values, i64 %st.index
+  %st.value = load double, ptr %st.value.at
+  store double %st.value, ptr %st.data
+  br label %store.next
+
+store.next:
+  %s.next = add i64 %s, 1
+  br label %store.cond
+
+return.out:                                    ; the full path returns out= itself
+  %out.result = load ptr, ptr %out.at
+  call void %incref(ptr %out.result)
+  ret ptr %out.result
 
 box.start:
   %from.double = call ptr @slot.ptr(ptr %d, i64 S_float_from_double)
@@ -248,10 +344,9 @@ box.cond:
   br i1 %box.more, label %box.body, label %result
 
 box.body:
-  %brec.index = mul i64 %b, SCALAR_RECORD
-  %brec = getelementptr inbounds i64, ptr %scalar.records, i64 %brec.index
+  %brec = call ptr @record(ptr %scalar.records, i64 %b, i64 SCALAR_RECORD)
   %bindex = call i64 @slot.i64(ptr %brec, i64 0)
-  %bvalue.at = getelementptr inbounds double, ptr %values, i64 %b
+  %bvalue.at = getelementptr inbounds double, ptr %values, i64 %bindex
   %bvalue = load double, ptr %bvalue.at
   %boxed = call ptr %from.double(double %bvalue)
   %box.failed = icmp eq ptr %boxed, null
@@ -276,8 +371,6 @@ tuple.new:
   %tuple.new.fn = call ptr @slot.ptr(ptr %d, i64 S_tuple_new)
   %packed = call ptr %tuple.new.fn(i64 %n.pick)
   %pack.failed = icmp eq ptr %packed, null
-  %pick.at = call i64 @slot.i64(ptr %d, i64 S_pick_at)
-  %picks = getelementptr inbounds i64, ptr %d, i64 %pick.at
   %packed.items = getelementptr inbounds i8, ptr %packed, i64 TUPLE_ITEMS
   br i1 %pack.failed, label %fail.cond, label %pack.cond
 
@@ -287,7 +380,8 @@ pack.cond:                                     ; each result moves into the tupl
   br i1 %pack.more, label %pack.body, label %return.tuple
 
 pack.body:
-  %pick = call i64 @slot.i64(ptr %picks, i64 %p)
+  %krec = call ptr @record(ptr %top.records, i64 %p, i64 TOP_RECORD)
+  %pick = call i64 @slot.i64(ptr %krec, i64 0)
   %picked.at = getelementptr inbounds ptr, ptr %results, i64 %pick
   %picked = load ptr, ptr %picked.at
   %item.at = getelementptr inbounds ptr, ptr %packed.items, i64 %p
@@ -326,43 +420,88 @@ fail.return:
   ret ptr null
 }
 
-define internal ptr @slot.ptr(ptr %base, i64 %k) alwaysinline {
-  %at = getelementptr inbounds i64, ptr %base, i64 %k
-  %v = load ptr, ptr %at
-  ret ptr %v
-}
+; Whether %object is an ndarray (exactly) of this descr (the object itself), nd and dims whose
+; flags include %flags: an argument's check and an out= array's.
+define internal i1 @array.is(ptr %object, ptr %ndarray, ptr %descr, i64 %nd, ptr %dims,
+                             i32 %flags) alwaysinline {
+entry:
+  %type = call ptr @field.ptr(ptr %object, i64 OB_TYPE)
+  %is.ndarray = icmp eq ptr %type, %ndarray
+  br i1 %is.ndarray, label %fields, label %no
 
-define internal i64 @slot.i64(ptr %base, i64 %k) alwaysinline {
-  %at = getelementptr inbounds i64, ptr %base, i64 %k
-  %v = load i64, ptr %at
-  ret i64 %v
-}
+fields:                                        ; an ndarray's fields are read only once it is one
+  %got.descr = call ptr @field.ptr(ptr %object, i64 ARRAY_DESCR)
+  %descr.ok = icmp eq ptr %got.descr, %descr
+  %nd.at = getelementptr inbounds i8, ptr %object, i64 ARRAY_ND
+  %nd32 = load i32, ptr %nd.at
+  %got.nd = sext i32 %nd32 to i64
+  %nd.ok = icmp eq i64 %got.nd, %nd
+  %flags.at = getelementptr inbounds i8, ptr %object, i64 ARRAY_FLAGS
+  %got.flags = load i32, ptr %flags.at
+  %has.flags = and i32 %got.flags, %flags
+  %flags.ok = icmp eq i32 %has.flags, %flags
+  %ok.1 = and i1 %descr.ok, %nd.ok
+  %ok = and i1 %ok.1, %flags.ok
+  br i1 %ok, label %dims.start, label %no
 
-define internal ptr @field.ptr(ptr %object, i64 %offset) alwaysinline {
-  %at = getelementptr inbounds i8, ptr %object, i64 %offset
-  %v = load ptr, ptr %at
-  ret ptr %v
-}
+dims.start:
+  %got.dims = call ptr @field.ptr(ptr %object, i64 ARRAY_DIMS)
+  br label %dims.cond
 
-define internal i64 @field.i64(ptr %object, i64 %offset) alwaysinline {
-  %at = getelementptr inbounds i8, ptr %object, i64 %offset
-  %v = load i64, ptr %at
-  ret i64 %v
+dims.cond:
+  %j = phi i64 [0, %dims.start], [%j.next, %dims.body]
+  %dims.more = icmp ult i64 %j, %nd
+  br i1 %dims.more, label %dims.body, label %yes
+
+dims.body:
+  %dim.at = getelementptr inbounds i64, ptr %got.dims, i64 %j
+  %dim = load i64, ptr %dim.at
+  %want.dim.at = getelementptr inbounds i64, ptr %dims, i64 %j
+  %want.dim = load i64, ptr %want.dim.at
+  %j.next = add i64 %j, 1
+  %dim.ok = icmp eq i64 %dim, %want.dim
+  br i1 %dim.ok, label %dims.cond, label %no
+
+yes:
+  ret i1 true
+
+no:
+  ret i1 false
 }
 """
 
 
+# The k-th record of `size` slots from `base` (the descriptor's argument, output, ... records).
+_RECORD = """
+define internal ptr @record(ptr %base, i64 %k, i64 %size) alwaysinline {
+  %index = mul i64 %k, %size
+  %at = getelementptr inbounds i64, ptr %base, i64 %index
+  ret ptr %at
+}
+"""
+
+# The typed loads the IR reads its memory with: ``slot.<type>(base, k)``, the k-th 8-byte slot
+# of a descriptor or record; ``field.<type>(object, offset)``, an object's field at a byte
+# offset. One template: they differ only in the unit of the index and the type loaded.
+_ACCESSOR = """
+define internal {value} @{name}.{value}(ptr %base, i64 %k) alwaysinline {{
+  %at = getelementptr inbounds {unit}, ptr %base, i64 %k
+  %v = load {value}, ptr %at
+  ret {value} %v
+}}
+"""
+_ACCESSORS = "".join(_ACCESSOR.format(name=name, unit=unit, value=value)
+                     for name, unit in (("slot", "i64"), ("field", "i8"))
+                     for value in ("ptr", "i64"))
+
+
 def entry_text() -> str:
     """The IR of ``sg_enter`` with this module's constants (slots, offsets) filled in."""
-    constants = {f"S_{name}": k for name, k in SLOT.items()}
-    constants.update(MAX_RESULTS=MAX_RESULTS, ARG_RECORD=ARG_RECORD, OUT_RECORD=OUT_RECORD,
-                     SCALAR_RECORD=SCALAR_RECORD, KIND_FLOAT=KIND_FLOAT,
-                     C_CONTIGUOUS_ALIGNED=C_CONTIGUOUS_ALIGNED, OB_TYPE=OB_TYPE,
-                     TUPLE_SIZE=TUPLE_SIZE, TUPLE_ITEMS=TUPLE_ITEMS, FLOAT_VALUE=FLOAT_VALUE,
-                     ARRAY_DATA=ARRAY_DATA, ARRAY_ND=ARRAY_ND, ARRAY_DIMS=ARRAY_DIMS,
-                     ARRAY_DESCR=ARRAY_DESCR, ARRAY_FLAGS=ARRAY_FLAGS,
-                     CDATA_POINTER=CDATA_POINTER)
-    return _CONSTANT.sub(lambda m: str(constants[m.group(0)]), _IR)
+    # every upper-case integer of this module, so a constant the IR names cannot be left out
+    constants = {name: value for name, value in globals().items()
+                 if name.isupper() and type(value) is int}
+    constants.update({f"S_{name}": k for name, k in SLOT.items()})
+    return _CONSTANT.sub(lambda m: str(constants[m.group(0)]), _IR) + _RECORD + _ACCESSORS
 
 
 _CONSTANT = re.compile(r"\bS_[a-z_]+\b|\b[A-Z][A-Z_]+\b")

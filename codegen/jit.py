@@ -10,6 +10,11 @@ half-written entry; an entry that fails a check is ignored and recompiled.
 ``SYMGRAD_NO_CACHE=1`` disables the disk cache. Clear it with ``rm -rf ~/.cache/symgrad`` (or
 the directory you set).
 
+A large module is compiled as several parts (``codegen.module_split``, a function of the text
+alone) on up to as many threads as the process may use CPUs, each part in its own LLVM
+context and target machine (see :class:`_PrivateLLVM`); the parts' objects are one cache entry
+and are linked into the one engine. The machine code does not depend on the thread count.
+
 ``SYMGRAD_PRECISE_MATH=1`` (read once per process) compiles transcendental functions as calls
 to glibc's scalar libm (< 1 ulp except tanh 2.1; glibc's cos is 8 ulp off at its hardest huge
 argument) instead of our own vectorised float64 sin/cos/tan/log1p/tanh/exp/expm1 (<= 1.7 ulp) and
@@ -17,6 +22,7 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import threading
@@ -26,10 +32,15 @@ import llvmlite.binding as llvm
 
 from symgrad import settings
 
-from . import diskcache
+from . import diskcache, module_split
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-5"
+FORMAT = "symgrad-cpu-6"
+PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
+
+# Threads that compile the parts of one module; None: the CPUs this process may use. Tests
+# set a number here. Any value gives the same machine code.
+COMPILE_THREADS: int | None = None
 
 _lock = threading.RLock()     # LLVM and the kernel table; see _fork_* below
 _state: dict = {}
@@ -45,6 +56,13 @@ def _init():
             return _state
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        # No loop versioning on symbolic strides: LLVM vectorises a loop that reads a run-time
+        # stride (a column P[:, 6] of a vmapped (n, 15) array) only for stride == 1, and runs
+        # the scalar loop otherwise. Our unit strides are baked into the IR (codegen.kernel),
+        # so a run-time stride is never 1 and the check always picked the scalar loop: ADBench
+        # BA's sin/cos loop ran 5.6x slower. Without versioning the loop is vectorised with
+        # strided (gather) accesses.
+        llvm.set_option("", "-enable-mem-access-versioning=0")
         triple = llvm.get_process_triple()
         cpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()
@@ -55,6 +73,7 @@ def _init():
         if math.libmvec is not None:
             llvm.load_library_permanently(math.libmvec._name)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        _private.install()
         _state.update(tm=tm, math=math, engine=engine, triple=triple, cpu=cpu,
                       features=features, kernels={})
         return _state
@@ -97,10 +116,16 @@ def finish_text(module) -> str:
 
 
 def optimize(text: str):
+    """The module after the -O3 pipeline, in LLVM's global context (for display and for a
+    module compiled whole on the calling thread)."""
+    return _optimize(text, _init()["tm"])
+
+
+def _optimize(text: str, tm, context=None):
     st = _init()
-    mod = llvm.parse_assembly(text)
+    mod = llvm.parse_assembly(text, context)
     mod.triple = st["triple"]
-    mod.data_layout = str(st["tm"].target_data)
+    mod.data_layout = str(tm.target_data)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
@@ -109,8 +134,11 @@ def optimize(text: str):
     # Runtime unrolling doubles compile time and code size for no measured gain on top of the
     # vectoriser's own interleaving (GMM gradient: 6.3 s -> 2.9 s to compile).
     pto.loop_unrolling = False
-    pb = llvm.create_pass_builder(st["tm"], pto)
-    pb.getModulePassManager().run(mod, pb)
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(mod, pb)
+    for obj in (mpm, pb, pto):    # now, while this thread may touch LLVM (_PrivateLLVM)
+        obj.close()
     return mod
 
 
@@ -145,20 +173,190 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             return key, None
         if obj is None:
             t0 = time.perf_counter()
-            mod = optimize(text.replace('@"sg_', f'@"{prefix}'))
-            obj = st["tm"].emit_object(mod)
+            objs = compile_objects(text.replace('@"sg_', f'@"{prefix}'))
             STATS["compiles"] += 1
             STATS["compile_seconds"] += time.perf_counter() - t0
-            _write_disk(key, obj)
+            _write_disk(key, pack(objs))
         else:
+            objs = unpack(obj)
             STATS["disk_hits"] += 1
-        st["engine"].add_object_file(llvm.ObjectFileRef.from_data(obj))
+        for o in objs:
+            st["engine"].add_object_file(llvm.ObjectFileRef.from_data(o))
         st["engine"].finalize_object()
         addrs = {s: st["engine"].get_function_address(prefix + s[3:]) for s in symbols}
         if not all(addrs.values()):
             raise RuntimeError(f"internal: symbols missing from compiled kernel {key[:12]}")
         st["kernels"][key] = addrs
         return key, addrs
+
+
+def compile_objects(text: str) -> list[bytes]:
+    """Machine code for ``text``: one object, or one per part of a large module
+    (``module_split``), the parts compiled on up to ``compile_threads()`` threads. A part
+    that fails makes the whole text compile on this thread, which raises the error a whole
+    module gives (a parse or verifier message with its line in ``text``)."""
+    parts = module_split.split(text)
+    if len(parts) == 1:
+        return [_emit(_optimize(text, _init()["tm"]), _init()["tm"])]
+    try:
+        return _compile_parts(parts, min(len(parts), compile_threads()))
+    except Exception as part_error:
+        _emit(_optimize(text, _init()["tm"]), _init()["tm"])   # raises the whole text's error
+        raise RuntimeError("internal: a part of a split module failed to compile although "
+                           "the whole module compiles") from part_error
+
+
+def compile_threads() -> int:
+    if COMPILE_THREADS is not None:
+        return COMPILE_THREADS
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _emit(mod, tm) -> bytes:
+    return tm.emit_object(mod)
+
+
+def _compile_private(text: str) -> bytes:
+    """One part, in an LLVM context and target machine of its own: what lets threads compile
+    at the same time (see _PrivateLLVM)."""
+    st = _init()
+    with _private.calls():
+        tm = llvm.Target.from_triple(st["triple"]).create_target_machine(
+            cpu=st["cpu"], features=st["features"], opt=3, reloc="static",
+            codemodel="jitdefault")
+        context = llvm.create_context()
+        mod = None
+        try:
+            mod = _optimize(text, tm, context)
+            return _emit(mod, tm)
+        finally:
+            if mod is not None:
+                mod.close()
+            context.close()
+            tm.close()
+
+
+def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
+    """The parts' objects in part order; ``threads - 1`` helper threads and this one take
+    parts in order. The first failing part (in part order) raises."""
+    results: list = [None] * len(parts)
+    failures: dict[int, BaseException] = {}
+    queue = iter(range(len(parts)))
+    take = threading.Lock()
+
+    def work():
+        while True:
+            with take:
+                k = next(queue, None)
+            if k is None:
+                return
+            try:
+                results[k] = _compile_private(parts[k])
+            except Exception as e:     # re-raised on the calling thread below
+                failures[k] = e
+
+    helpers = [threading.Thread(target=work, name=f"symgrad-llvm{t}", daemon=True)
+               for t in range(1, threads)]
+    # No cycle collection while threads call LLVM without llvmlite's lock: a collection run
+    # inside that window could finalise another owner's llvmlite object unlocked (reference
+    # counting frees only what a thread itself drops: its own part's objects).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for t in helpers:
+            t.start()
+        work()
+        for t in helpers:
+            t.join()
+    finally:
+        if collecting:
+            gc.enable()
+    if failures:
+        raise failures[min(failures)]
+    return results
+
+
+def pack(objs: list[bytes]) -> bytes:
+    """One cache entry for a module's objects (a single object is stored as it is)."""
+    if len(objs) == 1:
+        return objs[0]
+    head = PARTS_MAGIC + len(objs).to_bytes(4, "little") + b"".join(
+        len(o).to_bytes(8, "little") for o in objs)
+    return head + b"".join(objs)
+
+
+def unpack(data: bytes) -> list[bytes]:
+    if not data.startswith(PARTS_MAGIC):
+        return [data]
+    n = int.from_bytes(data[8:12], "little")
+    sizes = [int.from_bytes(data[12 + 8 * k:20 + 8 * k], "little") for k in range(n)]
+    objs, at = [], 12 + 8 * n
+    for size in sizes:
+        objs.append(data[at:at + size])
+        at += size
+    if at != len(data):
+        raise ValueError("a cache entry of parts whose sizes do not add up")
+    return objs
+
+
+class _PrivateLLVM:
+    """llvmlite serialises every call into LLVM behind one process-wide lock (its objects may
+    live in LLVM's global context, which is not thread-safe), so threads compiling at once
+    would take turns. LLVM itself is thread-safe for work in separate contexts with separate
+    target machines, which is all _compile_private does: inside ``calls()`` this thread's
+    llvmlite calls skip that lock. Every other thread still takes it, so any other use of
+    llvmlite in the process (another library, the engine) is serialised as before. Where
+    llvmlite's lock is not where this expects, the lock stays and parts simply take turns.
+    (Python's cycle collector could run, inside that window, the finalizer of another
+    owner's llvmlite object: _compile_parts turns automatic collection off meanwhile.)"""
+
+    def __init__(self):
+        self.mine = threading.local()
+        self.inner = None
+
+    def install(self):
+        try:
+            from llvmlite.binding import ffi
+            outer = ffi.lib._lock
+            inner = outer._lock
+        except AttributeError:
+            return
+        if self.inner is None and hasattr(inner, "acquire") and hasattr(inner, "release"):
+            self.inner = inner
+            outer._lock = self
+
+    def acquire(self, *args, **kwargs):
+        if getattr(self.mine, "private", False):
+            return True
+        return self.inner.acquire(*args, **kwargs)
+
+    def release(self):
+        if not getattr(self.mine, "private", False):
+            self.inner.release()
+
+    def __enter__(self):
+        self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def calls(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            self.mine.private = True
+            try:
+                yield
+            finally:
+                self.mine.private = False
+        return scope()
+
+
+_private = _PrivateLLVM()
 
 
 def _disk_root() -> str | None:

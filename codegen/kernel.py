@@ -149,6 +149,12 @@ class KernelModule:
         if parent is not None:   # called only from the region's loop: inlined there
             for fn in [self.run_fn] + [f for w in wrappers for f in (w.stage, w.init)]:
                 fn.linkage = "internal"
+        else:
+            # sg_run calls the very code the threads call (inlined into sg_run, a stage could
+            # be optimised differently there, and compiled twice), and codegen.module_split
+            # may put them in different parts
+            for fn in (f for w in wrappers for f in (w.stage, w.init)):
+                fn.attributes.add("noinline")
 
     # -- parameters ----------------------------------------------------------------------------
     def param(self, value: int) -> int:
@@ -232,6 +238,7 @@ class KernelModule:
             st, loads, gathers = self._merged(st, loads, gathers)
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
             v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
+        views += matmul_kernel.epilogue_views(st) if blocked else []
         bufs = {v.buf for v in views}
         if gathers or any(sk.kind == "scatter" for sk in st.sinks):
             bufs.add(self.s.flag)

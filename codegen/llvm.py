@@ -122,6 +122,9 @@ class Native:
         prog = CpuProgram(graph)
         self.graph = graph = prog.graph
         self.program = prog
+        self.tmp = [(b.index, b.size * np.dtype(b.dtype).itemsize)
+                    for b in prog.schedule.buffers if b.kind == "tmp"]
+        workspace = Workspace(_workspace_bytes(self.tmp))   # its pages touched while LLVM runs
         self.key, addrs = jit.load(prog.text, prog.symbols)
         self.run = _RUN(addrs["sg_run"])
         sched = prog.schedule
@@ -138,7 +141,6 @@ class Native:
             b.kind == "out" and not graph.outputs[b.ref].ndim)]
         self.slot = {buf: k for k, buf in enumerate(slots)}
         self.flag = None if sched.flag is None else self.slot[sched.flag]
-        self.tmp = [(b.index, b.size * np.dtype(b.dtype).itemsize) for b in bufs if b.kind == "tmp"]
         self.consts = [(b.index, np.ascontiguousarray(b.ref)) for b in bufs if b.kind == "const"]
         self.array_args = [(b.ref, b.index, graph.inputs[b.ref]) for b in bufs if b.kind == "arg"]
         self.scalar_args = [(b.ref, self.slot[b.index], np.dtype(b.dtype)) for b in bufs
@@ -167,7 +169,7 @@ class Native:
                      operator.itemgetter(*tree) if flat_tuple else
                      (lambda results: unflatten_tree(tree, results)))
         self.lock = threading.Lock()
-        self.cached = self._state()
+        self.cached = self._state(workspace.memory())
         self.plans: dict = {}     # argument kinds -> the hot path's plan (codegen.call_plan)
         _natives.add(self)
 
@@ -176,9 +178,10 @@ class Native:
             self.plans[kinds] = call_plan(self, kinds, holding_gil=self.work < parallel_min())
         return self.plans[kinds]
 
-    def _state(self):
-        """Pointer table, scratch and workspace memory (one set per concurrent call), with
-        the typed scratch cells a call reads and writes prepared once."""
+    def _state(self, work: np.ndarray | None = None):
+        """Pointer table, scratch and workspace memory (one set per concurrent call; ``work``:
+        the workspace, else a new one), with the typed scratch cells a call reads and writes
+        prepared once."""
         nbuf = max(1, len(self.program.schedule.buffers))
         table = (ctypes.c_int64 * nbuf)()      # item assignment: ~3x cheaper than NumPy's
         ptrs = np.frombuffer(table, dtype=np.int64)
@@ -187,8 +190,8 @@ class Native:
         scratch = np.frombuffer(cells, dtype=np.float64)
         for buf, k in self.slot.items():
             ptrs[buf] = scratch.ctypes.data + 8 * k
-        total = sum((size + 63) // 64 * 64 for _, size in self.tmp)
-        work = np.empty(max(total, 1) + 64, dtype=np.uint8)
+        if work is None:
+            work = Workspace(_workspace_bytes(self.tmp), touch=False).memory()
         base = (work.ctypes.data + 63) // 64 * 64
         for buf, size in self.tmp:
             ptrs[buf] = base
@@ -337,6 +340,57 @@ class Native:
                 spec = self.program.schedule.buffers[buf]
                 mine = _memory(int(ptrs[buf]), spec.size, spec.dtype)
                 _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
+
+
+def _workspace_bytes(tmp) -> int:
+    """Bytes of a call's workspace: every temporary 64-byte aligned, plus the alignment slack."""
+    return max(sum((size + 63) // 64 * 64 for _, size in tmp), 1) + 64
+
+
+# A workspace of at least this many bytes is allocated by a helper thread that touches its
+# pages while LLVM compiles: the kernel's first-touch work (a page fault and zeroing per page
+# and, for NumPy's large arrays, which ask for transparent huge pages, memory compaction where
+# the kernel's THP defrag setting is "madvise") is otherwise all paid by the first call:
+# 0.15 s of CPU for the 444 MB of ADBench GMM's gradient at d = 64 in 4 KiB pages, 0.9-1.0 s
+# with the huge pages NumPy asks for (measured on the machine of benchmarks/RESULTS.md). The
+# memory is NumPy's as before, so later calls run on the same (huge) pages.
+TOUCH_MIN = 1 << 24
+PAGE = 4096              # the smallest x86-64 page: one write per page touches every one
+
+
+class Workspace:
+    """A call's workspace memory; with ``touch`` and at least TOUCH_MIN bytes, allocated and
+    touched (one byte a page; NumPy releases the GIL for it) on a helper thread until
+    :meth:`memory` is asked for."""
+
+    def __init__(self, nbytes: int, touch: bool = True):
+        self.nbytes = nbytes
+        self.work: np.ndarray | None = None
+        self.thread = None
+        if touch and nbytes >= TOUCH_MIN:
+            self.thread = threading.Thread(target=self._fill, name="symgrad-workspace",
+                                           daemon=True)
+            self.thread.start()
+
+    def _fill(self):
+        try:
+            work = _allocate(self.nbytes)
+            work[::PAGE] = 0
+            self.work = work
+        except MemoryError:
+            pass           # memory() allocates again on the calling thread, raising there
+
+    def memory(self) -> np.ndarray:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.work is None:
+            self.work = _allocate(self.nbytes)
+        return self.work
+
+
+def _allocate(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, dtype=np.uint8)
 
 
 # Thread boundaries on a vectorised axis fall on multiples of this many iterations: more than

@@ -21,8 +21,15 @@ tile starts from zero in the first k block and from the output in later ones, so
 with a short k (the GMM's k = d) touches its output once, a store. Fused multiply-adds round
 once per product.
 
-Exported to ``codegen.kernel``: :func:`applies` and :func:`emit_stage`. The 2-D kernel is one
-internal function per (dtype, vector width, layout of b) in each module, ``sg_mm.<dtype>.<w>``:
+A stage with an *epilogue* (``codegen.schedule.Epilogue``: the loop after the matmul, which
+does arithmetic on the product and sums it over the rows or stores it) gets a kernel of its
+own: after a tile's last k block its accumulators go through the epilogue's arithmetic in
+registers, a sum over rows adds the tile's rows one after the other into its row vector
+(row order, as the loop did), and the loop, which read the product back from memory, is gone.
+
+Exported to ``codegen.kernel``: :func:`applies`, :func:`emit_stage`, :func:`epilogue_views`. The
+2-D kernel is one internal function per (dtype, vector width, layout of b) in each module,
+``sg_mm.<dtype>.<w>``:
 
     void sg_mm(T* a, T* b, T* c, i64 m, i64 n, i64 k, i64 sa_i, i64 sa_k, i64 sb_k, i64 sc_i
                [, i64 sb_j])     (sb_j only in the ``.bstrided`` variant; strides in elements)
@@ -33,6 +40,9 @@ from llvmlite import ir
 
 from .dtypes import memory_type
 from .loops import close_loop, open_loop
+from .lower import LOWER, Scalar
+from .loop_body import const_key
+from .opsets import CONSTANTS as LEAF_INLINE
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
@@ -83,7 +93,11 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     dtype = km.s.buffers[dest.buf].dtype
     ty = memory_type(dtype)
     unit_b = bv.strides[-1] == 1
-    kernel = _kernel(km.module, dtype, lanes(host_features(), dtype), unit_b)
+    if stage.epilogue is None:
+        kernel = _kernel(km.module, dtype, lanes(host_features(), dtype), unit_b)
+    else:   # a kernel of its own, the epilogue's work after each tile's last k block
+        kernel = _kernel(km.module, dtype, lanes(host_features(), dtype), unit_b,
+                         (stage.epilogue, f"{km.prefix}mm{stage.index}.epilogue"))
     d = len(stage.shape)
     nb = d - 3
 
@@ -96,14 +110,21 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     extra = [] if unit_b else [p(bv.strides[-1], "sb_j")]
     bases = [b.gep(argmap[v.buf], [p(v.offset, f"{nm}.off")], source_etype=ty, name=nm)
              for v, nm in ((a, "a"), (bv, "b"), (dest, "c"))]
-    if nb == 0:   # the threads split the rows: [begin, end) of m
+    if nb == 0:   # the threads split the rows: [begin, end) of m (never with an epilogue)
         rows = b.sub(end, begin, name="rows")
         pa = b.gep(bases[0], [b.mul(begin, sa_i)], source_etype=ty)
         pc = b.gep(bases[2], [b.mul(begin, sc_i)], source_etype=ty)
         b.call(kernel, [pa, bases[1], pc, rows, n, kk, sa_i, sa_k, sb_k, sc_i] + extra)
         return
-    strides = [[p(v.strides[j], f"{nm}.s{j}") for j in range(nb)]
-               for v, nm in ((a, "a"), (bv, "b"), (dest, "c"))]
+    views = [(a, "a"), (bv, "b"), (dest, "c")]
+    ep = stage.epilogue
+    ep_views = [] if ep is None else [(v, f"e{i}") for i, v in enumerate(epilogue_views(stage))]
+    for v, nm in ep_views:
+        bases.append(b.gep(argmap[v.buf], [p(v.offset, f"{nm}.off")], source_etype=ty, name=nm))
+    strides = [[p(v.strides[j], f"{nm}.s{j}") for j in range(nb)] for v, nm in views + ep_views]
+    rows = [p(v.strides[-2], f"{nm}.row") for v, nm in ep_views]   # 0: one row for all
+    consts = [] if ep is None else [km.constant(b, params, x.attrs[0], x.dtype)
+                                    for x in epilogue_constants(ep)]
     levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0),
                         end if j == 0 else p(stage.shape[j], f"nb{j}"),
                         tuple(f"batch{j}.{s}" for s in ("head", "body", "exit")), f"t{j}")
@@ -114,18 +135,57 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
         for loop, s in zip(levels, st):
             off = b.add(off, b.mul(loop.index, s))
         ptrs.append(b.gep(base, [off], source_etype=ty))
-    b.call(kernel, ptrs + [m, n, kk, sa_i, sa_k, sb_k, sc_i] + extra)
+    if ep is not None:   # the sums over rows start from zero, once per matrix
+        for ptr, sk in zip(ptrs[3 + len(ep.loads):], ep.sinks):
+            if sk.kind == "reduce":
+                fill = open_loop(b, ir.Constant(I64, 0), n, ("efill.head", "efill.body", "efill.exit"),
+                                 "j")
+                b.store(ir.Constant(ty, 0.0), b.gep(ptr, [fill.index], source_etype=ty))
+                close_loop(b, fill)
+    tail = [] if ep is None else [x for pair in zip(ptrs[3:], rows) for x in pair] + consts
+    b.call(kernel, ptrs[:3] + [m, n, kk, sa_i, sa_k, sb_k, sc_i] + extra + tail)
     for loop in reversed(levels):
         close_loop(b, loop)
 
 
-def _kernel(module: ir.Module, dtype: str, w: int, unit_b: bool) -> ir.Function:
+def epilogue_views(stage) -> list:
+    """The views an epilogue reads or writes, in its kernel's argument order: the loads,
+    then one per sink (codegen.kernel passes their buffers to the stage)."""
+    ep = stage.epilogue
+    if ep is None:
+        return []
+    return list(ep.loads.values()) + [sk.dest for sk in ep.sinks]
+
+
+def epilogue_constants(ep) -> list:
+    """The epilogue's constant operands, each once, in order (kernel arguments)."""
+    seen, out = set(), []
+    for n in ep.ssa:
+        for x in n.inputs:
+            if x.op in LEAF_INLINE and const_key(x) not in seen:
+                seen.add(const_key(x))
+                out.append(x)
+    return out
+
+
+def _kernel(module: ir.Module, dtype: str, w: int, unit_b: bool, epilogue=None) -> ir.Function:
+    """``epilogue``: (Epilogue, function name); its kernel takes, after the usual arguments,
+    a (pointer, row stride) pair per epilogue view and the epilogue's constants."""
     name = f"sg_mm.{dtype}.{w}" + ("" if unit_b else ".bstrided")
+    ep = None
+    if epilogue is not None:
+        ep, name = epilogue
     if name in module.globals:
         return module.globals[name]
     names = ARGS if unit_b else ARGS + ("sb_j",)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * (len(names) - 3)),
-                     name)
+    types = [PTR] * 3 + [I64] * (len(names) - 3)
+    ty = memory_type(dtype)
+    if ep is not None:
+        count = len(ep.loads) + len(ep.sinks)
+        names = names + tuple(f"{kind}{i}" for i in range(count) for kind in ("ep", "ep.row")) \
+            + tuple(f"const{i}" for i in range(len(epilogue_constants(ep))))
+        types += [PTR, I64] * count + [ty] * len(epilogue_constants(ep))
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     fn.attributes.add("noinline")   # one copy however many stages call it
@@ -133,7 +193,7 @@ def _kernel(module: ir.Module, dtype: str, w: int, unit_b: bool) -> ir.Function:
         arg.name = nm
     for arg in fn.args[:3]:
         arg.add_attribute("noalias")
-    _TileKernel(fn, memory_type(dtype), w).emit()
+    _TileKernel(fn, ty, w, unit_b, ep).emit()
     return fn
 
 
@@ -149,13 +209,20 @@ class _TileKernel:
     stored). Rows: tiles of MR rows; the last of a row block repeats its last row in the rows
     past it (see _tile)."""
 
-    def __init__(self, fn, ty, w):
+    def __init__(self, fn, ty, w, unit_b=True, epilogue=None):
         self.fn, self.ty, self.w = fn, ty, w
         self.vty = ir.VectorType(ty, w)
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         (self.a, self.bm, self.c, self.m, self.n, self.k,
          self.sa_i, self.sa_k, self.sb_k, self.sc_i) = fn.args[:len(ARGS)]
-        self.sb_j = fn.args[len(ARGS)] if len(fn.args) > len(ARGS) else None   # None: unit
+        first = len(ARGS) + (not unit_b)
+        self.sb_j = None if unit_b else fn.args[len(ARGS)]   # None: unit
+        self.ep = epilogue
+        if epilogue is not None:
+            count = len(epilogue.loads) + len(epilogue.sinks)
+            pairs = fn.args[first:first + 2 * count]
+            self.ep_args = list(zip(pairs[::2], pairs[1::2]))
+            self.ep_consts = fn.args[first + 2 * count:]
         self.align = 8 if isinstance(ty, ir.DoubleType) else 4   # element alignment
 
     def c64(self, v):
@@ -311,6 +378,58 @@ class _TileKernel:
         for r in range(mr):
             for v in range(nv):
                 self.vstore(kl.carried[r * nv + v], cptr[r][v], mask=vmask[v])
+        if self.ep is not None:
+            self._epilogue(nv, vmask, index, i0, i_last, j0, k_end, kl.carried)
+
+    def _epilogue(self, nv, vmask, index, i0, i_last, j0, k_end, accs):
+        """After the last k block, each row of the tile through the epilogue's arithmetic.
+        A sum over rows loads its row vector once per tile and adds the tile's rows to it
+        one after the other, in row order (the order of the loop it replaces, so the same
+        additions in the same order), skipping the repeats past i_last; a store writes a
+        repeated row twice, the same values (as the tile's own stores do)."""
+        b, fn, ep = self.b, self.fn, self.ep
+        last = b.icmp_signed("==", k_end, self.k)
+        run, done = fn.append_basic_block("ep.run"), fn.append_basic_block("ep.done")
+        b.cbranch(last, run, done)
+        b.position_at_end(run)
+        first = len(ep.loads)
+        for v in range(nv):
+            j = b.add(j0, self.c64(v * self.w), name=f"ep.j{v}")
+            sums = {k: self.vload(self.at(self.ep_args[first + k][0], j), mask=vmask[v])
+                    for k, sk in enumerate(ep.sinks) if sk.kind == "reduce"}
+            for r in range(MR):
+                value = self._epilogue_values(accs[r * nv + v], index[r], j, vmask[v])
+                valid = b.icmp_signed("<=", b.add(i0, self.c64(r)), i_last)
+                for k, sk in enumerate(ep.sinks):
+                    if sk.kind == "reduce":
+                        added = b.fadd(sums[k], value[sk.node.inputs[0]])
+                        sums[k] = b.select(valid, added, sums[k])
+                    else:
+                        ptr, rs = self.ep_args[first + k]
+                        self.vstore(value[sk.node], self.at(ptr, b.add(b.mul(index[r], rs), j)),
+                                    mask=vmask[v])
+            for k, total in sums.items():
+                self.vstore(total, self.at(self.ep_args[first + k][0], j), mask=vmask[v])
+        b.branch(done)
+        b.position_at_end(done)
+
+    def _epilogue_values(self, product, row, j, mask) -> dict:
+        """node -> its vector at (row, j..j+w): the product, the loads, the arithmetic."""
+        b, ep = self.b, self.ep
+        cx = Scalar(b, None)
+        value = {ep.node: product}
+        consts = {const_key(x): self._splat(c, self.vty)
+                  for x, c in zip(epilogue_constants(ep), self.ep_consts)}
+        for (x, view), (ptr, rs) in zip(ep.loads.items(), self.ep_args):
+            at = b.mul(row, rs)
+            if view.strides[-1] == 1:
+                value[x] = self.vload(self.at(ptr, b.add(at, j)), mask=mask)
+            else:   # one value per row
+                value[x] = self._splat(b.load(self.at(ptr, at), typ=self.ty), self.vty)
+        for n in ep.ssa:
+            value[n] = LOWER[n.op](cx, n, [consts[const_key(x)] if x.op in LEAF_INLINE
+                                           else value[x] for x in n.inputs])
+        return value
 
     def _tile_start(self, k0, ptrs, masks):
         """The accumulators' first values: zero in the first k block, else what the earlier

@@ -1,25 +1,37 @@
 """The hot path in native code: one Python builtin per signature that checks the arguments,
-allocates the outputs and runs the kernel without running Python bytecode (``entry_for``).
+allocates the outputs (or takes ``out=``'s arrays) and runs the kernel without running Python
+bytecode (``entry_for``).
 
 ``codegen.call_plan``'s Python plan costs ~1.3 us around the kernel at W3: two
 buffer-protocol addresses, the checks, a lock, ``np.empty`` and a ctypes call. This module
 compiles one small generic function, ``sg_enter`` (``codegen.entry_ir``, machine code cached
 like any kernel), and makes a builtin of it per signature with ``PyCFunction_NewEx``: its
 ``self`` is a :class:`Descriptor`, a ctypes array of 8-byte slots saying what the call
-expects (per argument: float or array, dtype object, shape) and where things go (the kernel's
-pointer table, scalar cells). Called as ``entry(args)`` (the plan interface of
+expects (per argument: float or array, dtype object, shape; per top-level result: what an
+``out=`` array for it must be) and where things go (the kernel's pointer table, scalar
+cells). Called as ``entry(args)`` or ``entry(args, out)`` (the plan interface of
 ``symgrad.backends``), it
 
 1. checks every argument: a ``float``, or an ``ndarray`` (exact type) whose dtype object is
    the signature's, whose shape is the signature's and whose memory is C-contiguous and
    aligned. Anything else returns ``MISS`` before anything is allocated or written: the full
    path then raises the clear error or copies what needs copying;
-2. allocates the array outputs (``PyArray_Empty``; a failure propagates its MemoryError);
-3. fills the pointer table and scalar cells, runs the kernel, reads the 0-d results;
-4. only then makes the Python floats and the result tuple.
+2. with ``out``, checks it as the full path (``Native._out_arrays``) reads it: a tuple with
+   one entry per top-level result, or one array for a single one; each entry an ``ndarray``
+   (exact type) of the result's dtype object and shape, C-contiguous, aligned and writeable,
+   and, for an array the kernel writes, overlapping no array argument's bytes (the same
+   comparison of byte ranges the full path makes). Wherever the full path would raise, copy
+   through a fresh array or fill a container, the entry returns ``MISS`` instead, before
+   anything is written, and the full path does what it does;
+3. without ``out``, allocates the array outputs (``PyArray_Empty``; a failure propagates its
+   MemoryError);
+4. fills the pointer table and scalar cells, runs the kernel, reads the 0-d results;
+5. only then makes the Python floats and the result tuple; with ``out``, stores the 0-d
+   results into their arrays (in the full path's order) and returns ``out`` itself, as the
+   full path does, having allocated nothing.
 
 Why that order: an allocation can run the garbage collector, and a finalizer can call the same
-function again (re-entering this entry on this thread). Steps 3-4's shared memory (the table,
+function again (re-entering this entry on this thread). Steps 4-5's shared memory (the table,
 the cells) is therefore written and read between allocations, never across one.
 
 Why no lock: the entry runs only kernels below the parallel threshold and never releases the
@@ -170,14 +182,19 @@ def entry_for(native, arg_specs, state):
     _, _, (_, cells, table), _, scalar_in, scalar_out = state
     float_cells = {i: ctypes.addressof(cell) + 8 * k for i, cell, k in scalar_in}
     layout = Layout(len(SLOTS))
-    args = [[KIND_FLOAT, float_cells[i], 0, 0, 0] if buf is None else
-            [KIND_ARRAY, buf, id(dt), len(shape), layout.dims(shape)]
+    args = [[KIND_FLOAT, float_cells[i], 0, 0, 0, 0] if buf is None else
+            [KIND_ARRAY, buf, id(dt), len(shape), layout.dims(shape), _bytes(shape, dt)]
             for i, (buf, shape, dt, _, _) in enumerate(arg_specs)]
     outs = [[t, buf, id(dt), len(shape), layout.dims(shape)]
             for t, buf, shape, dt in native.array_outs]
     scalars = [[t, ctypes.addressof(cell) + 8 * k] for t, cell, k in scalar_out]
+    # what out= must hold, per top-level result (a tuple's items, or the single result)
+    tops = [native.outs[t] for t in native.top]
+    top = [[t, id(spec.dtype), len(spec.shape), layout.dims(spec.shape),
+            _bytes(spec.shape, spec.dtype), KIND_ARRAY if spec.slot is None else KIND_FLOAT]
+           for t, spec in zip(native.top, tops)]
     at = dict(args_at=layout.records(args), outs_at=layout.records(outs),
-              scalars_at=layout.records(scalars), pick_at=layout.records([[p] for p in picks]))
+              scalars_at=layout.records(scalars), top_at=layout.records(top))
     name = ctypes.create_string_buffer(f"symgrad_entry_{native.graph.name}".encode())
     rt = _runtime
     descriptor = layout.descriptor(dict(
@@ -188,12 +205,17 @@ def entry_for(native, arg_specs, state):
         run=ctypes.cast(native.run, ctypes.c_void_p).value,
         array_empty=rt["array_empty"], incref=rt["incref"], decref=rt["decref"],
         float_from_double=rt["float_from_double"], tuple_new=rt["tuple_new"],
-        n_outs=len(outs), n_scalars=len(scalars), n_pick=len(picks), **at))
+        n_outs=len(outs), n_scalars=len(scalars), n_pick=len(picks), n_top=len(top), **at))
     # what the slots point into: the Native (params, kernel), the state (table, cells,
     # workspace), the dtype objects, the method's name
-    dtypes = tuple(dt for _, _, _, dt in native.array_outs) + tuple(s[2] for s in arg_specs)
+    dtypes = tuple(dt for _, _, _, dt in native.array_outs) + tuple(s[2] for s in arg_specs) + \
+        tuple(spec.dtype for spec in tops)
     descriptor.keep = (native, state, dtypes, name)
     return rt["make_function"](ctypes.addressof(descriptor), descriptor, None)
+
+
+def _bytes(shape, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 def _result_picks(native) -> list | None:

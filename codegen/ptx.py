@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from symgrad.ir import Graph, toposort
+from symgrad.loop_exits import without_exits
 
 from . import libdevice
 from .lower import LOWER
@@ -50,7 +51,7 @@ def plan(graph: Graph) -> Plan:
     """The plan of ``graph`` (``codegen.ptx_plan.plan``), after checking that every op has a
     lowering (in loop bodies too): a missing one is a NotImplementedError here, never a crash in
     native code. Loops and branches are steps of the launch sequence (``codegen.ptx_regions``)."""
-    graph = without_remats(graph)
+    graph = without_remats(without_exits(graph))   # loops run every iteration here
     pending = [graph.outputs]
     while pending:
         for n in toposort(pending.pop()):

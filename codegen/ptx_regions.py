@@ -137,7 +137,7 @@ def loop_steps(proj, source: dict, new, buffers: list, name: str, memory: dict) 
     meets; it locates the others): its results' buffers, each carry's spare buffer and the
     body's plan, named ``name``. ``memory``: where each input is in memory."""
     loop = proj.inputs[0]
-    body, trips, nc, nx, reverse = loop.attrs
+    body, trips, nc, nx, reverse = loop.attrs[:5]   # (no exit: symgrad.regions.without_exits)
     results = results_of(loop)
     dests = _result_buffers(loop, source, new)
     inputs = [memory[x] for x in loop.inputs]

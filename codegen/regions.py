@@ -16,7 +16,11 @@ machine code.
   still read it), row ``i`` of each per-iteration input and of each stacked output at byte
   offset ``i * row_bytes`` of its array, the loop-invariant inputs their own memory, read in
   place. The carries start as copies of the inits, and the final carries are copied where the
-  loop's results live when they ended in the other buffer; zero trips leave the inits.
+  loop's results live when they ended in the other buffer; zero trips leave the inits. A loop
+  that exits early (``symgrad.regions``: a ``while`` or ``break`` on data) loads its done flag
+  at the top of each iteration and branches out of the loop once it is set; its backward loop
+  (``("count",)``) loads its trip count, clamped to ``[0, n]``, and zeroes its stacked outputs
+  first (the rows of the iterations that do not run).
 * ``cond``: the predicate is loaded and a real branch calls only the taken side's body, which
   writes the branch's results directly.
 * ``remat`` (a checkpoint's recomputation in a backward pass; the checkpoint itself reaches no
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from symgrad.ir import Graph, Node, toposort
-from symgrad.regions import Body, results_of, straight_line
+from symgrad.regions import UNTIL, Body, loop_consts, loop_count, results_of, straight_line
 
 from .buffers import contiguous_strides
 from .dtypes import memory_type, storage
@@ -127,11 +131,14 @@ def _locate_results(s: Schedule, n: Node, views, k: int):
 
 
 def schedule_loop(s: Schedule, n: Node):
-    body, trips, nc, nx, reverse = n.attrs
-    inits, xs, consts = n.inputs[:nc], n.inputs[nc:nc + nx], n.inputs[nc + nx:]
+    body, trips, nc, nx, reverse, exit_ = n.attrs
+    inits, xs, consts = n.inputs[:nc], n.inputs[nc:nc + nx], loop_consts(n)
     projs = results_of(n)
+    count = loop_count(n)
     region = LoopRegion(
         trips, reverse,
+        flag=exit_[1] if exit_ is not None and exit_[0] == UNTIL else None,
+        count=None if count is None else _dense(s, count),
         inits=[_dense(s, x) for x in inits],
         xs=[_dense(s, x) for x in xs],
         consts=[_dense(s, x) for x in consts],
@@ -232,6 +239,12 @@ class _Emit:
             mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]), intrinsic)
         self.b.call(fn, [dst, src, nbytes, ir.Constant(ir.IntType(1), 0)])
 
+    def zero(self, dst, nbytes: ir.Value):
+        mod, name = self.km.module, "llvm.memset.p0.i64"
+        fn = mod.globals.get(name) or ir.Function(
+            mod, ir.FunctionType(ir.VoidType(), [PTR, I8, I64, ir.IntType(1)]), name)
+        self.b.call(fn, [dst, ir.Constant(I8, 0), nbytes, ir.Constant(ir.IntType(1), 0)])
+
     def call_body(self, call: BodyCall, dests: list, sizes: list, prefix: str):
         """Point the body's outputs at ``dests`` (of ``sizes`` bytes), run it, fill the
         repeated outputs."""
@@ -253,6 +266,8 @@ class LoopRegion:
     """A loop's stage: the views (in the parent schedule) of its inputs and results."""
     trips: int
     reverse: bool
+    flag: int | None   # the carry whose truth stops the loop (an early exit), or None
+    count: View | None  # the int64 trip count (at most ``trips``) it runs, or None: all
     inits: list
     xs: list
     consts: list
@@ -272,6 +287,11 @@ class LoopRegion:
         args = self.body.args
         i_cell = b.alloca(I64, name="i.cell")
         trips = e.param(self.trips, "trips")
+        if self.count is not None:   # clamped to [0, trips]
+            given = b.load(e.address(self.count, "count"), typ=I64, name="count")
+            given = b.select(b.icmp_signed("<", given, trips), given, trips)
+            trips = b.select(b.icmp_signed("<", given, ir.Constant(I64, 0)),
+                             ir.Constant(I64, 0), given, name="trips.run")
         carry_bytes = [e.param(e.nbytes(v), f"carry{k}.bytes") for k, v in enumerate(self.carries)]
         x_rows = [e.param(e.row_bytes(v), f"x{k}.row") for k, v in enumerate(self.xs)]
         y_rows = [e.param(e.row_bytes(v), f"y{k}.row") for k, v in enumerate(self.ys)]
@@ -281,6 +301,9 @@ class LoopRegion:
         ys = [e.address(v, f"y{k}") for k, v in enumerate(self.ys)]
         for k, v in enumerate(self.inits):
             e.copy(carries[k], e.address(v, f"init{k}"), carry_bytes[k])
+        if self.count is not None:   # the rows of the iterations that do not run are zeros
+            for k, (y, v) in enumerate(zip(ys, self.ys)):
+                e.zero(y, e.param(e.nbytes(v), f"y{k}.bytes"))
         e.set_slot(args[0], i_cell)
         for k, v in enumerate(self.consts):
             e.set_slot(args[1 + nc + nx + k], e.address(v, f"const{k}"))
@@ -289,6 +312,11 @@ class LoopRegion:
         loop = open_loop(b, ir.Constant(I64, 0), trips, ("loop.head", "loop.body", "loop.exit"),
                          "j", carried=pairs)
         old, new = loop.carried[:nc], loop.carried[nc:]
+        if self.flag is not None:   # a real branch out of the loop once the flag is set
+            done = b.load(old[self.flag], typ=memory_type("bool"), name="done")
+            going = e.fn.append_basic_block("loop.going")
+            b.cbranch(b.icmp_unsigned("!=", done, ir.Constant(I8, 0)), loop.exit, going)
+            b.position_at_end(going)
         i = b.sub(b.sub(trips, ir.Constant(I64, 1)), loop.index, name="i") if self.reverse \
             else loop.index
         b.store(i, i_cell)

@@ -13,7 +13,8 @@ The result is a list of :class:`Stage`\\ s, each one loop nest over a concrete s
   (index_add), ``reduce`` into a reduction's buffer, ``matmul`` (a reduction over the middle
   axis of an ``(..., m, k, n)`` loop);
 * a loop or branch (``symgrad.regions``) is one serial *region stage* (``codegen.regions``): its
-  body is scheduled as a nested Schedule and runs from a real loop or branch in the kernel.
+  body is scheduled as a nested Schedule and runs from a real loop or branch in the kernel;
+* ``codegen.fusion`` joins updates of disjoint regions and matmul epilogues, drops dead loops.
 
 Stages are appended in dependency order, and a node joins the *first* compatible loop whose
 inputs are ready, so chains of same-shaped work (a function and its gradient, a reduction of a
@@ -27,11 +28,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from symgrad.ir import Graph, Node, is_float, toposort, use_counts
+from symgrad.ir import Graph, Node, toposort, use_counts
 
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
 from .opsets import CONSTANTS, REDUCTIONS, VIEWS
+from . import fusion
 from .views import View, index_view, keepdims_strides
 
 LEAF_INLINE = CONSTANTS               # a constant is the same value at every index
@@ -41,9 +43,6 @@ CLONE_BUDGET = 6                      # elementwise ops a loop may recompute ins
 # to compile, 2000 ops 3.2 s), so bounded loops keep compile time linear in the program; real
 # programs stay far below (the largest loop of the GMM gradient has 8 ops).
 STAGE_OPS = 256
-# Ops that compare float values: a max/min reduction's gradient compares its input with the
-# result (the tie mask), and a comparison decides a select. Their operands are computed once.
-COMPARING = ("max", "min", "eq", "ne", "lt", "le", "gt", "ge")
 
 
 @dataclass
@@ -64,6 +63,7 @@ class Stage:
     ssa: list = field(default_factory=list)
     sinks: list = field(default_factory=list)
     region: object = None  # kind "region": a loop or branch (codegen.regions), emitted by it
+    epilogue: object = None  # kind "matmul": the next loop's work on its tiles (fusion.Epilogue)
 
     @property
     def size(self) -> int:
@@ -92,9 +92,10 @@ class Schedule:
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
-        self.once = compared_values(graph.outputs)   # never recomputed in another loop
+        self.once = fusion.compared_values(graph.outputs)   # never recomputed in another loop
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
+        self.region_writes: dict = {}   # buffer -> its chain of updates (fusion.RegionWrites)
         # buffer -> reads of it still to come: the uses of every node living in it (views and
         # in-place updates share their operand's buffer), less the uses by such sharers
         self.readers: dict[int, int] = {}
@@ -105,6 +106,7 @@ class Schedule:
         for n in toposort(graph.outputs):
             self._schedule(n)
         self._finish_outputs()
+        fusion.fuse_matmul_epilogues(self)
 
     # -- buffers and locations -----------------------------------------------------------------
     def _buffer(self, kind, dtype, size, ref=None) -> int:
@@ -276,14 +278,16 @@ class Schedule:
         store or accumulate loop over the region."""
         base, value = n.inputs
         view = self._update_in_place(n, base)
-        if view is not None:
-            k1 = self.ready[base] - 1
-        else:
+        in_place = view is not None
+        if not in_place:
             view = self._own_buffer(n)
-            k1 = self.place(base, view, 0)
+        floor = self.ready[base] if in_place else self.place(base, view, 0) + 1
         region = index_view(view, n.attrs[0])
-        k2 = self.place(value, region, k1 + 1, "store" if n.op == "setitem" else "accum")
-        self._locate(n, view, k2 + 1)
+        lo = fusion.after_overlapping_writes(self, view.buf, region, floor) if in_place else floor
+        k2 = self.place(value, region, lo, "store" if n.op == "setitem" else "accum")
+        ready = max(floor, k2 + 1)
+        fusion.record_region_write(self, view.buf, region, in_place, floor, k2, ready)
+        self._locate(n, view, ready)
 
     def _update_in_place(self, n: Node, base: Node):
         """The base's own buffer, when setitem/index_add may overwrite it instead of copying:
@@ -500,20 +504,3 @@ def _regions():
 # explicit so the coverage test tells "forgotten" from "deliberately unsupported".
 UNSUPPORTED: dict[str, str] = {
     "custom_gradient": "never lowered: symgrad.custom_gradient.lowerable replaces it by its value"}
-
-
-def compared_values(outputs) -> set:
-    """Float nodes that a comparison or a max/min reduction reads.
-
-    Recomputing a value in another loop need not reproduce its bits: LLVM widens each loop by
-    its own vector width, and a SIMD libmvec function differs from the scalar one (or another
-    width's) in the last ulp, so which lanes see which bits depends on the loop. Arithmetic
-    reproduces, but a comparison turns one ulp into a different answer: ``max(tanh(x))`` was
-    reduced from one computation of ``tanh(x)`` and its tie mask ``tanh(x) == max`` compared
-    another, so no element matched and the gradient was 1/0. Such values are computed in one
-    loop and stored; every other loop loads those very bits."""
-    once = set()
-    for n in toposort(outputs):
-        if n.op in COMPARING:
-            once.update(x for x in n.inputs if is_float(x.dtype))
-    return once

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from symgrad.ir import NewAxis, Slice
 
 from .buffers import contiguous_strides
@@ -77,3 +79,34 @@ def index_view(v: View, index) -> View:
     shape.extend(v.shape[axis:])
     strides.extend(v.strides[axis:])
     return View(v.buf, offset, tuple(shape), tuple(strides))
+
+
+# Work bound for NumPy's exact overlap test (a bounded Diophantine problem): views it cannot
+# decide within it count as overlapping, which only costs a stage.
+OVERLAP_WORK = 10_000
+
+
+def views_overlap(a: View, b: View) -> bool:
+    """Do two views of one buffer share an element? Exact (NumPy's ``shares_memory`` on
+    stand-in arrays with one byte per element, never touched), conservative only where the
+    test would need more than OVERLAP_WORK steps."""
+    if a.buf != b.buf:
+        return False
+    spans = []
+    for v in (a, b):
+        if any(e == 0 for e in v.shape):
+            return False
+        lo = v.offset + sum(s * (e - 1) for s, e in zip(v.strides, v.shape) if s < 0)
+        hi = v.offset + sum(s * (e - 1) for s, e in zip(v.strides, v.shape) if s > 0)
+        spans.append((lo, hi))
+    (alo, ahi), (blo, bhi) = spans
+    if ahi < blo or bhi < alo:
+        return False
+    base = np.empty(max(ahi, bhi) + 1, dtype=np.uint8)   # uncommitted pages: never written
+
+    def stand_in(v):
+        return np.lib.stride_tricks.as_strided(base[v.offset:], v.shape, v.strides)
+    try:
+        return bool(np.shares_memory(stand_in(a), stand_in(b), max_work=OVERLAP_WORK))
+    except np.exceptions.TooHardError:
+        return True

@@ -113,7 +113,7 @@ class Function:
         self._lock = threading.Lock()
         _functions.add(self)
         self._last_key = None   # signature of the latest call, for .source/.ir
-        self._hot = None   # (plan, captures) of the latest signature: see __call__
+        self._hot = None   # (plan, captures, plan takes out=) of the latest signature: see __call__
         self.__name__ = name or self.fn.__name__
         self.__doc__ = self.fn.__doc__
         self.__wrapped__ = self.fn
@@ -248,8 +248,10 @@ class Function:
         """Evaluate on the function's target. ``out=`` (an array, or a tuple matching the
         outputs) receives the results in place, unless the function has a parameter ``out``."""
         hot = self._hot   # the plan checks what the key encodes: MISS unless it is its signature
-        if hot is not None and not kwargs and (not hot[1] or captures_current(hot[1])):
-            result = hot[0](args)
+        if hot is not None and (not hot[1] or captures_current(hot[1])):
+            # positional calls, and calls with out= alone where the plan takes out= too
+            result = hot[0](args) if not kwargs else hot[0](args, kwargs["out"]) if (
+                hot[2] and len(kwargs) == 1 and kwargs.get("out") is not None) else MISS
             if result is not MISS:
                 return result
         out = None
@@ -277,7 +279,7 @@ class Function:
             values = flat_values(values, entry.flat_plan)
         elif backend.signature_values is None:   # the next call's hot path
             plan = backend.call_plan(prepared, tuple([k.kind for k in key]))
-            self._hot = None if plan is None else (plan, entry.captures)
+            self._hot = None if plan is None else (plan, entry.captures, "out" not in self.params)
         return backend.run(prepared, values, out)
 
     def _call_guarded(self, entry: Compiled, backend, values, out, key):
@@ -289,7 +291,7 @@ class Function:
         plan = None if key is None or entry.flat_plan is not None else \
             backend.call_plan(prepared, tuple([k.kind for k in key]))
         self._hot = None if plan is None else (guards.checked_plan(plan, entry.graph, MISS),
-                                               entry.captures)
+                                               entry.captures, False)   # (out=: guards run after)
         return deliver(result, out)
 
     def _load_backend(self):

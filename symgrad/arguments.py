@@ -28,8 +28,8 @@ def _arg_node(i: int, name: str, value):
             raise TypeError(f"argument '{name}': unsupported dtype {value.dtype} "
                             "(use float32, float64, integer or bool arrays)")
         return make("arg", (), (i, name, dtype, tuple(value.shape)))
-    if value is None or isinstance(value, (str, tuple, list, dict)):
-        return None   # static, or a pytree without float/array leaves
+    if value is None or isinstance(value, (str, tuple, list, dict)) or callable(value):
+        return None   # static (a function is called while tracing), or a pytree without data
     raise TypeError(f"argument '{name}': expected a float, int, bool or NumPy array, "
                     f"got {type(value).__name__}")
 
@@ -51,7 +51,7 @@ def bind_argument(param: str, value, inputs: list, names: list, params: list):
         if not _is_data_leaf(leaf):
             if not _is_static_leaf(leaf):
                 raise TypeError(f"argument {path}: expected a float, a NumPy array or a static "
-                                f"int, bool, str or None leaf, got {type(leaf).__name__}")
+                                f"int, bool, str, None or function leaf, got {type(leaf).__name__}")
             slots.append(StaticLeaf(path))
             continue
         name = _leaf_name(path, seen)
@@ -70,7 +70,7 @@ def _is_data_leaf(value) -> bool:
 
 
 def _is_static_leaf(value) -> bool:
-    return value is None or isinstance(value, (bool, numbers.Integral, str))
+    return value is None or isinstance(value, (bool, numbers.Integral, str)) or callable(value)
 
 
 def _leaf_name(path: str, seen: set) -> str:

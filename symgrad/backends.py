@@ -11,12 +11,13 @@ A back end is an object with
 * ``signature_values(values)``: the values the tracer sees for these arguments, or
   ``None`` (the class attribute) when they are the arguments themselves (CUDA traces device
   arrays by shape and dtype through host stand-ins);
-* ``call_plan(prepared, kinds)``: optionally, a callable ``plan(args)`` for the hot path of
-  positional calls (no keywords, no ``out=``) of this signature, whose arguments' key kinds
-  (``runtime.ArgKey.kind``: ``"array"``, ``"float"``, ...) are ``kinds``: it runs the call, or
-  returns :data:`MISS`, with no effect the caller can see, when the arguments are not
-  exactly of that signature (type, dtype, shape, layout), and the API takes the full path;
-  ``None`` (the default): no plan;
+* ``call_plan(prepared, kinds)``: optionally, a callable ``plan(args, out=None)`` for the hot
+  path of positional calls (no keywords but ``out=``) of this signature, whose arguments' key
+  kinds (``runtime.ArgKey.kind``: ``"array"``, ``"float"``, ...) are ``kinds``: it runs the
+  call (with ``out``, written there and returned as ``run`` would), or returns :data:`MISS`,
+  with no effect the caller can see, when the arguments (or ``out``) are not exactly of that
+  signature (type, dtype, shape, layout) or anything else would make ``run`` do other than
+  the plan does, and the API takes the full path; ``None`` (the default): no plan;
 * ``views``: the texts it can show, ``{view name: fn(signature, **options) -> str}``
   (``Function.llvm_ir``, ``.asm``, ``.ptx``).
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from . import ops
 from .index_ops import _index_shape
 from .ir import OPS, Node, Slice, make, toposort
-from .regions import close, placeholder, rebuild_loop
+from .regions import UNTIL, close, loop_count, placeholder, rebuild_loop
 
 
 def pad_rank(x: Node, rank: int) -> Node:
@@ -224,18 +224,57 @@ def _batched_results(body, mapping, size):
 
 
 def _loop(node, inputs, batched, size):
-    body, trips, nc, nx, _ = node.attrs
+    body, trips, nc, nx, _, exit_ = node.attrs
+    count = loop_count(node)
+    end = len(inputs) - (count is not None)
     inits = [with_batch(x, b, size) for x, b in zip(inputs[:nc], batched[:nc])]
     xs = [ops.transpose(x, (1, 0) + tuple(range(2, x.ndim))) if b else x
           for x, b in zip(inputs[nc:nc + nx], batched[nc:nc + nx])]
-    flags = [False] + [True] * nc + list(batched[nc:])
+    flags = [False] + [True] * nc + list(batched[nc:end])
     params, mapping = _batched_params(body.params, flags, size)
     results = _batched_results(body, mapping, size)
-    consts = inputs[nc + nx:]   # the batched ones are read through their placeholders
+    consts = inputs[nc + nx:end]   # the batched ones are read through their placeholders
     batched_consts = {mapping[p]: x for p, x in zip(body.params[1 + nc + nx:], consts)
                       if p in mapping}
-    return rebuild_loop(node, params[:1 + nc + nx], results, inits + xs, nc, consts=consts,
-                        outer=batched_consts)
+    explicit = params[:1 + nc + nx]
+    if exit_ is not None and exit_[0] == UNTIL:   # each example stops at its own exit
+        explicit, results, inits, exit_ = _until_batched(explicit, results, inits, exit_, nc)
+    elif count is not None and batched[-1]:   # each example walks its own trips
+        bound = placeholder("int64", (size,))
+        live = ops.logical_not(ops.lt(params[0], bound))
+        results = _kept(live, results, explicit[1:1 + nc], nc)
+        batched_consts[bound] = inputs[-1]
+        count = ops.reduce("max", inputs[-1])
+    return rebuild_loop(node, explicit, results, inits + xs, len(inits), consts=consts,
+                        outer=batched_consts, exit=exit_, count=count)
+
+
+def _kept(stopped, results, carries, nc, zero_rows=True):
+    """``results`` where an example has not ``stopped`` (a (size,) bool), else its carries
+    unchanged and zero rows (``zero_rows``; else its rows as computed: those of an early-exit
+    loop's finished iterations are never read, and values computed from the carries it kept
+    stay finite where zeros might not)."""
+    def choose(new, old):
+        flag = ops.reshape(stopped, stopped.shape + (1,) * (new.ndim - 1))
+        return ops.cast(ops.where(flag, old, new), new.dtype)
+    return [choose(r, c) for r, c in zip(results[:nc], carries)] + \
+        [choose(y, ops.zeros_like(y)) if zero_rows else y for y in results[nc:]]
+
+
+def _until_batched(explicit, results, inits, exit_, nc):
+    """A batch of loops that stop early: a finished example keeps its carries (its trips
+    counter stops too), and the loop runs until every example is done (a scalar flag carried
+    after the others: what the loop's exit reads)."""
+    flags = explicit[1 + exit_[1]]
+    results = _kept(flags, results, explicit[1:1 + nc], nc, zero_rows=False)
+    every = placeholder("bool", ())
+    explicit = explicit[:1 + nc] + [every] + explicit[1 + nc:]
+    results = results[:nc] + [_all(results[exit_[1]])] + results[nc:]
+    return explicit, results, inits + [_all(inits[exit_[1]])], (UNTIL, nc, exit_[2])
+
+
+def _all(flags):
+    return ops.logical_not(ops.reduce("max", ops.logical_not(flags)))
 
 
 def _cond(node, inputs, batched, size):
@@ -296,7 +335,10 @@ def _custom_gradient(node, inputs, batched, size):
 def _proj(node, inputs, batched, size):
     (region,) = inputs
     out = make("proj", (region,), node.attrs)
-    if region.op == "loop" and node.attrs[0] >= region.attrs[2]:   # stacked: (n, batch, ...)
+    old_nc = node.inputs[0].attrs[2] if region.op == "loop" else 0
+    if region.op == "loop" and node.attrs[0] >= old_nc:   # stacked: (n, batch, ...)
+        # (after the carries: a batch of early-exit loops carries one more, its done flag)
+        out = make("proj", (region,), (node.attrs[0] + region.attrs[2] - old_nc,))
         return ops.transpose(out, (1, 0) + tuple(range(2, out.ndim)))
     return out
 

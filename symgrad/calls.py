@@ -15,12 +15,13 @@ import types
 
 import numpy as np
 
+from . import guards as guard_table
 from . import ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
-from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, _VIEW_FUNCTIONS, _VIEW_METHODS,
-                          _NODE_METHODS, MAX_CALL_DEPTH, _BoundNodeMethod)
+from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
+from .expressions import _PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
@@ -260,7 +261,10 @@ class Calls:
         if handler is not None:
             try:
                 check_call(handler, args, kwargs)
-                return handler(*args, **kwargs)
+                with guard_table.reporting() as errors:   # e.g. inv of a singular matrix
+                    value = handler(*args, **kwargs)
+                self.add_error_guards(errors, node)
+                return value
             except UnsupportedSyntaxError as e:
                 if e.lineno:
                     raise
@@ -297,6 +301,16 @@ class Calls:
         if _is_pure(fn) or fn in SAFE_BUILTINS.values():
             return fn(*args, **kwargs)
         self.fail(node, f"call to {getattr(fn, '__qualname__', repr(fn))}")
+
+    def add_error_guards(self, errors, node):
+        """The conditions under which a library call raises (``symgrad.guards.report``), as
+        guards of this call's line."""
+        if not errors:
+            return
+        loc = self.frame.source.loc(node)
+        for kind, flag in errors:
+            self.add_guard(guard_table.ErrorKey(loc.filename, loc.lineno, loc.col, loc.text, kind),
+                           flag)
 
     def call_derived(self, fn, args, kwargs):
         """A derived Function (``f.grad``, ``value_and_grad``, ``hvp``) called while tracing:

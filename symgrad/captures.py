@@ -1,8 +1,9 @@
 """What a trace read from outside the function, and whether it still holds.
 
 A capture is ``(holder, name, value)``: ``holder.get(name, MISSING)`` is what the name holds
-now. The holder is a globals dict or a module's ``__dict__`` (value ``MISSING`` for a builtin:
-a global not defined), or a :class:`CellView` of a closure cell. ``Function`` checks its
+now. The holder is a globals dict, a module's or an object's ``__dict__`` (``self.scale`` of a
+method; value ``MISSING`` for a builtin: a global not defined), or a :class:`CellView` of a
+closure cell. ``Function`` checks its
 captures on every call (``captures_current``, inlined in its hot path).
 """
 from __future__ import annotations
@@ -76,7 +77,8 @@ def captured_arrays(captures: dict, globals_: dict, smallest: int) -> dict:
             continue
         if isinstance(holder, dict):
             where = f"global '{name}'" if holder is globals_ else \
-                f"'{holder.get('__name__', '?')}.{name}'"
+                f"'{holder['__name__']}.{name}'" if "__name__" in holder else \
+                f"attribute '{name}' of an object"   # an instance's __dict__
         else:
             where = f"closure variable '{name}'"
         out.setdefault(node, (name, where))

@@ -49,6 +49,7 @@ class ControlFlow(WhileLoops):
             self.exec_block(stmt.body if cond else stmt.orelse, frame, cont)
             return
         if _contains(stmt.body + stmt.orelse, (ast.Break, ast.Continue)):
+            cond = self.truth_value(cond, stmt, "an if that breaks or continues a loop")
             if frame.exits is not None and frame.exits == frame.loop_depth:
                 return self.exec_exit_if(stmt, frame, cont, cond)   # in a loop region
             self.fail(stmt, "break/continue inside an if on a data-dependent condition")
@@ -87,6 +88,17 @@ class ControlFlow(WhileLoops):
         keys = self.guards_into_sides(branches, scopes)
         self.join_branches(cond, branches[0], branches[1], stmt, frame)
         self.guards_out_of(frame, keys)
+
+    def truth_value(self, cond: Node, stmt, what: str) -> Node:
+        """``cond`` as one truth value where Python needs one (NumPy's ``bool(a)``): a
+        one-element array is its element; a larger one is refused as NumPy refuses it."""
+        if cond.ndim == 0:
+            return cond
+        if cond.size == 1:
+            return ops.reshape(cond, ())
+        self.fail(stmt, f"{what} on an array of shape {cond.shape} (NumPy: the truth value of "
+                  "an array with more than one element is ambiguous)",
+                  "reduce it to one truth value (np.any / np.all)")
 
     def join_branches(self, cond, then: Frame, other: Frame, stmt, frame: Frame):
         """Bind in ``frame`` what the two sides of a data-dependent ``if`` bound: one choice
@@ -204,6 +216,12 @@ class ControlFlow(WhileLoops):
                       "cast one side with .astype(...) so both branches have one dtype")
         if shape_a == shape_b:
             return
+        carried = [v for v in (a, b) if isinstance(v, Node) and v.op == "param"]
+        if not elementwise and carried and isinstance(what, str) and what.startswith("variable"):
+            # one side is the loop's value before the iteration: the carry itself changes shape
+            after = shape_b if carried[0] is a else shape_a
+            self.fail(stmt, f"loop-carried {what} changes shape from {carried[0].shape} to "
+                      f"{after} between iterations", "give it its final shape before the loop")
         if not elementwise:
             self.fail(stmt, f"{what} has shape {shape_a} on one branch and {shape_b} on the other "
                       "of a data-dependent if (its shape would depend on the data)",
@@ -265,9 +283,10 @@ def _resolved(built, v):
 
 
 def _strong_dtype(v) -> str:
-    """The dtype of a traced value or NumPy array/scalar; "" for a (weak) Python number."""
+    """The dtype of a traced value or NumPy array/scalar; "" for a (weak) Python number, or a
+    node standing for one (a Python number carried by a loop region: ``s = 0.0`` before it)."""
     if isinstance(v, Node):
-        return v.dtype
+        return "" if ops.weak_kind(v) is not None else v.dtype
     if isinstance(v, (np.ndarray, np.generic)):
         return v.dtype.name
     return ""

@@ -148,7 +148,20 @@ mul = _b("mul", np.multiply, lambda g, n: (g * n.inputs[1], g * n.inputs[0]), sp
 div = _b("div", np.true_divide,
          lambda g, n: (g / n.inputs[1], -g * n.inputs[0] / (n.inputs[1] * n.inputs[1])),
          sp.infix("/", sp.MUL), float_only=True)
-_pow_build = _b("pow", np.power, _pow_vjp, sp.infix("**", sp.POW, right_assoc=True))
+_pow_infix = sp.infix("**", sp.POW, right_assoc=True)
+
+
+def _pow_spell(args, node):
+    """``x ** 2`` as the user wrote it, not ``x ** 2.0``: an integral constant exponent of a
+    float base is spelled as an int (NumPy computes both in the base's dtype, bit for bit)."""
+    base, exponent = node.inputs
+    if exponent.op == "const" and is_float(base.dtype) and isinstance(exponent.attrs[0], float) \
+            and exponent.attrs[0].is_integer() and abs(exponent.attrs[0]) <= 2 ** 31:
+        args = (args[0], sp.number(int(exponent.attrs[0])))
+    return _pow_infix(args, node)
+
+
+_pow_build = _b("pow", np.power, _pow_vjp, _pow_spell)
 pow_ = power
 arctan2 = _b("arctan2", np.arctan2, _atan2_vjp, sp.call("np.arctan2"), float_only=True)
 def _select_jvp(cond, tangents):

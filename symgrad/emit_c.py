@@ -51,8 +51,9 @@ _HELPERS = {
     "sign_int": "static {T} sg_sign_{S}({T} x) {{ return (x > 0) - (x < 0); }}",
     "abs_int": "static {T} sg_abs_{S}({T} x) {{ return x < 0 ? -x : x; }}",
     # np.maximum / np.minimum propagate NaN (C's fmax does not); ties give the first operand
-    "maximum": "static {T} sg_maximum_{S}({T} a, {T} b) {{ return (a >= b || a != a) ? a : b; }}",
-    "minimum": "static {T} sg_minimum_{S}({T} a, {T} b) {{ return (a <= b || a != a) ? a : b; }}",
+    # (a != a: NaN wins, as in NumPy; only floats have one, and gcc rejects it on integers)
+    "maximum": "static {T} sg_maximum_{S}({T} a, {T} b) {{ return (a >= b{NAN}) ? a : b; }}",
+    "minimum": "static {T} sg_minimum_{S}({T} a, {T} b) {{ return (a <= b{NAN}) ? a : b; }}",
     "ipow": "static {T} sg_ipow_{S}({T} a, {T} b) {{ {T} r = 1; while (b > 0) {{ if (b & 1) r *= a;"
             " a *= a; b >>= 1; }} return r; }}",
 }
@@ -336,7 +337,8 @@ class _CEmitter:
     def use_helper(self, kind: str, dtype: str):
         key = (kind, dtype)
         if key not in self.helpers:
-            self.helpers[key] = _HELPERS[kind].format(T=C_TYPES[dtype], S=_suffix(dtype))
+            self.helpers[key] = _HELPERS[kind].format(
+                T=C_TYPES[dtype], S=_suffix(dtype), NAN=" || a != a" if dtype.startswith("float") else "")
 
     def comment(self, n: Node):
         loc, prefix = self.graph.locs.get(n), ""

@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from . import emit_regions, spelling as sp
-from .guards import CAPS, INITIAL_CAP
+from .guards import CAPS, INITIAL_CAP, error_for, is_error
 from .ir import OPS, Graph, Node, use_counts, toposort
 from .ops import _index_text, full as full_node
 from .runtime import DictTree, ListTree
@@ -32,6 +32,15 @@ _FRESH_OPS = ("full", "setitem", "index_add", "concatenate", "stack", "cast")
 # Calls nested deeper than this inside one expression get a name: Python's parser refuses
 # about 200 nested parentheses, and a person would not read 16.
 MAX_NESTING = 16
+
+
+def _nonzero_divisor(n: Node) -> bool:
+    """``a / c`` with a constant c != 0: Python's division raises only for a zero divisor (it
+    overflows to inf like NumPy), so it is spelled ``/`` (``scale / 2.0``)."""
+    if n.op != "div":
+        return False
+    divisor = n.inputs[1]
+    return divisor.op == "const" and divisor.attrs[0] == divisor.attrs[0] and divisor.attrs[0] != 0
 
 
 def spelling_names() -> set[str]:
@@ -155,11 +164,15 @@ class _Emitter:
         """A while loop on data ran at most its cap of trips (``symgrad.guards``): the source
         says so where that was too few, rather than return a wrong number."""
         for key, node in self.graph.guards.items():
+            self.lines.append(f"if {self.expr[node][0]}:")
+            if is_error(key):   # NumPy's error (inv of a singular matrix, ...)
+                error = error_for(key)
+                self.lines.append(f"    raise np.linalg.{type(error).__name__}({str(error)!r})")
+                continue
             cap = CAPS.get(key, INITIAL_CAP)
             message = (f"the while loop at line {key[1]} needs more than {cap} trips here "
                        "(this code stops there; the symgrad Function retries with a larger "
                        "cap)")
-            self.lines.append(f"if {self.expr[node][0]}:")
             self.lines.append(f"    raise RuntimeError({message!r})")
 
     def expression(self, n: Node):
@@ -223,7 +236,7 @@ class _Emitter:
         python_operands = all(i in self.python_numbers for i in n.inputs)
         if n.op == "const" or (python_operands and n.op in _PYTHON_ARITHMETIC):
             self.python_numbers.add(n)
-        if python_operands and n.op in _NUMPY_SCALAR_CALLS:
+        if python_operands and n.op in _NUMPY_SCALAR_CALLS and not _nonzero_divisor(n):
             return sp.call(_NUMPY_SCALAR_CALLS[n.op])(args, n)
         opdef = OPS[n.op]
         if opdef.python is None:

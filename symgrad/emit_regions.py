@@ -3,12 +3,18 @@ reversed(range(n))`` for a backward pass) filling preallocated stacks, a ``cond`
 ``if``/``else``, the recomputation of a checkpoint (``remat``) its body's lines in a block of
 their own. A body is emitted in its own scope (bodies are closed: they read nothing but
 their params), indented under its statement; its params are bound to the carried variables,
-the row ``xs[i]`` of each per-iteration input and the outer values it reads.
+the row ``xs[i]`` of each per-iteration input and the outer values it reads. A loop that stops
+once its done flag is set is a ``while trips < cap and not done:`` (a ``while`` on data) or a
+``for`` that breaks when done; its backward loop runs ``for i in reversed(range(trips))``.
 """
 from __future__ import annotations
 
 from . import spelling as sp
-from .ir import Node, make, use_counts
+from .ir import Node, make, toposort, use_counts
+from .regions import UNTIL, loop_consts, loop_count
+
+# The name of a while loop's hidden trip index (``symgrad.while_loops``) in generated code.
+WHILE_INDEX = "trip"
 
 
 def _scope(em):
@@ -41,7 +47,6 @@ def emit_body(em, body, bindings: dict, python_numbers=()) -> tuple[list[str], l
         set(body.results), []
     for p in body.params:
         em.expr[p] = (bindings[p], sp.ATOM)
-    from .ir import toposort
     for n in toposort(body.results, known=set(body.params)):
         STATEMENTS.get(n.op, _Emitter.expression)(em, n)
     # A result that is a Python number at run time becomes a NumPy scalar of its dtype: the
@@ -68,7 +73,7 @@ def _narrow_number(em, n: Node) -> bool:
 
 
 def loop_statement(em, n: Node):
-    body, trips, nc, nx, reverse = n.attrs
+    body, trips, nc, nx, reverse, exit_ = n.attrs
     names = list(body.names) + [None] * (len(body.params) - len(body.names))
     params = body.params
     # A carry started from a Python number of a narrow dtype (float32) starts as a NumPy scalar
@@ -76,7 +81,8 @@ def loop_statement(em, n: Node):
     inits = [f"{sp.dtype_name(i.dtype)}({named(em, i)})" if _narrow_number(em, i) else named(em, i)
              for i in n.inputs[:nc]]
     xs = [named(em, i) for i in n.inputs[nc:nc + nx]]
-    consts = [named(em, i) for i in n.inputs[nc + nx:]]
+    consts = [named(em, i) for i in loop_consts(n)]
+    bound = str(trips) if loop_count(n) is None else named(em, loop_count(n))
     comment = em.comment_for(n)
     if comment is not None and comment != em.last_comment:
         em.lines.append(comment)
@@ -89,8 +95,13 @@ def loop_statement(em, n: Node):
         var = em.namer.name(None)
         shape = sp.shape_text((trips,) + r.shape)
         tail = "" if r.dtype == "float64" else f", dtype={sp.dtype_name(r.dtype)}"
-        em.lines.append(f"{var} = np.empty({shape}{tail})")
+        fill = "zeros" if loop_count(n) is not None else "empty"   # rows past the trips: 0
+        em.lines.append(f"{var} = np.{fill}({shape}{tail})")
         stacks.append(var)
+    _, k, c = exit_ if exit_ is not None and exit_[0] == UNTIL else (None, None, None)
+    if c is not None and n.inputs[c].op == "const" and n.inputs[c].attrs[0] == 0 and \
+            names[0] in (None, WHILE_INDEX) and params[0] not in set(toposort(body.results)):
+        index = carries[c]   # a while loop: its trips counter, from 0, is the loop index
     bindings = {params[0]: index}
     bindings.update(zip(params[1:1 + nc], carries))
     bindings.update((p, f"{x}[{index}]") for p, x in zip(params[1 + nc:1 + nc + nx], xs))
@@ -99,12 +110,30 @@ def loop_statement(em, n: Node):
                if i in em.python_numbers and not _narrow_number(em, i)]
     lines, results = emit_body(em, body, bindings, [params[0], *numbers])
     lines += [f"{s}[{index}] = {r}" for s, r in zip(stacks, results[nc:])]
-    lines += _assign(carries, results[:nc])
-    loop = f"reversed(range({trips}))" if reverse else f"range({trips})"
-    em.lines.append(f"for {index} in {loop}:")
-    em.lines.extend("    " + line for line in (lines or ["pass"]))
+    if exit_ is not None and exit_[0] == UNTIL:
+        _while_statement(em, n, index, carries, lines, results)
+    else:
+        lines += _assign(carries, results[:nc])
+        loop = f"reversed(range({bound}))" if reverse else f"range({bound})"
+        em.lines.append(f"for {index} in {loop}:")
+        em.lines.extend("    " + line for line in (lines or ["pass"]))
     em.last_comment = None
     em.region_vars[n] = carries + stacks
+
+
+def _while_statement(em, n: Node, index: str, carries, lines, results):
+    """A loop that stops once its done flag is set: a ``while`` loop's (its index unread: a
+    ``while trips < cap and not done:``, the trips counter its index), a ``for`` loop's (``for
+    i in range(n):`` that breaks when done)."""
+    _, k, c = n.attrs[5]
+    nc, trips = n.attrs[2], n.attrs[1]
+    lines = lines + _assign(carries, results[:nc])
+    if index == carries[c]:
+        em.lines.append(f"while {index} < {trips} and not {carries[k]}:")
+    else:
+        em.lines.append(f"for {index} in range({trips}):")
+        lines = [f"if {carries[k]}:", "    break"] + lines
+    em.lines.extend("    " + line for line in lines)
 
 
 def cond_statement(em, n: Node):

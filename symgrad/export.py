@@ -21,6 +21,7 @@ import numpy as np
 
 from .emit_c import C_TYPES, emit_c
 from .emit_python import emit, function_name
+from .guards import is_error
 from .spelling import ARRAY_LITERAL_LIMIT, array_literal
 
 LITERAL_LIMIT = ARRAY_LITERAL_LIMIT   # array constants up to this many elements: literals
@@ -34,9 +35,11 @@ def export(f, path, *args) -> pathlib.Path:
         raise ValueError(f"sg.export: {path.name!r} must end in one of "
                          f"{', '.join(sorted(_WRITERS))}")
     entry = f._inspect_entry(*args)
-    if entry.graph.guards and path.suffix != ".py":
+    if any(not is_error(key) for key in entry.graph.guards) and path.suffix != ".py":
         # a while loop on data runs at most its cap of trips; only the Python module says
-        # (raises) where that is too few, C and LLVM IR would return a wrong number
+        # (raises) where that is too few, C and LLVM IR would return a wrong number (an
+        # error guard, NumPy's LinAlgError of inv, is raised by the .py module only: C and
+        # LLVM IR give inf / nan there, as a C library does, and say so in README)
         raise ValueError(f"sg.export: {f.__name__} has a while loop on data, which only a .py "
                          "module can export (it raises where the loop needs more trips than "
                          "its cap)")

@@ -17,9 +17,11 @@ import numpy as np
 
 from . import numpy_extra, ops
 from .aliases import NO_BUFFERS, Buffer, holds_array, zero_d_buffers
-from .ir import Node
+from .ir import INT_DTYPES, Node
+from .loop_plan import stackable
+from .array_methods import node_attribute
 from .numpy_api import DUALS
-from .scope import Frame, is_data
+from .scope import MISSING, Frame, is_data
 
 MAX_CALL_DEPTH = 40
 
@@ -221,7 +223,11 @@ class Expressions:
                 self.captured(vars(value), node.attr, result)   # config.SCALE may be rebound
             return result
         if hasattr(value, "__dict__") or isinstance(value, type):
-            return getattr(value, node.attr)
+            result = getattr(value, node.attr)
+            own = getattr(value, "__dict__", None)
+            if type(own) is dict and own.get(node.attr, MISSING) is result:
+                self.captured(own, node.attr, result)   # model.scale = 3.0 is seen, like a global
+            return result
         self.fail(node, f"attribute '{node.attr}' of {type(value).__name__}")
 
     def expr_Subscript(self, node, frame):
@@ -262,6 +268,9 @@ class Expressions:
                 if container is getattr(np, name, None):
                     self.fail(node, f"np.{name}[...] is not supported",
                               "use np.concatenate / np.stack / np.arange")
+            if isinstance(container, (list, tuple)) and stackable(container) and \
+                    isinstance(key, Node) and key.ndim == 0 and key.dtype in INT_DTYPES:
+                return ops.take(ops.stack(list(container)), key, 0)   # xs[t] in a loop region
             self.fail(node, f"indexing a {type(container).__name__} with a traced value")
         return container[key]
 
@@ -428,80 +437,6 @@ def check_static_key(tracer, key, node):
         if isinstance(k, Node) or (isinstance(k, (list, np.ndarray)) and not isinstance(k, Node)):
             tracer.fail(node, "advanced indexing with arrays of indices other than a single "
                         "integer index array along one axis (x[idx], x[:, idx])")
-
-
-class _BoundNodeMethod:
-    def __init__(self, fn, node):
-        self.fn, self.node = fn, node
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(self.node, *args, **kwargs)
-
-
-def _shape_args(args):
-    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-
-
-_NODE_METHODS = {
-    "sum": lambda x, axis=None, keepdims=False: ops.reduce("sum", x, axis, keepdims),
-    "prod": lambda x, axis=None, keepdims=False: ops.reduce("prod", x, axis, keepdims),
-    "max": lambda x, axis=None, keepdims=False: ops.reduce("max", x, axis, keepdims),
-    "min": lambda x, axis=None, keepdims=False: ops.reduce("min", x, axis, keepdims),
-    "mean": lambda x, axis=None, keepdims=False: ops.mean(x, axis, keepdims),
-    "reshape": lambda x, *shape: ops.reshape(x, _shape_args(shape)),
-    "transpose": lambda x, *axes: ops.transpose(x, _shape_args(axes) or None),
-    "astype": lambda x, dtype: ops.cast(x, np.dtype(dtype).name),
-    "copy": lambda x: x,
-    "flatten": lambda x: ops.reshape(x, (-1,)),
-    "ravel": lambda x: ops.reshape(x, (-1,)),
-    "dot": lambda x, y: ops.dot(x, y),
-    "clip": lambda x, min=None, max=None: numpy_extra.clip(x, min, max),
-    "squeeze": lambda x, axis=None: DUALS["squeeze"](x, axis),
-    "item": None,
-    # NumPy coverage (symgrad.numpy_extra): the methods of the functions of the same name
-    "var": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
-        numpy_extra.var(x, axis, dtype, out, ddof, keepdims),
-    "std": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
-        numpy_extra.std(x, axis, dtype, out, ddof, keepdims),
-    "round": lambda x, decimals=0: numpy_extra.round_(x, decimals),
-    "swapaxes": lambda x, axis1, axis2: numpy_extra.swapaxes(x, axis1, axis2),
-    "diagonal": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.diagonal(x, offset, axis1, axis2),
-    "trace": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.trace(x, offset, axis1, axis2),
-    "repeat": lambda x, repeats, axis=None: numpy_extra.repeat(x, repeats, axis),
-    "conj": lambda x: x, "conjugate": lambda x: x,
-    "argmax": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmax"](x, axis, out, keepdims=keepdims),
-    "argmin": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmin"](x, axis, out, keepdims=keepdims),
-    "cumsum": lambda x, axis=None, dtype=None, out=None: DUALS["cumsum"](x, axis, dtype, out),
-    "cumprod": lambda x, axis=None, dtype=None, out=None: DUALS["cumprod"](x, axis, dtype, out),
-}
-
-
-_VIEW_METHODS = {_NODE_METHODS[m] for m in ("reshape", "transpose", "ravel", "squeeze")}
-# (stop_gradient is the argument itself when run eagerly)
-_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "squeeze", "expand_dims",
-                                      "stop_gradient")}
-
-
-def node_attribute(x: Node, attr: str, tracer, node):
-    if attr == "shape":
-        return x.shape
-    if attr == "ndim":
-        return x.ndim
-    if attr == "size":
-        return x.size
-    if attr == "dtype":
-        return np.dtype(x.dtype)
-    if attr == "T":
-        return ops.transpose(x)
-    if attr == "real":          # real data: the value itself, and no imaginary part
-        return x
-    if attr == "imag":
-        return numpy_extra.imag(x)
-    method = _NODE_METHODS.get(attr)
-    if method is None:
-        tracer.fail(node, f"array attribute or method '.{attr}'")
-    return _BoundNodeMethod(method, x)
-
 
 
 def describe(node) -> str:

@@ -75,6 +75,9 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
         params = [a.arg for a in tree.args.args]
         if tree.args.vararg or tree.args.kwarg or tree.args.kwonlyargs or tree.args.posonlyargs:
             self.fail(tree, "*args, **kwargs or keyword-only parameters in the differentiated function")
+        if isinstance(fn, types.MethodType):   # sg.differentiate(model.loss): self is static
+            frame.env[params[0]] = fn.__self__
+            params = params[1:]
         inputs, names, in_tree = [], [], []
         for param, value in zip(params, args):
             frame.env[param], param_tree = bind_argument(param, value, inputs, names, params)

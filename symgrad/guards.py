@@ -13,8 +13,21 @@ Each while statement's cap lives in :data:`CAPS`, keyed by its location; a trace
 *capture* (``symgrad.captures``), so a grown cap makes every cached entry that read it, root
 and derived functions alike, trace again. A loop still running after :data:`MAX_TRIPS` trips
 raises :class:`WhileLimitError` instead of growing its cap for ever.
+
+A guard of the other kind, an *error guard*, stands for an exception NumPy raises on a run-time
+value that a compiled function cannot raise by itself: ``np.linalg.inv`` of a singular matrix
+(``LinAlgError: Singular matrix``), ``cholesky`` of one that is not positive definite. A
+builder reports it (:func:`report`, a bool node true when the call must raise) while the
+tracer collects reports around each library call (:func:`reporting`) and files them under an
+:class:`ErrorKey` naming the call's line; when one fires the API raises the error
+(:func:`raise_errors`) instead of growing a cap. It travels through every transform like a
+while's guard, so the derivative of a function that calls ``inv`` raises where its value does.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import NamedTuple
 
 import numpy as np
 
@@ -126,6 +139,7 @@ def run_guarded(entry, backend, values, retrace):
         keys = fired(entry.graph, flags)
         if not keys:
             return entry, prepared, result
+        raise_errors(keys)
         grow(keys)
         entry = retrace()
 
@@ -140,3 +154,68 @@ def checked_plan(plan, graph: Graph, miss):
         result, flags = got
         return miss if fired(graph, flags) else result
     return run
+
+
+# ----------------------------------------------------------------------------------------------
+# Error guards: a run-time condition under which NumPy raises
+
+# an error guard's kind -> (exception type, NumPy's message)
+ERRORS = {
+    "singular": (np.linalg.LinAlgError, "Singular matrix"),
+    "not positive definite": (np.linalg.LinAlgError, "Matrix is not positive definite"),
+}
+
+
+class ErrorKey(NamedTuple):
+    """The key of an error guard: the call that raises (its first three fields are a while
+    key's, so the hidden carry of a guard through a loop is named alike) and its kind."""
+    filename: str
+    lineno: int
+    col: int
+    text: str     # the stripped source line, for the message
+    kind: str     # a key of ERRORS
+
+
+def is_error(key) -> bool:
+    return isinstance(key, ErrorKey)
+
+
+def error_for(key: ErrorKey) -> Exception:
+    """NumPy's exception, its message prefixed with the user's file and line (as the located
+    errors of tracing are)."""
+    kind, message = ERRORS[key.kind]
+    return kind(f"{key.filename}:{key.lineno}: {message}\n    {key.text}")
+
+
+def raise_errors(keys) -> None:
+    """Raise the error of the first error guard among the fired ``keys``, if any."""
+    for key in keys:
+        if is_error(key):
+            raise error_for(key)
+
+
+# the reports of the library call being traced now: one per thread (traces of different
+# Functions may run at once), the innermost call's (builders may call builders)
+_REPORTS: contextvars.ContextVar = contextvars.ContextVar("symgrad_guard_reports", default=None)
+
+
+@contextlib.contextmanager
+def reporting():
+    """Collect the :func:`report` calls of the builders run inside: yields the list of
+    ``(kind, node)`` they report."""
+    found: list = []
+    token = _REPORTS.set(found)
+    try:
+        yield found
+    finally:
+        _REPORTS.reset(token)
+
+
+def report(kind: str, flag: Node) -> None:
+    """A builder's condition ``flag`` (a bool node, any shape: any true entry raises) under
+    which its call raises ``ERRORS[kind]``. Outside a trace nobody checks guards: dropped."""
+    if kind not in ERRORS:
+        raise KeyError(f"unknown error guard kind {kind!r}")
+    found = _REPORTS.get()
+    if found is not None:
+        found.append((kind, flag if flag.ndim == 0 else ops.reduce("max", flag)))

@@ -46,6 +46,8 @@ UNROLL_MAX = 4
 # The hidden variable of a loop with a break on data: whether the loop has stopped (not an
 # identifier, so no user variable can be called that).
 DONE = "<break>"
+# ... and the number of its iterations that ran (the trips its backward pass walks).
+TRIPS = "<trips>"
 
 
 def _mixes_narrow(frame) -> bool:
@@ -126,17 +128,17 @@ class Loops:
             if it.func.id == "enumerate":
                 if len(values) != 1:
                     return None
-                inner = _part(values[0])
+                inner = _part(values[0], stmt.body)
                 if inner is None:
                     return None
                 parts = [("range", range(_length(inner))), inner]
             else:
-                parts = [_part(v) for v in values]
+                parts = [_part(v, stmt.body) for v in values]
                 if not parts or any(p is None for p in parts):
                     return None
             trips = min(_length(p) for p in parts)
             return _Plan(trips, parts, True)
-        part = _part(self.eval(it, frame))
+        part = _part(self.eval(it, frame), stmt.body)
         return None if part is None else _Plan(_length(part), [part], False)
 
     def loop_region(self, stmt, frame, plan: _Plan, force: bool = False):
@@ -445,6 +447,14 @@ class Loops:
             ph = regions.placeholder(v.dtype, v.shape)
             phs.append(ph)
             new.append(v)   # reads of it inside the body come after its assignment
+        exit_ = None
+        if done is not None and not lists:   # the loop stops once done, counting its trips
+            trips = regions.placeholder("int64")
+            exit_ = (regions.UNTIL, 0, len(carried))
+            carried.append((TRIPS, ("int64", (), False)))
+            inits.append(ops.full((), 0, "int64"))
+            phs.append(trips)
+            new.append(trips + 1)
         if done is not None:
             for name in targets:   # after a break, the loop variable keeps its value then
                 v = child.env.get(name)
@@ -465,7 +475,7 @@ class Loops:
         memo: dict = {}
         finals, stacks = regions.scan(n, index, phs, inits, rows, xs, new, ys,
                                       names=(_shown(index_name), *(_shown(c[0]) for c in carried)),
-                                      memo=memo)
+                                      memo=memo, exit=exit_)
         for old, new_node in memo.items():
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
@@ -475,6 +485,7 @@ class Loops:
         for (name, _), final in zip(carried, finals):
             if name == DONE:
                 self.exit_flag = final   # whether the loop broke (a while's guard reads it)
+            if name in (DONE, TRIPS):
                 continue
             if name in guard_carries:
                 self.add_guard(guard_carries[name][0], final)

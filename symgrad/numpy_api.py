@@ -144,7 +144,6 @@ FUNCTIONS = {
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
-    "take": (np.take, ops.take),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
@@ -183,6 +182,8 @@ CALLABLES[builtins.round] = _dual(builtins.round, FUNCTIONS["round"][1], "round"
 CALLABLES[builtins.divmod] = _dual(builtins.divmod, FUNCTIONS["divmod"][1], "divmod")
 for _name in numpy_extra.numpy_linalg.LINALG_NAMES:   # np.linalg.det is sg.det, ...
     CALLABLES[getattr(np.linalg, _name)] = DUALS[_name]
+for _name, (_eager, _build) in numpy_extra.reductions.UFUNC_METHODS.items():   # np.add.reduce
+    CALLABLES[_eager] = _dual(_eager, _build, _name)
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
 
@@ -260,8 +261,7 @@ NOT_YET_SUPPORTED = {
     "np.linalg.norm(matrix, ord=2 / -2 / 'nuc')": "needs the singular values (an SVD), which "
     "no back end has yet",
     "np.linalg.svd, eig, eigh, qr, pinv, lstsq": "factorisations without a composition here yet",
-    "np.argsort": "ties: NumPy's default sort is not stable, so its order of equal keys is "
-    "not reproducible (np.sort, whose values do not depend on that order, is supported)",
+    "np.argsort without kind='stable'": numpy_extra.numpy_sorting._ARGSORT_WHY,
     "x[x > 0] (a boolean mask computed from traced data)": "the result's length would depend on "
     "the data (use np.where)",
     "np.r_ / np.c_ directive strings ('0,2,1')": "use np.concatenate / np.stack with an axis",
@@ -280,6 +280,8 @@ def readme_section() -> str:
              "`inv`, `solve`, `cholesky`, `matrix_power` and `norm` are `np.linalg`'s; "
              "`math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
     lines.append(", ".join(f"`{n}`" for n in names))
+    methods = numpy_extra.reductions.UFUNC_METHODS
+    lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + "."]
     lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "
               "function and your line; any other NumPy function does too):", ""]
     lines += [f"- {what}: {why}" for what, why in NOT_YET_SUPPORTED.items()]

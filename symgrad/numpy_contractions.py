@@ -1,5 +1,5 @@
 """NumPy's contractions as matmuls: ``einsum``, ``tensordot``, ``inner``, ``vdot``, plus the
-products that are broadcasts (``kron``, ``cross``).
+products that are broadcasts (``kron``, ``cross``), and 1-d ``correlate`` / ``convolve``.
 
 Every pairwise contraction is written as transpose + reshape + one batched ``matmul`` (the
 operands' shared kept axes as the batch, the summed axes as the inner dimension), the form
@@ -18,8 +18,8 @@ import numpy as np
 
 from . import ops
 from .ir import Node
-from .numpy_base import _as_array, _axis, unsupported
-from .numpy_layout import diagonal, moveaxis
+from .numpy_base import _as_array, _axis, _slice_along, unsupported
+from .numpy_layout import diagonal, flip, moveaxis
 
 _LETTERS = set(string.ascii_letters)
 
@@ -285,9 +285,58 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     return moveaxis(out, -1, _axis(axisc, out.ndim))
 
 
+# ----------------------------------------------------------------------------------------------
+# correlate / convolve (1-d): one gather of the sliding windows (a constant index table) and one
+# matrix-vector product, so the derivative is a scatter-add and a product too
+def _full_correlation(a: Node, v: Node) -> Node:
+    """c[k] = sum_i a[i + k - (m - 1)] v[i] for k = 0 .. n + m - 2 (zeros outside a)."""
+    n, m = a.shape[0], v.shape[0]
+    padded = ops.concatenate([ops.full((m - 1,), 0, a.dtype), a, ops.full((m - 1,), 0, a.dtype)], 0)
+    windows = ops.take(padded, np.add.outer(np.arange(n + m - 1), np.arange(m)), 0)
+    return ops.matmul(windows, v)
+
+
+def _mode_slice(full: Node, n: int, m: int, mode: str) -> Node:
+    """NumPy's part of the full result. With a shorter than v NumPy correlates v with a and
+    reverses, so an even-length 'same' window starts one place later."""
+    if mode == "full":
+        return full
+    short, long = min(n, m), max(n, m)
+    if mode == "valid":
+        start, length = short - 1, long - short + 1
+    elif mode == "same":
+        start, length = (short // 2 if n < m else (short - 1) // 2), long
+    else:
+        raise ValueError(f"mode must be one of 'valid', 'same', or 'full' (got {mode!r})")
+    return _slice_along(full, 0, slice(start, start + length))
+
+
+def _one_d_pair(a, v, name):
+    x, y = (ops.to_float(_as_array(t)) for t in (a, v))
+    if x.ndim != 1 or y.ndim != 1:
+        raise ValueError(f"np.{name}: object too deep for desired array (1-d inputs only)")
+    if x.shape[0] == 0 or y.shape[0] == 0:
+        raise ValueError(f"{'v' if y.shape[0] == 0 else 'a'} cannot be empty")
+    dtype = ops.result_dtype(x, y)
+    return ops.cast(x, dtype), ops.cast(y, dtype)
+
+
+def correlate(a, v, mode="valid"):
+    x, y = _one_d_pair(a, v, "correlate")
+    return _mode_slice(_full_correlation(x, y), x.shape[0], y.shape[0], mode)
+
+
+def convolve(a, v, mode="full"):
+    x, y = _one_d_pair(a, v, "convolve")
+    if y.shape[0] > x.shape[0]:   # commutative; NumPy slices 'same' by the longer one
+        x, y = y, x
+    return _mode_slice(_full_correlation(x, flip(y)), x.shape[0], y.shape[0], mode)
+
+
 FUNCTIONS = {
     "einsum": (np.einsum, einsum), "tensordot": (np.tensordot, tensordot),
     "inner": (np.inner, inner), "vdot": (np.vdot, vdot), "kron": (np.kron, kron),
     "cross": (np.cross, cross), "matrix_power": (np.linalg.matrix_power, matrix_power),
+    "correlate": (np.correlate, correlate), "convolve": (np.convolve, convolve),
 }
 ALIASES: dict = {}

@@ -131,10 +131,12 @@ def isfinite(x):
 
 
 def signbit(x):
-    """x < 0, or -0.0 (1 / -0.0 is -inf). (A NaN's sign bit is not read: False.)"""
+    """x < 0, or -0.0: arctan2(x, -1) is -pi for both, +pi for +0.0 and x > 0 (IEEE atan2
+    reads the sign of a zero; 1 / x would too, but divides by zero: a RuntimeWarning from
+    NumPy at every zero, e.g. in ``t // 2`` of a loop index at t = 0). (A NaN's sign bit is
+    not read: False.)"""
     x = ops.to_float(x)
-    return ops.logical_or(ops.lt(x, 0), ops.logical_and(ops.eq(x, 0), ops.lt(1 / ops.where(
-        ops.eq(x, 0), x, 1.0), 0)))
+    return ops.lt(ops.arctan2(x, -1.0), 0)
 
 
 def copysign(a, b):
@@ -182,3 +184,27 @@ def real(x):
 def imag(x):
     x = ops.lift(x)
     return ops.full(x.shape, 0, x.dtype)
+
+
+def heaviside(x1, x2):
+    """0 below 0, ``x2`` at 0, 1 above, NaN at NaN (NumPy's); constant pieces: derivative 0
+    (and ``x2``'s where ``x1 == 0``)."""
+    a, b = _float_pair(x1, x2)
+    step = ops.where(ops.lt(a, 0), 0.0, ops.where(ops.gt(a, 0), 1.0, b))
+    return ops.where(ops.ne(a, a), a, step)
+
+
+def float_power(x1, x2):
+    """``x1 ** x2`` in float64 at least (NumPy's float_power never computes in float32)."""
+    a, b = (ops.lift(v) for v in (x1, x2))
+    return ops.power(ops.cast(a, "float64"), ops.cast(b, "float64"))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """NumPy's test: |a - b| <= atol + rtol |b| where b is finite, or a == b (infinities)."""
+    x, y = _float_pair(a, b)
+    close = ops.logical_and(ops.le(ops.abs_(x - y), atol + rtol * ops.abs_(y)), isfinite(y))
+    close = ops.logical_or(close, ops.eq(x, y))
+    if equal_nan:
+        close = ops.logical_or(close, ops.logical_and(isnan(x), isnan(y)))
+    return close

@@ -63,6 +63,16 @@ FUNCTIONS = {
     "clip": (np.clip, reductions.clip), "select": (np.select, reductions.select),
     "linspace": (np.linspace, reductions.linspace), "norm": (np.linalg.norm, reductions.norm),
     "take_along_axis": (np.take_along_axis, indexing.take_along_axis),
+    "take": (np.take, indexing.take),
+    "broadcast_arrays": (np.broadcast_arrays, layout.broadcast_arrays),
+    "meshgrid": (np.meshgrid, layout.meshgrid),
+    "count_nonzero": (np.count_nonzero, reductions.count_nonzero),
+    "nansum": (np.nansum, reductions.nansum), "nanprod": (np.nanprod, reductions.nanprod),
+    "nanmax": (np.nanmax, reductions.nanmax), "nanmin": (np.nanmin, reductions.nanmin),
+    "nanmean": (np.nanmean, reductions.nanmean), "nanvar": (np.nanvar, reductions.nanvar),
+    "nanstd": (np.nanstd, reductions.nanstd), "allclose": (np.allclose, reductions.allclose),
+    "isclose": (np.isclose, elementwise.isclose), "heaviside": (np.heaviside, elementwise.heaviside),
+    "float_power": (np.float_power, elementwise.float_power),
 }
 # alias -> name (as symgrad.numpy_api.ALIASES)
 ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "remainder",

@@ -1,4 +1,4 @@
-"""NumPy indexing beyond basic slicing: take_along_axis, advanced indexing (integer arrays,
+"""NumPy indexing beyond basic slicing: take and take_along_axis, advanced indexing (integer arrays,
 constant or traced; constant boolean masks) reduced to basic indexing and one gather, and
 np.r_/np.c_ with traced items."""
 from __future__ import annotations
@@ -13,6 +13,14 @@ from .op_base import _promote
 from .ir import INT_DTYPES, Node
 from .numpy_base import _as_array, _axis, unsupported
 from .numpy_layout import atleast_1d
+
+
+def take(a, indices, axis=None):
+    """``np.take``: without ``axis``, from the flattened array (``np.take(x, np.argmax(x))``)."""
+    x = _as_array(a)
+    if axis is None:
+        x, axis = ops.reshape(x, (-1,)), 0
+    return ops.take(x, indices, axis)
 
 
 def take_along_axis(arr, indices, axis):

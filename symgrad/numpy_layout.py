@@ -303,6 +303,30 @@ def append(arr, values, axis=None):
     return ops.concatenate([arr, values], axis)
 
 
+def broadcast_arrays(*args, subok=False):
+    """Each array broadcast to the common shape (NumPy returns read-only views; so these are)."""
+    xs = [_as_array(a) for a in args]
+    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    return tuple(ops.broadcast_to(x, shape) for x in xs)
+
+
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """Coordinate arrays: each 1-d input along its own axis ('xy': the first two swapped)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+    xs = [ops.reshape(_as_array(x), (-1,)) for x in xi]
+    ndim = len(xs)
+    out = []
+    for i, x in enumerate(xs):
+        place = i
+        if indexing == "xy" and ndim > 1 and i < 2:
+            place = 1 - i
+        out.append(ops.reshape(x, tuple(-1 if k == place else 1 for k in range(ndim))))
+    if not sparse:
+        out = list(broadcast_arrays(*out))
+    return tuple(out)
+
+
 def diag(v, k=0):
     """1-d -> a matrix with v on diagonal k (a select between v spread over rows and zero,
     then zero blocks for the offset); 2-d -> its k-th diagonal."""

@@ -24,11 +24,17 @@ close to NumPy's as LAPACK's own product (on random 2x2 matrices ad - bc is NumP
 matrices too. ``slogdet`` always factorises (its point is a range where det over/underflows).
 
 Singular input: ``det`` is 0 and ``slogdet`` (0, -inf), as NumPy (a zero pivot is divided as
-1, its column being zero already). det's derivative is the adjugate for n <= 3 and, through
-LU, for a matrix of rank n - 1 whose zero pivot comes last (the generic case); after an earlier
-zero pivot it may be wrong or nan. ``inv`` / ``solve`` of a singular matrix, and ``cholesky``
-of one that is not positive definite, give inf / nan where NumPy raises LinAlgError (a
-run-time value cannot raise).
+1, its column being zero already). det's derivative there is the adjugate for every n: for
+n <= 3 by the closed forms; through LU, an exact zero pivot before the last step is deferred
+(its all-zero column exchanged with the last one, :func:`_defer_zero_column`), so a matrix of
+rank n - 1 has its zero pivot last, whose derivative is exact, and one of rank <= n - 2 two
+zero pivots (derivative 0). ``inv`` / ``solve`` with an exactly zero pivot and ``cholesky``
+of a matrix that is not positive definite raise NumPy's LinAlgError (with NumPy's message, at
+the user's line): the loop carries the condition, reported as an error guard
+(``symgrad.guards.report``) that the API checks after the call. As LAPACK, only an exact zero
+pivot is singular, never a small one (NumPy accepts a Hilbert matrix of n = 11, so do these);
+a NaN entry gives NaN rather than an error (as NumPy's cholesky; NumPy's inv may raise for a
+NaN where its pivoting skipped it).
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ import collections
 
 import numpy as np
 
-from . import ops, regions
+from . import guards, ops, regions
 from .ir import Node
 from .numpy_base import _as_array
 from .numpy_layout import diagonal
@@ -83,11 +89,12 @@ class _Pivot:
     largest |a[i, k]|; ``pivot`` = a[p, k]; ``column``: column k after rows k and p are
     exchanged; :meth:`exchange` swaps rows k and p of a matrix with n rows."""
 
-    def __init__(self, a: Node, k: Node):
+    def __init__(self, a: Node, k: Node, column: Node | None = None):
         n = a.shape[-1]
         self.rows = ops.arange(n)
         self.at_k = ops.eq(self.rows, k)                                  # (n,)
-        column = _pick(a, self.at_k)                                      # a[..., :, k]
+        if column is None:
+            column = _pick(a, self.at_k)                                  # a[..., :, k]
         score = ops.where(ops.ge(self.rows, k), ops.abs_(ops.stop_gradient(column)), -1.0)
         self.p = argmax(score, axis=-1)                                   # (...,)
         self.at_p = ops.eq(self.rows, _last(self.p))                      # (..., n)
@@ -125,15 +132,46 @@ def _loop(n: int, carries: list, step, names: tuple) -> list:
 # ----------------------------------------------------------------------------------------------
 # LU: det, slogdet
 
+def _defer_zero_column(k, a):
+    """Exchange columns k and n - 1 of ``a`` where column k is zero in rows >= k (an exact
+    zero pivot before the last step). det is then 0, but its derivative, the adjugate, is
+    not: det is linear in that column, so d det = det(a with the column replaced by its
+    tangent), which needs the factorisation of the *other* columns. Deferred to the end, the
+    zero pivot is the last one, whose derivative (a 1x1 Schur complement of nonzero pivots)
+    is exact; at rank <= n - 2 two zero pivots make every term of the derivative 0, as the
+    adjugate is. The exchange is a branch taken only when some matrix of the stack needs it:
+    a nonsingular matrix pays for a test per step (exchanging by selects instead cost every
+    matrix a pass over it: about 50% more time per call of the gradient at n = 32).
+    Returns (a, its column k, whether the columns were exchanged (...,))."""
+    n = a.shape[-1]
+    cols = ops.arange(n)
+    at_k = ops.eq(cols, k)
+    column = _pick(a, at_k)                                               # a[..., :, k]
+    below = ops.where(ops.ge(cols, k), ops.abs_(ops.stop_gradient(column)), 0.0)
+    deferred = ops.logical_and(ops.eq(ops.reduce("max", below, -1), 0), ops.lt(k, n - 1))
+    if n == 1:
+        return a, column, deferred
+    last = ops.getitem(a, (Ellipsis, slice(None), n - 1))                 # a[..., :, n - 1]
+    to_k = ops.logical_and(_last(_last(deferred)), at_k)                  # (..., 1, n)
+    to_last = ops.logical_and(_last(_last(deferred)), ops.eq(cols, n - 1))
+    exchanged = [ops.where(to_k, _last(last), ops.where(to_last, _last(column), a)),
+                 ops.where(_last(deferred), last, column)]
+    any_deferred = deferred if deferred.ndim == 0 else ops.reduce("max", deferred)
+    a, column = regions.cond(any_deferred, exchanged, [a, column], outer={column, deferred})
+    return a, column, deferred
+
+
 def _lu_step(k, a, odd, det):
-    """Exchange the pivot row in, then clear column k below the diagonal; ``det`` is the
-    signed product of the pivots so far (a product in the loop: the derivative of a ``prod``
-    reduction divides by each factor, nan at a zero pivot)."""
-    piv = _Pivot(a, k)
+    """Defer an all-zero column (:func:`_defer_zero_column`), exchange the pivot row in, then
+    clear column k below the diagonal; ``det`` is the signed product of the pivots so far (a
+    product in the loop: the derivative of a ``prod`` reduction divides by each factor, nan
+    at a zero pivot)."""
+    a, column, deferred = _defer_zero_column(k, a)
+    piv = _Pivot(a, k, column)
     a, row_k = piv.exchange(a)
     safe = ops.where(ops.eq(piv.pivot, 0), 1.0, piv.pivot)   # a zero pivot: its column is zero
     factors = ops.where(ops.gt(piv.rows, k), piv.column, 0.0) / _last(safe)
-    swapped = piv.swapped(k)
+    swapped = ops.ne(piv.swapped(k), deferred)               # each exchange flips det's sign
     return [a - _outer(factors, row_k), ops.ne(odd, swapped),
             ops.where(swapped, -det, det) * piv.pivot]
 
@@ -197,9 +235,10 @@ def slogdet(a):
 # ----------------------------------------------------------------------------------------------
 # Gauss-Jordan: inv, solve
 
-def _gauss_jordan_step(k, a, b):
+def _gauss_jordan_step(k, a, b, singular):
     """Exchange the pivot row in (of a and b alike), scale it to a unit pivot and clear
-    column k in every other row."""
+    column k in every other row; ``singular``: a pivot so far was exactly zero (LAPACK's
+    getrf test: only an exact zero, never a small one, makes NumPy raise)."""
     piv = _Pivot(a, k)
     a, row_a = piv.exchange(a)
     b, row_b = piv.exchange(b)
@@ -208,14 +247,18 @@ def _gauss_jordan_step(k, a, b):
     factors = ops.where(ops.ne(piv.rows, k), piv.column, 0.0)
     on_k = _last(piv.at_k)
     return [ops.where(on_k, _last_row(row_a), a - _outer(factors, row_a)),
-            ops.where(on_k, _last_row(row_b), b - _outer(factors, row_b))]
+            ops.where(on_k, _last_row(row_b), b - _outer(factors, row_b)),
+            ops.logical_or(singular, ops.eq(ops.stop_gradient(piv.pivot), 0))]
 
 
 def _gauss_jordan(a: Node, b: Node) -> Node:
-    """a^-1 b for a (..., n, n) and b (..., n, m)."""
+    """a^-1 b for a (..., n, n) and b (..., n, m); an exactly zero pivot makes the call raise
+    NumPy's LinAlgError (an error guard, ``symgrad.guards``)."""
     if a.shape[-1] == 0:
         return b
-    _, out = _loop(a.shape[-1], [a, b], _gauss_jordan_step, ("a", "b"))
+    no = ops.full(a.shape[:-2], False, "bool")
+    _, out, singular = _loop(a.shape[-1], [a, b, no], _gauss_jordan_step, ("a", "b", "singular"))
+    guards.report("singular", singular)
     return out
 
 
@@ -249,24 +292,31 @@ def solve(a, b):
 def _cholesky_step(x: Node):
     """Column j of L (a = L L^T, from a's lower triangle as NumPy's default): with columns
     < j done (and the rest still zero), s = a[:, j] - L L[j, :]; L[j, j] = sqrt(s[j]) and
-    L[i, j] = s[i] / L[j, j] below it."""
+    L[i, j] = s[i] / L[j, j] below it. ``failed``: some s[j] so far was <= 0 (not positive
+    definite; a NaN s[j] is not, as NumPy's OpenBLAS potrf: it gives NaN, not an error)."""
     rows = ops.arange(x.shape[-1])
 
-    def step(j, lower):
+    def step(j, lower, failed):
         at_j = ops.eq(rows, j)
         done = _pick_row(lower, at_j)                                       # L[j, :j], zeros on
         s = _pick(x, at_j) - ops.reduce("sum", lower * _last_row(done), -1)
-        d = _last(ops.sqrt(_pick(s, at_j)))
+        square = _pick(s, at_j)
+        d = _last(ops.sqrt(square))
         column = ops.where(ops.gt(rows, j), s / d, ops.where(at_j, d, 0.0))
-        return [ops.where(at_j, _last(column), lower)]
+        return [ops.where(at_j, _last(column), lower),
+                ops.logical_or(failed, ops.le(ops.stop_gradient(square), 0))]
     return step
 
 
 def cholesky(a, upper=False):
+    """A matrix that is not positive definite makes the call raise NumPy's LinAlgError (an
+    error guard, ``symgrad.guards``)."""
     x = _square_stack(a, "cholesky")
     if x.shape[-1] == 0:
         return x
-    (lower,) = _loop(x.shape[-1], [ops.zeros_like(x)], _cholesky_step(x), ("L",))
+    lower, failed = _loop(x.shape[-1], [ops.zeros_like(x), ops.full(x.shape[:-2], False, "bool")],
+                          _cholesky_step(x), ("L", "failed"))
+    guards.report("not positive definite", failed)
     if upper:   # U = L^T
         return ops.transpose(lower, tuple(range(lower.ndim - 2)) + (lower.ndim - 1, lower.ndim - 2))
     return lower

@@ -168,3 +168,149 @@ def norm(x, ord=None, axis=None, keepdims=False):
     if len(axes) == 2:
         return _matrix_norm(x, ord, axes, keepdims)
     raise ValueError("Improper number of dimensions to norm.")
+
+
+# ----------------------------------------------------------------------------------------------
+# count_nonzero and the NaN-ignoring reductions: NaN entries replaced by the reduction's
+# identity (a select, so their derivative is exactly 0 and never 0 * nan)
+def count_nonzero(a, axis=None, *, keepdims=False):
+    x = _as_array(a)
+    return ops.reduce("sum", ops.cast(ops.ne(x, 0), "int64"), axis, keepdims)
+
+
+def _without_nan(a, identity):
+    x = _as_array(a)
+    if x.dtype not in ("float32", "float64"):
+        return x, None
+    nan = ops.ne(x, x)
+    return ops.where(nan, ops.full((), identity, x.dtype), x), nan
+
+
+def _nan_reduction(name, op, identity):
+    def build(a, axis=None, dtype=None, out=None, keepdims=False):
+        if out is not None:
+            raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
+        x, _ = _without_nan(a, identity)
+        if dtype is not None:
+            x = ops.cast(x, np.dtype(dtype).name)
+        return ops.reduce(op, x, axis, keepdims)
+    build.__name__ = name
+    return build
+
+
+nansum = _nan_reduction("nansum", "sum", 0)
+nanprod = _nan_reduction("nanprod", "prod", 1)
+
+
+def _nan_extremum(name, op):
+    def build(a, axis=None, out=None, keepdims=False):
+        if out is not None:
+            raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
+        x, nan = _without_nan(a, -math.inf if op == "max" else math.inf)
+        best = ops.reduce(op, x, axis, keepdims)
+        if nan is None:
+            return best
+        all_nan = ops.reduce("min", ops.cast(nan, "int64"), axis, keepdims)   # NumPy: NaN
+        return ops.where(ops.eq(all_nan, 1), ops.full((), math.nan, best.dtype), best)
+    build.__name__ = name
+    return build
+
+
+nanmax = _nan_extremum("nanmax", "max")
+nanmin = _nan_extremum("nanmin", "min")
+
+
+def _nan_count(x: Node, nan, axis, keepdims) -> Node:
+    if nan is None:
+        return ops.full(ops.reduce("sum", x, axis, keepdims).shape, _count(x, axis), x.dtype)
+    return ops.reduce("sum", ops.cast(ops.logical_not(nan), x.dtype), axis, keepdims)
+
+
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False):
+    x = ops.to_float(_as_array(a))
+    if dtype is not None:
+        x = ops.cast(x, np.dtype(dtype).name)
+    clean, nan = _without_nan(x, 0)
+    return ops.reduce("sum", clean, axis, keepdims) / _nan_count(x, nan, axis, keepdims)
+
+
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    x = ops.to_float(_as_array(a))
+    if dtype is not None:
+        x = ops.cast(x, np.dtype(dtype).name)
+    clean, nan = _without_nan(x, 0)
+    count = _nan_count(x, nan, axis, True)
+    centered = clean - ops.reduce("sum", clean, axis, True) / count
+    if nan is not None:
+        centered = ops.where(nan, ops.full((), 0, x.dtype), centered)
+    total = ops.reduce("sum", centered * centered, axis, keepdims)
+    return total / (_nan_count(x, nan, axis, keepdims) - ddof)
+
+
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    from .numpy_api import _sqrt_of_square_sum
+    return _sqrt_of_square_sum(nanvar(a, axis, dtype, out, ddof, keepdims))
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    from .numpy_elementwise import isclose
+    return ops.reduce("min", ops.cast(isclose(a, b, rtol, atol, equal_nan), "int64"), None) > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# ufunc methods: np.add.reduce(x) is np.sum(x, axis=0), np.maximum.accumulate(x) a running max
+def _ufunc_reduce(name, op):
+    def build(a, axis=0, dtype=None, out=None, keepdims=False):
+        if out is not None:
+            raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
+        x = _as_array(a)
+        if dtype is not None:
+            x = ops.cast(x, np.dtype(dtype).name)
+        return ops.reduce(op, x, axis, keepdims)
+    build.__name__ = name
+    return build
+
+
+def _ufunc_accumulate(name, combine, identity_of):
+    def build(a, axis=0, dtype=None, out=None):
+        from .numpy_sorting import _shifted
+        if out is not None:
+            raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
+        y = _as_array(a)
+        if dtype is not None:
+            y = ops.cast(y, np.dtype(dtype).name)
+        if y.ndim == 0:
+            raise ValueError("cannot accumulate on a scalar")
+        ax = _axis(axis, y.ndim)
+        n = y.shape[ax]
+        for step in range(math.ceil(math.log2(n)) if n > 1 else 0):
+            y = combine(y, _shifted(y, ax, 1 << step, identity_of(y.dtype)))
+        return y
+    build.__name__ = name
+    return build
+
+
+def _lowest(dtype):
+    return -math.inf if dtype in ("float32", "float64") else \
+        (False if dtype == "bool" else int(np.iinfo(dtype).min))
+
+
+def _highest(dtype):
+    return math.inf if dtype in ("float32", "float64") else \
+        (True if dtype == "bool" else int(np.iinfo(dtype).max))
+
+
+# (NumPy's bound method, builder); symgrad.numpy_api adds them to what the front end recognises
+UFUNC_METHODS = {
+    "add.reduce": (np.add.reduce, _ufunc_reduce("add.reduce", "sum")),
+    "multiply.reduce": (np.multiply.reduce, _ufunc_reduce("multiply.reduce", "prod")),
+    "maximum.reduce": (np.maximum.reduce, _ufunc_reduce("maximum.reduce", "max")),
+    "minimum.reduce": (np.minimum.reduce, _ufunc_reduce("minimum.reduce", "min")),
+    "add.accumulate": (np.add.accumulate, _ufunc_accumulate("add.accumulate", ops.add, lambda d: 0)),
+    "multiply.accumulate": (np.multiply.accumulate,
+                            _ufunc_accumulate("multiply.accumulate", ops.mul, lambda d: 1)),
+    "maximum.accumulate": (np.maximum.accumulate,
+                           _ufunc_accumulate("maximum.accumulate", ops.maximum, _lowest)),
+    "minimum.accumulate": (np.minimum.accumulate,
+                           _ufunc_accumulate("minimum.accumulate", ops.minimum, _highest)),
+}

@@ -1,7 +1,8 @@
 """NumPy's order statistics and scans as compositions of existing primitives: ``argmax`` /
-``argmin`` (integer results, so no derivative), ``sort`` / ``partition`` (a gather at the
-positions of NumPy's stable sort, so each output's cotangent goes to the input element that
-sort put there, ties included), ``cumsum`` / ``cumprod`` (a log-step scan).
+``argmin`` / ``argsort`` (integer results, so no derivative), ``sort`` / ``partition`` (a gather
+at the positions of NumPy's stable sort, so each output's cotangent goes to the input element
+that sort put there, ties included), ``median`` / ``quantile`` / ``percentile`` (NumPy's linear
+interpolation between two sorted values), ``cumsum`` / ``cumprod`` (a log-step scan).
 
 Why compositions rather than new primitives: every back end already lowers the pieces, every
 derivative order comes from the op table, and the costs are fair ones: argmax is two
@@ -127,6 +128,102 @@ def partition(a, kth, axis=-1, kind="introselect", order=None):
     return sort(x, axis, order=order)
 
 
+_ARGSORT_WHY = ("NumPy's default sort is not stable, so its order of equal keys is not "
+                "reproducible: pass kind='stable' (np.sort, whose values do not depend on that "
+                "order, needs nothing)")
+
+
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """The positions of the stable sort. Only with kind="stable" (or "mergesort", or
+    stable=True): NumPy's default kind orders equal keys in no reproducible way, so no result
+    could be promised equal to it. Integer positions: no derivative."""
+    if order is not None:
+        raise unsupported("np.argsort(..., order=...)", "structured arrays are not traced")
+    if kind not in ("stable", "mergesort") and stable is not True:
+        raise unsupported("np.argsort without kind='stable'", _ARGSORT_WHY)
+    x, ax = _flattened(_as_array(a), axis)
+    if x.ndim == 0:
+        return ops.full((), 0, "int64")   # (NumPy: argsort of a 0-d array is 0)
+    if x.shape[ax] <= 1:
+        return ops.full(x.shape, 0, "int64")
+    return _along_last(x, ax, stable_order)
+
+
+# ----------------------------------------------------------------------------------------------
+# median / quantile / percentile: NumPy's linear interpolation between order statistics
+def _quantile_weights(q, n: int):
+    """For each q in [0, 1] (static), the two sorted positions around q * (n - 1) and the
+    weight of the upper one (NumPy's default method, "linear")."""
+    q = np.asarray(q, dtype=np.float64)
+    if np.any(q < 0) or np.any(q > 1) or np.any(np.isnan(q)):
+        raise ValueError("Quantiles must be in the range [0, 1]")
+    virtual = q * (n - 1)
+    below = np.clip(np.floor(virtual), 0, n - 1).astype(np.int64)
+    above = np.clip(below + 1, 0, n - 1)
+    return q.shape, below, above, virtual - below
+
+
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False):
+    if out is not None:
+        raise unsupported("np.quantile(..., out=...)", "symgrad returns new arrays")
+    if isinstance(q, Node):
+        raise unsupported("np.quantile with a traced q", "pass the quantiles as constants")
+    if method != "linear":
+        raise unsupported(f"np.quantile(..., method={method!r})", "only the default 'linear' is traced")
+    x = ops.to_float(_as_array(a))
+    ndim = x.ndim
+    x, ax = _flattened(x, axis)
+    n = x.shape[ax]
+    if n == 0:
+        raise ValueError("cannot compute a quantile of an empty array")
+    q_shape, below, above, frac = _quantile_weights(q, n)
+    ordered = moveaxis(sort(x, ax), ax, -1)
+    lo = ops.take(ordered, below.reshape(-1), -1)
+    hi = ops.take(ordered, above.reshape(-1), -1)
+    weight = ops.array_const(frac.reshape(-1).astype(ordered.dtype))
+    # NumPy's lerp: the upper value's side for weights >= 0.5 (exact at both ends)
+    value = _nan_if_any(ordered, -1, ops.where(weight < 0.5, lo + (hi - lo) * weight,
+                                               hi - (hi - lo) * (1 - weight)))
+    value = moveaxis(value, -1, 0)                                  # (len(q), ...rest)
+    value = ops.reshape(value, q_shape + value.shape[1:])
+    if keepdims:
+        kept = tuple(1 for _ in range(ndim)) if axis is None else \
+            tuple(1 if i == ax else d for i, d in enumerate(x.shape))
+        value = ops.reshape(value, q_shape + kept)
+    return value
+
+
+def _nan_if_any(ordered: Node, ax: int, value: Node) -> Node:
+    """NaN where the sorted axis holds a NaN (it sorts last), as NumPy's median/quantile."""
+    last = _slice_along(ordered, ax, slice(ordered.shape[ax] - 1, None))   # kept: broadcasts
+    nan = ops.ne(last, last)
+    return ops.where(nan, ops.full((), math.nan, value.dtype), value)
+
+
+def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False):
+    if isinstance(q, Node):
+        raise unsupported("np.percentile with a traced q", "pass the percentiles as constants")
+    return quantile(a, np.asarray(q, dtype=np.float64) / 100.0, axis, out, overwrite_input,
+                    method, keepdims)
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The middle value, or the mean of the two middle ones ((lo + hi) / 2, as NumPy rounds)."""
+    if out is not None:
+        raise unsupported("np.median(..., out=...)", "symgrad returns new arrays")
+    x = ops.to_float(_as_array(a))
+    flat, ax = _flattened(x, axis)
+    n = flat.shape[ax]
+    if n == 0 or n % 2:
+        return quantile(a, 0.5, axis, None, overwrite_input, "linear", keepdims)
+    ordered = sort(flat, ax)
+    pair = _slice_along(ordered, ax, slice(n // 2 - 1, n // 2 + 1))
+    value = _nan_if_any(ordered, ax, ops.reduce("sum", pair, ax, keepdims=True) / 2.0)
+    if not keepdims:
+        return ops.reshape(value, tuple(d for i, d in enumerate(value.shape) if i != ax))
+    return ops.reshape(value, (1,) * x.ndim) if axis is None else value
+
+
 # ----------------------------------------------------------------------------------------------
 # cumsum / cumprod: Hillis-Steele scans, ceil(log2 n) passes of y[i] = y[i] (op) y[i - s]
 def _shifted(y: Node, axis: int, s: int, identity) -> Node:
@@ -165,7 +262,9 @@ cumprod = _scan("cumprod", ops.mul, 1)
 # name -> (eager NumPy function, builder), merged into symgrad.numpy_api's tables
 FUNCTIONS = {
     "argmax": (np.argmax, argmax), "argmin": (np.argmin, argmin),
-    "sort": (np.sort, sort), "partition": (np.partition, partition),
+    "sort": (np.sort, sort), "partition": (np.partition, partition), "argsort": (np.argsort, argsort),
+    "median": (np.median, median), "quantile": (np.quantile, quantile),
+    "percentile": (np.percentile, percentile),
     "cumsum": (np.cumsum, cumsum), "cumprod": (np.cumprod, cumprod),
 }
 ALIASES: dict = {}

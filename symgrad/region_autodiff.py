@@ -10,7 +10,9 @@ tape: each stored value is a stacked output, preallocated from the trip count):
 3. the backward loop runs ``i = n-1, ..., 0`` with the cotangents of the carries as its carries,
    the cotangents of loop-invariant inputs accumulated as further carries, and the residual
    rows, the ys' cotangent rows and the xs' rows as its per-iteration inputs; the xs'
-   cotangents are its stacked outputs.
+   cotangents are its stacked outputs. The backward loop of a loop that exits early (a
+   ``while`` or ``break`` on data) runs only as many iterations as the forward loop counted
+   (its ``("count",)`` exit), so the stored rows of iterations that never ran are never read.
 
 A branch differentiates only the taken side: its backward is a branch on the same condition
 whose bodies are the two sides' derivatives (each recomputing its side's forward values).
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from .ir import Node, is_float, make, substitute, toposort
 from .ops import add, zeros_like
-from .regions import RECOMPUTE, placeholder, close, results_of
+from .regions import COUNT, RECOMPUTE, UNTIL, close, loop_consts, loop_count, placeholder, results_of
 
 _KEEP = ("const", "full", "array", "arange")
 
@@ -58,12 +60,12 @@ def _body_vjp(reverse_pass, params, results, seeds):
 def loop_vjp(node: Node, cts: dict, reverse_pass):
     """Cotangents of a loop's inputs from those of its results (``cts``: result index -> node),
     and the augmented forward loop that replaces ``node``."""
-    body, n, nc, nx, reverse = node.attrs
+    body, n, nc, nx, reverse, exit_ = node.attrs
     params, results = body.params, body.results
     index, carries = params[0], params[1:1 + nc]
     rows, consts = params[1 + nc:1 + nc + nx], params[1 + nc + nx:]
     inits, xs = node.inputs[:nc], node.inputs[nc:nc + nx]
-    outer_consts = node.inputs[nc + nx:]
+    outer_consts = loop_consts(node)
     float_carry = [is_float(c.dtype) for c in carries]
     # 1. the body's derivative over placeholders for its results' cotangents
     g_next = [placeholder(c.dtype, c.shape) if f else None for c, f in zip(carries, float_carry)]
@@ -77,7 +79,7 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     residuals = _residuals(bwd_outputs, set(toposort(fwd)), {index, *rows, *consts},
                            set(carries) | set(rows))
     aug_body = type(body)(params, tuple(fwd) + tuple(residuals), body.names, body.derivative)
-    aug = make("loop", node.inputs, (aug_body, n, nc, nx, reverse))
+    aug = make("loop", node.inputs, (aug_body, n, nc, nx, reverse, exit_))
     aug_outs = results_of(aug)
     stacks = aug_outs[len(results):]
     # 3. the backward loop
@@ -107,8 +109,13 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
               for a, k in zip(acc, outer_consts) if a is not None]
     body_b, b_consts, _ = close([b_index, *b_carries, *b_rows], [*b_new, *b_ys], hoist=True,
                                 derivative=True, names=tuple(names))
-    back = make("loop", (*b_inits, *b_xs, *b_consts),
-                (body_b, n, len(b_carries), len(b_rows), not reverse))
+    # The backward loop walks the iterations that ran: as many as the forward loop counted
+    # (an early exit) or was given (the backward loop of a backward loop).
+    count = make("proj", (aug,), (exit_[2],)) if exit_ is not None and exit_[0] == UNTIL \
+        else loop_count(node)
+    back = make("loop", (*b_inits, *b_xs, *b_consts, *(() if count is None else (count,))),
+                (body_b, n, len(b_carries), len(b_rows), not reverse,
+                 None if count is None else (COUNT,)))
     outs = results_of(back)
     carry_out, ys_out = outs[:len(b_carries)], outs[len(b_carries):]
     grads_in = []
@@ -117,7 +124,7 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
         grads_in.append(next(it) if float_carry[k] else None)
     g_xs = [y if g is not None else None for y, g in zip(ys_out, g_rows)]
     g_k = [next(it) if a is not None else None for a in acc]
-    return grads_in + g_xs + g_k, aug
+    return grads_in + g_xs + g_k + ([None] if exit_ == (COUNT,) else []), aug
 
 
 # Forward values the backward body recomputes from their operand rather than storing: a

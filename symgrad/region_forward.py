@@ -26,10 +26,11 @@ def _push(push_tangents, body_results, seeds: dict) -> dict:
 
 def loop_jvp(node: Node, tangents: list, push_tangents):
     """(the tangent loop, {result index: tangent node}, {result index: primal node})."""
-    body, n, nc, nx, reverse = node.attrs
+    body, n, nc, nx = node.attrs[:4]
     params, results = body.params, body.results
     carries, rows, consts = params[1:1 + nc], params[1 + nc:1 + nc + nx], params[1 + nc + nx:]
-    t_init, t_xs, t_k = tangents[:nc], tangents[nc:nc + nx], tangents[nc + nx:]
+    t_init, t_xs = tangents[:nc], tangents[nc:nc + nx]
+    t_k = tangents[nc + nx:nc + nx + len(consts)]   # (a trip count input has none)
     with_t = {k for k in range(nc) if t_init[k] is not None and is_float(carries[k].dtype)}
     seeds_fixed = {p: placeholder(p.dtype, p.shape) for p, t in zip(rows, t_xs) if t is not None}
     seeds_fixed.update({p: placeholder(p.dtype, p.shape) for p, t in zip(consts, t_k) if t is not None})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .index_ops import getitem
 from .ir import Node, make, substitute, toposort
-from .regions import close, placeholder, rebuild_loop
+from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
 
 
 _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
@@ -48,7 +48,7 @@ def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
 
 def _with_rows(loop: Node, reads: dict) -> Node:
     """``loop`` with each read of ``reads`` a per-iteration input."""
-    body, trips, nc, nx, _ = loop.attrs
+    body, trips, nc, nx = loop.attrs[:4]
     new_rows, new_xs, mapping = [], [], {}
     for m, (source, offset) in reads.items():
         row = placeholder(m.dtype, m.shape)
@@ -65,8 +65,10 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
     """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
     pass; select sinking applies inside derivative bodies only); in a loop body, what the
     index's range decides is folded and rows read by the index become sliced inputs."""
-    if n.op == "loop" and any(c.op == "const" for c in n.inputs[n.attrs[2] + n.attrs[3]:]):
+    if n.op == "loop" and any(c.op == "const" for c in loop_consts(n)):
         n = (_pruned(n, set(range(len(n.attrs[0].results)))) or (n,))[0]
+    if n.op == "loop":
+        n = _running(n)
     if n.op == "loop":
         body, trips, nc, nx = n.attrs[:4]
         facts = _index_facts(body, trips)
@@ -86,7 +88,7 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
         n = make(n.op, n.inputs, tuple(next(it) if hasattr(a, "results") else a for a in n.attrs))
     if n.op == "loop":
         body, trips, nc, nx = n.attrs[:4]
-        reads = _row_reads(body, trips, nc, nx, n.inputs[nc + nx:])
+        reads = _row_reads(body, trips, nc, nx, loop_consts(n))
         if reads:
             n = _with_rows(n, reads)
     elif n.op == "cond":
@@ -94,6 +96,22 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
     elif n.op == "remat":
         n = _remat_with(n, range(len(n.attrs[0].results)))
     return n
+
+
+def _running(loop: Node) -> Node:
+    """A loop that stops once its done flag is set (``("until", k, c)``) runs its body only
+    while the flag is false: the flag's param is False in the body (the branch that skipped
+    the body of a finished loop is then decided and inlined)."""
+    exit_ = loop_exit(loop)
+    if exit_ is None or exit_[0] != UNTIL:
+        return loop
+    body = loop.attrs[0]
+    flag = body.params[1 + exit_[1]]
+    if flag not in set(toposort(body.results)):
+        return loop
+    results = tuple(substitute(body.results, {flag: make("const", (), (False, "bool"))}))
+    return make("loop", loop.inputs, (type(body)(body.params, results, body.names,
+                                                  body.derivative),) + loop.attrs[1:])
 
 
 def _remat_with(n: Node, keep) -> Node:
@@ -204,9 +222,11 @@ def _reached(roots) -> set:
 
 
 def _pruned(loop: Node, used: set):
-    body, _, nc, nx, _ = loop.attrs
+    body, _, nc, nx, _, exit_ = loop.attrs
     params, results = body.params, body.results
     needed = {k for k in used if k < nc}
+    if exit_ is not None and exit_[0] == UNTIL:   # the exit reads the flag; the trips counter
+        needed |= set(exit_[1:])                  # is cheap and a backward pass may need it
     while True:   # carries the needed results depend on
         reached = _reached([results[k] for k in needed] + [results[k] for k in used if k >= nc])
         more = {k for k in range(nc) if params[1 + k] in reached} - needed
@@ -219,13 +239,16 @@ def _pruned(loop: Node, used: set):
     reached = _reached(new_results)
     keep_x = [k for k in range(nx) if params[1 + nc + k] in reached]
     const_params = params[1 + nc + nx:]
-    numbers = {p: c for p, c in zip(const_params, loop.inputs[nc + nx:]) if c.op == "const"}
+    numbers = {p: c for p, c in zip(const_params, loop_consts(loop)) if c.op == "const"}
     new_results = substitute(new_results, numbers)   # numbers are folded into the body
     explicit = [params[0]] + [params[1 + k] for k in keep_c] + [params[1 + nc + k] for k in keep_x]
     names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep_c
                                                            if 1 + k < len(body.names))
     inputs = [loop.inputs[k] for k in keep_c] + [loop.inputs[nc + k] for k in keep_x]
-    new_loop = rebuild_loop(loop, explicit, new_results, inputs, len(keep_c), names=names or ())
+    if exit_ is not None and exit_[0] == UNTIL:
+        exit_ = (UNTIL, keep_c.index(exit_[1]), keep_c.index(exit_[2]))
+    new_loop = rebuild_loop(loop, explicit, new_results, inputs, len(keep_c), names=names or (),
+                            exit=exit_)
     if new_loop is loop:
         return None
     index_map = {old: new for new, old in enumerate(keep_c + keep_y)}

@@ -11,6 +11,17 @@ loop traced twice is one node), and every pass can treat it as a value in the no
   results ``(*new_carries, *ys)``: carries thread through the iterations, ``xs[i]`` is row i of
   each per-iteration input, and each ``y`` is stacked into an ``(n, ...)`` output. With
   ``reverse`` the iterations run ``i = n-1, ..., 0`` (the backward pass of a loop).
+  Its attrs are ``(body, n, n_carry, n_xs, reverse, exit)``; ``exit`` makes it stop early:
+
+  - ``("until", k, c)`` (a ``while`` or a ``break`` on data): carry ``k`` is a bool scalar,
+    the *done flag*; the loop stops before the first iteration that starts with it true, so
+    the body only ever runs with it false (passes may fold it to False in the body). Carry
+    ``c`` (int64; one per example in a batch) counts the iterations that ran (the body adds
+    one): the trip count a backward pass walks. Stacked rows of iterations that did not run are unspecified.
+  - ``("count",)`` (the backward pass of such a loop): the last input is an int64 scalar
+    ``m <= n``; only the first ``m`` iterations run (``i = m-1, ..., 0`` reversed) and the
+    stacked rows from ``m`` on are zeros.
+  - ``None``: all ``n`` iterations run.
 * ``cond`` runs one of two bodies on ``(pred, *operands)``: only the taken side is evaluated,
   so the side not taken never contributes to a value or a derivative (no ``0 * nan``).
 * ``remat`` runs one body on its operands: a checkpoint (``sg.checkpoint``, the user's call,
@@ -154,8 +165,46 @@ class _Row:
         self.dtype, self.shape = x.dtype, x.shape[1:]
 
 
+UNTIL, COUNT = "until", "count"
+
+
+def loop_exit(loop: Node):
+    """A loop's ``exit`` attr (None, ``("until", k, c)`` or ``("count",)``)."""
+    return loop.attrs[5]
+
+
+def loop_consts(loop: Node) -> tuple:
+    """A loop's loop-invariant inputs (its trip count input, if any, is not one)."""
+    nc, nx = loop.attrs[2:4]
+    end = len(loop.inputs) - (loop.attrs[5] == (COUNT,))
+    return loop.inputs[nc + nx:end]
+
+
+def loop_count(loop: Node):
+    """The trip count input of a ``("count",)`` loop (None for the others)."""
+    return loop.inputs[-1] if loop.attrs[5] == (COUNT,) else None
+
+
+def _check_exit(exit_, inputs, body, n_carry):
+    if exit_ is None:
+        return inputs
+    if exit_ == (COUNT,):
+        count = inputs[-1]
+        if (count.dtype, count.shape) != ("int64", ()):
+            raise TypeError(f"internal: loop trip count {count.dtype}{list(count.shape)}")
+        return inputs[:-1]
+    kind, k, c = exit_
+    carries = body.params[1:1 + n_carry]
+    if kind != UNTIL or max(k, c) >= n_carry or (carries[k].dtype, carries[k].shape) != \
+            ("bool", ()) or carries[c].dtype != "int64":
+        raise TypeError(f"internal: loop exit {exit_!r} on carries that are not a bool flag "
+                        "and an int64 counter")
+    return inputs
+
+
 def _loop_infer(inputs, attrs):
-    body, n, n_carry, n_xs, _reverse = attrs
+    body, n, n_carry, n_xs, _reverse, exit_ = attrs
+    inputs = _check_exit(exit_, inputs, body, n_carry)
     inits, xs = inputs[:n_carry], inputs[n_carry:n_carry + n_xs]
     for x in xs:
         if not x.shape or x.shape[0] != n:
@@ -194,11 +243,16 @@ def evaluate(outputs, env: dict) -> list:
 
 def _loop_numpy(*args):
     *values, attrs = args
-    body, n, n_carry, n_xs, reverse = attrs
+    body, n, n_carry, n_xs, reverse, exit_ = attrs
+    trips = n
+    if exit_ == (COUNT,):
+        trips, values = min(max(int(values[-1]), 0), n), values[:-1]
     carries = list(values[:n_carry])
     xs, consts = values[n_carry:n_carry + n_xs], values[n_carry + n_xs:]
-    ys = [np.empty((n,) + r.shape, r.dtype) for r in body.results[n_carry:]]
-    for i in (reversed(range(n)) if reverse else range(n)):
+    ys = [np.zeros((n,) + r.shape, r.dtype) for r in body.results[n_carry:]]
+    for i in (reversed(range(trips)) if reverse else range(trips)):
+        if exit_ is not None and exit_[0] == UNTIL and carries[exit_[1]]:
+            break
         env = dict(zip(body.params, [np.int64(i), *carries, *(x[i] for x in xs), *consts]))
         out = evaluate(body.results, env)
         carries = [np.asarray(v, dtype=r.dtype)[()] for v, r in zip(out[:n_carry], body.results)]
@@ -271,7 +325,7 @@ def results_of(region: Node) -> list[Node]:
 
 
 def scan(n: int, index: Node, carries, inits, rows, xs, new_carries, ys, *, reverse=False,
-         names=(), derivative=False, memo=None) -> tuple[list[Node], list[Node]]:
+         names=(), derivative=False, memo=None, exit=None) -> tuple[list[Node], list[Node]]:
     """A loop from a body built over placeholders: ``index`` (int64), ``carries`` (started at
     ``inits``) and ``rows`` (row i of ``xs``) give ``new_carries`` and per-iteration ``ys``.
     Returns the final carries and the stacked ys (``memo``: filled with the built nodes'
@@ -281,13 +335,16 @@ def scan(n: int, index: Node, carries, inits, rows, xs, new_carries, ys, *, reve
                                 derivative=derivative)
     if memo is not None:
         memo.update(built)
-    node = make("loop", (*inits, *xs, *consts), (body, n, len(carries), len(rows), reverse))
+    node = make("loop", (*inits, *xs, *consts), (body, n, len(carries), len(rows), reverse, exit))
     outs = results_of(node)
     return outs[:len(carries)], outs[len(carries):]
 
 
+_KEEP_EXIT = object()
+
+
 def rebuild_loop(loop: Node, explicit, results, inputs, n_carry: int, *, consts=None, outer=None,
-                 names=None, derivative=None) -> Node:
+                 names=None, derivative=None, exit=_KEEP_EXIT, count=None) -> Node:
     """A loop of ``loop``'s trip count and direction with a new body: ``results`` computed
     from the ``explicit`` params (the index, ``n_carry`` carries, then the rows: the old body's
     params or placeholders), whose values are ``inputs`` (the inits, then the per-iteration
@@ -296,19 +353,24 @@ def rebuild_loop(loop: Node, explicit, results, inputs, n_carry: int, *, consts=
     stand-in placeholders, as the outer values may be an enclosing body's params, the same
     nodes as some of this body's; ``outer`` maps other placeholders in ``results`` to the outer
     values they stand for (tangents, batched consts). ``names`` / ``derivative`` default to the
-    old body's."""
-    body, trips, nc, nx, reverse = loop.attrs
+    old body's; ``exit`` (its carry indices in the new body) and ``count`` (the trip count
+    input) default to the old loop's."""
+    body, trips, nc, nx, reverse, old_exit = loop.attrs
+    exit_ = old_exit if exit is _KEEP_EXIT else exit
+    if exit_ == (COUNT,):
+        count = loop_count(loop) if count is None else count
     if len(inputs) != len(explicit) - 1:
         raise ValueError(f"internal: a loop body of {len(explicit)} explicit params given "
                          f"{len(inputs)} inputs")
     stand_ins = {p: placeholder(p.dtype, p.shape) for p in body.params[1 + nc + nx:]}
-    values = dict(zip(stand_ins.values(), loop.inputs[nc + nx:] if consts is None else consts))
+    values = dict(zip(stand_ins.values(), loop_consts(loop) if consts is None else consts))
     values.update(outer or {})
     new_body, captures, _ = close(explicit, substitute(list(results), stand_ins), hoist=True,
                                   names=body.names if names is None else names,
                                   derivative=body.derivative if derivative is None else derivative)
-    return make("loop", (*inputs, *substitute(captures, values)),
-                (new_body, trips, n_carry, len(explicit) - 1 - n_carry, reverse))
+    tail = (count,) if exit_ == (COUNT,) else ()
+    return make("loop", (*inputs, *substitute(captures, values), *tail),
+                (new_body, trips, n_carry, len(explicit) - 1 - n_carry, reverse, exit_))
 
 
 def cond(pred: Node, then_results, else_results, *, outer=frozenset(), derivative=False,
@@ -373,8 +435,11 @@ def expand_regions(outputs) -> list[Node]:
             a = substitute(then.results, dict(zip(then.params, operands)))
             b = substitute(other.results, dict(zip(other.params, operands)))
             values = [cast(where(pred, x, y), x.dtype) for x, y in zip(a, b)]
+        elif loop_exit(region) is not None:
+            from .loop_exits import plain_loop   # (built on this module)
+            values = results_of(plain_loop(region))
         else:
-            body, trips, nc, nx, reverse = region.attrs
+            body, trips, nc, nx, reverse, _ = region.attrs
             carries = list(region.inputs[:nc])
             xs, consts = region.inputs[nc:nc + nx], region.inputs[nc + nx:]
             rows: list[list] = [[None] * trips for _ in body.results[nc:]]
@@ -397,3 +462,4 @@ def straight_line(graph):
     if not has_regions(graph.outputs):
         return graph
     return graph.derive(graph.name, expand_regions(graph.outputs), graph.out_tree)
+

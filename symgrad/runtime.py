@@ -383,9 +383,10 @@ def arg_key(value) -> ArgKey:
         return FLOAT_KEY
     if isinstance(value, (tuple, list, dict)):
         return tree_key(value)
-    if value is None or isinstance(value, str):
-        return ArgKey("static", value=value)
-    raise TypeError(f"expected a float, int, bool or NumPy array argument, got {kind.__name__}")
+    if value is None or isinstance(value, str) or callable(value):
+        return ArgKey("static", value=value)   # a function (act=np.tanh): by identity
+    raise TypeError(f"expected a float, int, bool, NumPy array or function argument, or a "
+                    f"tuple/list/dict/namedtuple of them, got {kind.__name__}")
 
 
 def tree_key(value) -> ArgKey:

@@ -7,7 +7,9 @@ capped loop region, ``for _ in range(cap): if not test: break; body``, with the 
 of ``for`` loops (``symgrad.loops``: a hidden done flag, the body under a branch node), plus a
 *guard*: a bool that is true when all ``cap`` trips ran and the test still held. The cap is
 the while statement's entry in ``symgrad.guards.CAPS`` (read as a capture); the API grows it and
-runs the call again when a guard fires. Neither the IR nor the compiled code depend on the cap.
+runs the call again when a guard fires. Neither the IR nor the compiled code depend on the cap,
+and a call costs the trips it takes, not the cap: the loop region stops once its done flag is
+set (its ``("until", ...)`` exit, ``symgrad.regions``) and its backward loop walks those trips.
 
 Guards are collected per region body being traced (``guard_scopes``): a loop region carries
 the guards of its body (or-accumulated, one carry per while statement), a data-dependent
@@ -82,9 +84,7 @@ class WhileLoops:
         for _trip in range(STATIC_TRIPS):
             test = self.located(frame, stmt, lambda: self.eval(stmt.test, frame))
             if isinstance(test, Node):
-                if test.ndim:
-                    self.fail(stmt, f"a while test on an array of shape {test.shape}",
-                              "reduce it to one truth value (np.any / np.all)")
+                self.truth_value(test, stmt, "a while test")   # one element, or refused
                 return self._data_while(stmt, frame)
             if not test:
                 return
@@ -133,6 +133,7 @@ class WhileLoops:
         test = self.located(frame, stmt, lambda: self.eval(stmt.test, frame))
         ended = ops.cast(ops.lift(self.exit_flag), "bool")
         if isinstance(test, Node):
+            test = self.truth_value(test, stmt, "a while test")
             still = test if test.dtype == "bool" else ops.cast(test, "bool")
             self.add_guard(key, ops.logical_and(ops.logical_not(ended), still))
         elif test:

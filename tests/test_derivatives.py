@@ -146,6 +146,9 @@ ARRAY_FUNCTIONS = [
     ("norm_var_std", lambda x: np.linalg.norm(x) + np.var(x) * np.std(x, axis=0).sum()
      + np.linalg.norm(x, axis=1).sum() + np.log2(np.hypot(x, 2.0)).sum(), (3, 4)),
     ("np_take", lambda x: np.sum(np.take(x, np.array([[0, 1], [1, 1]]), axis=1) ** 3), (3, 2)),
+    # without axis=, np.take reads the flattened array (it took rows: a wrong value)
+    ("np_take_flat", lambda x: np.sum(np.take(x, np.array([5, 0, 5, -2])) ** 3) + np.take(x, 1), (3, 2)),
+    ("take_method_argmax", lambda x: x.take(np.argmax(x)) ** 2 * np.sum(x), (3, 2)),
 ]
 
 

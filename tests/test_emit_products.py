@@ -86,3 +86,36 @@ def test_lambdas_in_a_dict_literal_are_read_from_their_file():
     x = np.array([1.0, 2.0])
     np.testing.assert_allclose(sg.grad(table["square"])(x), 2 * x)
     np.testing.assert_allclose(sg.grad(table["cube"])(x), 3 * x * x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_integral_exponents_are_spelled_as_written(dtype):
+    """``x ** 2`` printed as ``x ** 2`` (it was ``x ** 2.0``); a fractional exponent stays a
+    float. NumPy computes both spellings in the base's dtype: the values are the same bits."""
+    def f(x):
+        return np.sum(x ** 2 + x ** 3 - x ** -1 + x ** 0.5)
+
+    x = np.linspace(0.5, 2.0, 7).astype(dtype)
+    g = sg.differentiate(f, target="python")
+    value = g(x)
+    source = g.source
+    assert "x ** 2 " in source and "x ** 3" in source and "x ** -1" in source
+    assert "** 2.0" not in source and "x ** 0.5" in source
+    assert value == f(x) and np.asarray(value).dtype == dtype
+
+
+def test_python_number_divided_by_a_nonzero_constant_is_spelled_with_a_slash():
+    """Between Python numbers only a zero divisor makes Python's ``/`` differ from NumPy's (it
+    raises): ``scale / 2.0`` is spelled so, ``scale / 0.0`` stays ``np.divide`` (inf)."""
+    def halved(scale, x):
+        return scale / 2.0 * np.sum(x)
+
+    def by_zero(scale, x):
+        return scale / 0.0 + np.sum(x)
+
+    x = np.ones(3)
+    f, g = sg.differentiate(halved, target="python"), sg.differentiate(by_zero, target="python")
+    assert f(3.0, x) == 4.5 and "scale / 2.0" in f.source
+    with np.errstate(divide="ignore"):
+        assert g(3.0, x) == np.inf
+    assert "np.divide(scale, 0.0)" in g.source

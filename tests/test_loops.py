@@ -24,15 +24,12 @@ import numpy as np
 import pytest
 
 import symgrad as sg
+from adbench_models import lstm_model, sigmoid
 
 TARGETS = ("python", "cpu")
 # Trip counts: above symgrad.loops.UNROLL_MAX (short loops are unrolled on purpose) and small
 # enough that the CPU back end, which expands regions until native loops land, compiles fast.
 TRIPS = 6
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,20 +60,8 @@ def gru(Wz, Wr, Wh, xs):
     return np.sum(h ** 2)
 
 
-# ADBench's LSTM (src/python/modules/*/lstm_objective.py), one layer, the state carried
-# instead of kept in a list of all states.
-def lstm_model(weight, bias, hidden, cell, _input):
-    gates = np.concatenate((_input, hidden, _input, hidden)) * weight + bias
-    hsize = hidden.shape[0]
-    forget = sigmoid(gates[0:hsize])
-    ingate = sigmoid(gates[hsize:2 * hsize])
-    outgate = sigmoid(gates[2 * hsize:3 * hsize])
-    change = np.tanh(gates[3 * hsize:])
-    cell = cell * forget + ingate * change
-    hidden = outgate * np.tanh(cell)
-    return hidden, cell
-
-
+# ADBench's LSTM (src/python/modules/*/lstm_objective.py; its cell: adbench_models), one
+# layer, the state carried instead of kept in a list of all states.
 def lstm_loss(weight, bias, extra, sequence):
     hidden = np.zeros(sequence.shape[1])
     cell = np.zeros(sequence.shape[1])
@@ -585,6 +570,9 @@ def test_adbench_lstm_benchmark_objective():
         "adbench_lstm", os.path.join(root, "benchmarks", "adbench_lstm.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    cell_args = [np.random.default_rng(1).uniform(-1.0, 1.0, n) for n in (12, 12, 3, 3, 3)]
+    for got, want in zip(bench.lstm_model(*cell_args), lstm_model(*cell_args)):
+        np.testing.assert_array_equal(got, want)   # the suite's copy of the cell is the benchmark's
     args = bench.make_inputs(2, 7)
     f = sg.differentiate(bench.objective, wrt=(0, 1), target="python")
     assert "= loop(" in f.ir_for(*args)

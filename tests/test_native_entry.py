@@ -107,7 +107,7 @@ def test_entry_declines_every_other_argument():
                  (np.linspace(0, 1, 18)[::2],), (1.0,), (None,), (x.reshape(3, 3),)):
         assert entry(args) is MISS
     assert entry([x]) is MISS                          # not a tuple
-    assert entry() is MISS and entry((x,), (x,)) is MISS
+    assert entry() is MISS and entry((x,), x, x) is MISS  # (entry(args, out): see the out= tests)
     np.testing.assert_array_equal(entry((x,)), g(x))
 
 
@@ -176,6 +176,265 @@ def test_hot_entry_under_threads_beside_full_path_calls():
     for t in threads:
         t.join()
     assert not errors
+
+
+# -- out=: the entry writes into the caller's arrays exactly where the full path would ----------
+
+def swap(x, s):
+    return x * s, np.sum(x) * s
+
+
+def scale(m):
+    return m * 2.0 + 1.0
+
+
+def two_floats(a, b):
+    return a * np.sin(b) + np.exp(-a * a)
+
+
+class OutCase:
+    """A hot function, a fresh copy of its arguments, and ``out`` factories by case name."""
+
+    def __init__(self, f, ref, make_args, outs):
+        self.f, self.ref, self.make_args, self.outs = f, ref, make_args, outs
+
+
+def out_cases():
+    x11 = lambda: (np.linspace(-1.0, 1.0, 11),)
+    x7s = lambda: (np.linspace(-1.0, 2.0, 7), 0.75)
+    unaligned = lambda: np.ndarray(11, np.float64, np.zeros(11 * 8 + 1, np.uint8).data, 1)
+    return {
+        "rosenbrock": OutCase(sg.grad(rosenbrock), reference(rosenbrock).grad, x11, {
+            "array": lambda a: np.full(11, np.nan), "1-tuple": lambda a: (np.full(11, np.nan),)}),
+        "mixed": OutCase(sg.differentiate(mixed), reference(mixed), x7s, {   # (0-d, array)
+            "tuple": lambda a: (np.full((), np.nan), np.full(7, np.nan))}),
+        "swap": OutCase(sg.differentiate(swap), reference(swap), x7s, {       # (array, 0-d)
+            "tuple": lambda a: (np.full(7, np.nan), np.full((), np.nan))}),
+        "value_and_grad": OutCase(sg.value_and_grad(scalar), reference(scalar).value_and_grad,
+                                  x7s, {"tuple": lambda a: (np.full((), np.nan), np.full(7, 0.0))}),
+        "two floats": OutCase(sg.grad(two_floats, wrt=(0, 1)),
+                              reference(two_floats, wrt=(0, 1)).grad, lambda: (0.3, 0.7), {
+            "tuple": lambda a: (np.full((), np.nan), np.full((), np.nan))}),
+        "scale": OutCase(sg.differentiate(scale), reference(scale),
+                         lambda: (np.arange(12.0).reshape(3, 4),), {
+            "array": lambda a: np.full((3, 4), np.nan)}),
+    }, unaligned
+
+
+def hot_out_entry(f, args, out):
+    """``f``'s native entry, hot (after plain calls and out= calls)."""
+    entry = hot_entry(f, *args)
+    for _ in range(3):
+        assert f(*args, out=out) is out
+    assert f._hot[0] is entry
+    return entry
+
+
+@pytest.mark.parametrize("name", ["rosenbrock", "mixed", "swap", "value_and_grad", "two floats",
+                                  "scale"])
+def test_out_through_the_entry_equals_the_full_path_and_the_reference(name):
+    case = out_cases()[0][name]
+    for kind, make_out in case.outs.items():
+        args = case.make_args()
+        before = [np.array(a, copy=True) for a in args]
+        out = make_out(args)
+        entry = hot_out_entry(case.f, args, make_out(args))
+        assert entry(args, out) is out                 # the entry took it: no MISS
+        full = make_out(args)
+        case.f._hot = None                             # the full path, as before the entry
+        assert case.f(*args, out=full) is full
+        want = case.ref(*args)
+        got_items = out if isinstance(out, tuple) else (out,)
+        for got, same, ref in zip(got_items, full if isinstance(full, tuple) else (full,),
+                                  want if isinstance(out, tuple) and isinstance(want, tuple)
+                                  else (want,)):
+            np.testing.assert_array_equal(got, same)
+            np.testing.assert_allclose(got, ref, rtol=1e-13)
+        for a, b in zip(args, before):
+            np.testing.assert_array_equal(a, b)      # arguments never written
+        python_out = make_out(args)
+        assert case.ref(*args, out=python_out) is python_out   # target="python" alike
+        for got, ref in zip(got_items, python_out if isinstance(python_out, tuple)
+                            else (python_out,)):
+            np.testing.assert_allclose(got, ref, rtol=1e-13)
+
+
+def outcome(call, args, out):
+    """What a call did: its error (type and message), or that it returned ``out`` itself, with
+    every argument and out= array as it is afterwards."""
+    try:
+        result = call(*args, out=out)
+        what = ("returned out", result is out) if result is not None else ("returned None",)
+    except Exception as e:                             # the comparison is of any error
+        what = (type(e), str(e))
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    return what, [np.array(a, copy=True) for a in args], \
+        [np.array(o, copy=True) if isinstance(o, np.ndarray) else o for o in items]
+
+
+def assert_same_outcome(a, b):
+    (what_a, args_a, outs_a), (what_b, args_b, outs_b) = a, b
+    assert what_a == what_b
+    for u, v in zip(args_a + outs_a, args_b + outs_b, strict=True):
+        if isinstance(u, np.ndarray):
+            assert u.dtype == v.dtype and u.shape == v.shape
+            np.testing.assert_array_equal(u, v)
+        else:
+            assert u == v
+
+
+def wrong_outs(unaligned):
+    """Per case, the out= values the entry must decline (the full path raises, copies through
+    a fresh array, or fills a container), each made fresh from the case's arguments."""
+    def read_only(shape):
+        a = np.full(shape, np.nan)
+        a.flags.writeable = False
+        return a
+
+    return {
+        "rosenbrock": {
+            "float32": lambda a: np.zeros(11, np.float32),
+            "shape": lambda a: np.zeros(12),
+            "2-d": lambda a: np.zeros((11, 1)),
+            "byte-swapped": lambda a: np.zeros(11, ">f8"),
+            "read-only": lambda a: read_only(11),
+            "strided": lambda a: np.full(22, np.nan)[::2],
+            "unaligned": lambda a: unaligned(),
+            "subclass": lambda a: np.full(11, np.nan).view(Sub),
+            "the argument itself": lambda a: a[0],
+            "2-tuple": lambda a: (np.zeros(11), np.zeros(11)),
+            "empty tuple": lambda a: (),
+            "list": lambda a: [np.zeros(11)],
+            "not an array": lambda a: "out",
+            "tuple holding a list": lambda a: ([0.0] * 11,),
+        },
+        "scale": {
+            "Fortran order": lambda a: np.full((3, 4), np.nan, order="F"),
+            "transposed": lambda a: np.full((4, 3), np.nan).T,
+            "the argument itself": lambda a: a[0],
+            "a view of the argument": lambda a: a[0][:, :],
+        },
+        "mixed": {
+            "0-d read-only": lambda a: (read_only(()), np.full(7, np.nan)),
+            "array read-only": lambda a: (np.full((), np.nan), read_only(7)),
+            "0-d float32": lambda a: (np.zeros((), np.float32), np.zeros(7)),
+            "0-d of shape (1,)": lambda a: (np.zeros(1), np.zeros(7)),
+            "0-d a float": lambda a: (0.0, np.zeros(7)),
+            "0-d subclass": lambda a: (np.full((), np.nan).view(Sub), np.full(7, np.nan)),
+            "array the argument": lambda a: (np.full((), np.nan), a[0]),
+            "swapped": lambda a: (np.zeros(7), np.zeros(())),
+            "1-tuple": lambda a: (np.zeros(()),),
+            "3-tuple": lambda a: (np.zeros(()), np.zeros(7), np.zeros(7)),
+            "list": lambda a: [np.full((), np.nan), np.full(7, np.nan)],
+            "array alone": lambda a: np.zeros(7),
+        },
+        "two floats": {
+            "the same 0-d twice": lambda a: (lambda s: (s, s))(np.full((), np.nan)),
+            "second read-only": lambda a: (np.full((), np.nan), read_only(())),
+        },
+    }
+
+
+def test_wrong_out_after_hot_calls_is_what_the_full_path_does():
+    cases, unaligned = out_cases()
+    for name, wrong in wrong_outs(unaligned).items():
+        case = cases[name]
+        args = case.make_args()
+        good = next(iter(case.outs.values()))
+        entry = hot_out_entry(case.f, args, good(args))
+        for label, make_out in wrong.items():
+            hot_args, full_args = case.make_args(), case.make_args()
+            hot_out, full_out = make_out(hot_args), make_out(full_args)
+            if label != "the same 0-d twice":
+                probe_args = case.make_args()
+                assert entry(probe_args, make_out(probe_args)) is MISS, (name, label)
+            hot_entry(case.f, *hot_args)
+            hot = outcome(case.f, hot_args, hot_out)       # hot: the entry, then the full path
+            case.f._hot = None
+            full = outcome(case.f, full_args, full_out)    # the full path alone, as before
+            assert_same_outcome(hot, full)
+            if hot[0][0] == "returned out" and label != "the same 0-d twice":
+                got = hot_out[0] if isinstance(hot_out, tuple) and len(hot_out) == 1 else hot_out
+                want = case.ref(*case.make_args())
+                for g, w in zip(got if isinstance(got, tuple) else (got,),
+                                want if isinstance(want, tuple) else (want,)):
+                    np.testing.assert_allclose(g, w, rtol=1e-13)
+        good_out = good(args)                          # and hot out= calls still go native
+        assert case.f(*args, out=good_out) is good_out
+        assert entry(args, good_out) is good_out
+
+
+def test_out_overlapping_an_argument_in_part_is_copied_as_on_the_full_path():
+    def setup():                  # the argument and out= share 9 of their 11 elements
+        buf = np.linspace(-1.0, 1.0, 13)
+        return (buf[2:],), buf[:11]
+
+    g = sg.grad(rosenbrock)
+    args, out = setup()
+    want = reference(rosenbrock).grad(np.array(args[0]))
+    entry = hot_out_entry(g, (np.array(args[0]),), np.empty(11))
+    assert entry(args, out) is MISS
+    hot = outcome(g, *setup())
+    g._hot = None
+    assert_same_outcome(hot, outcome(g, *setup()))
+    args, out = setup()
+    assert g(*args, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-13)   # read the argument before writing
+
+
+def test_same_zero_d_out_twice_gets_the_later_result_as_on_the_full_path():
+    f = sg.grad(two_floats, wrt=(0, 1))
+    s = np.full((), np.nan)
+    entry = hot_out_entry(f, (0.3, 0.7), (np.empty(()), np.empty(())))
+    out = (s, s)
+    assert entry((0.3, 0.7), out) is out
+    assert float(s) == f(0.3, 0.7)[1]
+
+
+def test_out_calls_alone_hand_over_to_the_entry(monkeypatch):
+    """A function only ever called with out=: the Python plan's countdown counts those calls,
+    so they reach the entry too."""
+    monkeypatch.setattr(cp, "NATIVE_SOON", 2)
+    g = sg.grad(rosenbrock)
+    x = np.linspace(0.0, 1.0, 6)
+    out = np.empty(6)
+    for _ in range(5):
+        assert g(x, out=out) is out
+    assert type(g._hot[0]).__name__ == "builtin_function_or_method"
+    assert g._hot[0]((x,), out) is out
+    np.testing.assert_allclose(out, reference(rosenbrock).grad(x), rtol=1e-13)
+
+
+def test_out_none_and_other_keywords_after_hot_calls():
+    def f(x, out):                                     # a parameter named out: no out=
+        return np.sum(x * out)
+
+    g = sg.grad(rosenbrock)
+    x = np.linspace(0.0, 1.0, 6)
+    hot_entry(g, x)
+    np.testing.assert_array_equal(g(x, out=None), g(x))   # out=None: a fresh result
+    np.testing.assert_array_equal(g(x=x), g(x))
+    h = sg.grad(f, wrt=1)
+    hot_entry(h, x, x * 2.0)
+    np.testing.assert_allclose(h(x, out=x * 2.0), x, rtol=1e-15)
+    with pytest.raises(TypeError):
+        g(x, out=np.empty(6), extra=1)
+
+
+def test_out_on_a_guarded_signature_takes_the_full_path():
+    def until(x):
+        while np.sum(x) < 100.0:
+            x = x * 2.0
+        return x
+
+    f = sg.differentiate(until)
+    x = np.linspace(1.0, 2.0, 4)
+    for _ in range(3):
+        f(x)
+    assert f._hot is None or f._hot[2] is False
+    out = np.empty(4)
+    assert f(x, out=out) is out
+    np.testing.assert_allclose(out, reference(until)(x), rtol=1e-13)
 
 
 class Reenters:

@@ -58,8 +58,8 @@ def argsort_call(x):
     return np.sum(np.argsort(x) * x)
 
 
-def median_call(x):
-    return x[0, 0] * np.median(x)
+def interp_call(x):
+    return np.sum(np.interp(x, [0.0, 1.0], [1.0, 2.0]))
 
 
 def svd_call(x):
@@ -88,7 +88,7 @@ def r_directive(x):
 
 CASES = [(nancumsum_call, "np.nancumsum is not supported"),
          (einsum_sublists, "np.einsum(operand, sublist, ...)"),
-         (argsort_call, "np.argsort is not supported"), (median_call, "np.median is not supported"),
+         (argsort_call, "np.argsort without kind='stable'"), (interp_call, "np.interp is not supported"),
          (svd_call, "np.linalg.svd is not supported"), (qr_call, "np.linalg.qr is not supported"),
          (unique_call, "np.unique is not supported"),
          (spectral_norm, "ord=2) of a matrix"), (keyword_not_taken, "np.sum(..., dtype=...)"),
@@ -116,3 +116,17 @@ def test_builtin_round_and_divmod_keep_python_semantics_on_static_values():
         g = sg.differentiate(f, target=target)
         np.testing.assert_allclose(g(x, 5), f(x, 5), rtol=1e-14)
         assert sg.check_grad(g, x, 5) < 1e-6
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_take_without_axis_reads_the_flattened_array(target):
+    """np.take(x, i) (and x.take(i)) without axis= index the flattened array, as NumPy; they
+    took rows of a 2-d array (a wrong value, or an IndexError for np.take(x, np.argmax(x)))."""
+    x = np.array([[0.5, -1.0, 2.0, 0.25], [3.0, 1.5, -0.5, 4.5], [0.0, 2.5, 1.0, -3.0]])
+    cases = [lambda x: np.take(x, 1), lambda x: np.take(x, np.array([[1, 5], [-1, 0]])),
+             lambda x: np.take(x, np.argmax(x)), lambda x: x.take(7), lambda x: x.take([2, 3], axis=1),
+             lambda x: np.take(x, 1, axis=1)]
+    for fn in cases:
+        got = sg.differentiate(fn, target=target)(x)
+        assert np.shape(got) == np.shape(fn(x))
+        np.testing.assert_array_equal(got, fn(x))

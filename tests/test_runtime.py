@@ -32,7 +32,7 @@ def test_argument_keys_are_named_and_tell_bools_from_ints():
         standin = runtime.standin(runtime.arg_key(value))
         assert runtime.arg_key(standin) == runtime.arg_key(value)
     assert runtime.standin(key).strides == (0, 0)                  # takes no memory
-    with pytest.raises(TypeError, match="expected a float, int, bool or NumPy array"):
+    with pytest.raises(TypeError, match="expected a float, int, bool, NumPy array or function"):
         runtime.arg_key({1.0})   # a set: a list is a pytree (tests/test_pytrees.py)
 
 

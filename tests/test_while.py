@@ -367,7 +367,7 @@ def test_the_source_shows_the_cap_and_runs_as_shown():
     f = sg.differentiate(newton_sqrt, target="python")
     f(2.0)
     source = f.source
-    assert "raise RuntimeError" in source and "for trip in range(16):" in source
+    assert "raise RuntimeError" in source and "while trips < 16 and not done:" in source
     namespace = {"np": np}
     exec(source, namespace)
     assert namespace["newton_sqrt"](2.0) == pytest.approx(np.sqrt(2.0), rel=1e-14)
@@ -494,7 +494,7 @@ def _changes_shape(x):
     (_else, (0.5,), "while ... else"),
     (_endless_static, (0.5,), "runs more than 10000 iterations"),
     (_array_test, (np.ones(3),), "a while test on an array of shape (3,)"),
-    (_changes_shape, (np.ones(2),), "'y' has shape (4,) on one branch and (2,) on the other"),
+    (_changes_shape, (np.ones(2),), "loop-carried variable 'y' changes shape from (2,) to (4,)"),
 ])
 def test_refused_while_loops_name_the_line(fn, args, words):
     f = sg.differentiate(fn, target="python")
@@ -528,3 +528,187 @@ def test_a_while_inside_a_checkpointed_cell(target):
     plain = _checkpointed_rnn   # called eagerly, a checkpointed function is the function
     _assert_close(f(0.7, xs), plain(0.7, xs), 1e-12)
     _assert_close(sg.grad(f)(0.7, xs), _fd_grad(plain, (0.7, xs), 0), 1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# Early exit: a loop stops once its done flag is set, however large its cap has grown
+
+def _walk(v, limit):
+    # a vector state stepped until its first entry passes a limit: limit trips or so
+    t = 0.0 * limit
+    while t < limit:
+        v = 0.99 * v + 0.01 * np.sin(v + t)
+        t = t + 1.0
+    return v
+
+
+def _grow_cap(f):
+    f(0.4, 3000.5)                                     # the cap grows to 8192
+    assert max(guards.CAPS.values()) >= 3001
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_few_trips_after_the_cap_grew(target):
+    f = sg.differentiate(long_loop, target=target)
+    _grow_cap(f)
+    args = (0.4, 10.5)
+    _assert_close(f(*args), long_loop(*args), 1e-12)
+    g = sg.grad(f)(*args)
+    _assert_close(g, _fd_grad(long_loop, args, 0), 1e-6)
+    value, tangent = sg.jvp(f)(*args, 1.0)
+    _assert_close(value, long_loop(*args), 1e-12)
+    _assert_close(tangent, g, 1e-9)
+    grad = sg.grad(long_loop, target="python")
+    fd = (grad(0.4 + 1e-5, 10.5) - grad(0.4 - 1e-5, 10.5)) / 2e-5
+    _assert_close(sg.hvp(f)(0.4, 1.0, 10.5), fd, 1e-5)
+    limits = np.array([2.5, 10.5, 40.5])               # a trip count per example
+    _assert_close(sg.vmap(f, in_axes=(None, 0))(0.4, limits),
+                  [long_loop(0.4, m) for m in limits], 1e-12)
+    _assert_close(sg.vmap(sg.grad(f), in_axes=(None, 0))(0.4, limits),
+                  [grad(0.4, m) for m in limits], 1e-10)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_jacobian_and_checkpoint_after_the_cap_grew(target):
+    v = np.array([0.3, 0.7, 1.1])
+    jac = sg.jacobian(_walk, target=target)
+    jac(v, 3000.5)
+    eps = 1e-6
+    fd = np.array([(_walk(v + eps * e, 10.5) - _walk(v - eps * e, 10.5)) / (2 * eps)
+                   for e in np.eye(3)]).T
+    _assert_close(jac(v, 10.5), fd, 1e-6)
+    f = sg.differentiate(_checkpointed_rnn, target=target)
+    xs = np.linspace(1.0, 9.0, 5)
+    f(0.5, xs * 1e30)                                  # ~50 trips: the inner cap grows
+    assert max(guards.CAPS.values()) >= 128
+    value, grad = sg.value_and_grad(f)(0.5, xs)
+    _assert_close(value, _checkpointed_rnn(0.5, xs), 1e-12)
+    _assert_close(grad, _fd_grad(_checkpointed_rnn, (0.5, xs), 0), 1e-6)
+
+
+def _loops(graph):
+    """Every loop node of ``graph``, in region bodies too."""
+    from symgrad import regions
+    from symgrad.ir import toposort
+    out, seen, stack = [], set(), [list(graph.outputs)]
+    while stack:
+        for n in toposort(stack.pop()):
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "loop":
+                out.append(n)
+            for body in (a for a in n.attrs if isinstance(a, regions.Body)):
+                stack.append(list(body.results))
+    return out
+
+
+def test_the_backward_loop_walks_the_trips_that_ran(monkeypatch):
+    from symgrad import regions
+    f = sg.differentiate(long_loop, target="python")
+    _grow_cap(f)
+    graph, _ = f.grad.graph_for((0.4, 10.5))
+    loops = _loops(graph)
+    forward = [n for n in loops if regions.loop_exit(n) and regions.loop_exit(n)[0] == "until"]
+    backward = [n for n in loops if regions.loop_exit(n) == ("count",)]
+    assert forward and backward
+    counter = regions.loop_exit(forward[0])[2]
+    assert any(regions.loop_count(b).op == "proj" and regions.loop_count(b).attrs[0] == counter
+               for b in backward)
+    # the reference evaluation runs the bodies of the trips that ran only (cap: 8192)
+    calls = []
+    real = regions.evaluate
+    monkeypatch.setattr(regions, "evaluate", lambda *a: calls.append(1) or real(*a))
+    env = dict(zip(graph.inputs, (np.float64(0.4), np.float64(10.5))))
+    values = real(list(graph.outputs), env)
+    assert len(calls) < 100
+    _assert_close(values[0], _fd_grad(long_loop, (0.4, 10.5), 0), 1e-6)
+    # the generated source: a while, and a backward loop over the trips that ran
+    source = f.grad.source
+    cap = max(guards.CAPS.values())
+    assert f"while trips < {cap} and not done:" in source
+    assert "in reversed(range(trips)):" in source
+    namespace = {"np": np}
+    exec(source, namespace)
+    _assert_close(namespace["grad_long_loop"](0.4, 10.5), values[0], 1e-12)
+
+
+def test_the_native_loop_branches_out_once_done():
+    f = sg.differentiate(long_loop)
+    _grow_cap(f)
+    text = f.grad.llvm_ir(0.4, 10.5)
+    assert "loop.going" in text and "trips.run" in text   # the exit, the backward's trip count
+
+
+def _stop_early(X):
+    acc = np.zeros(2)
+    for v in X:
+        acc = acc + v * v
+        if np.sum(acc) > 3.0:
+            break
+    return np.sum(acc * np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_for_with_a_break_exits_early_per_example(target):
+    rng = np.random.default_rng(3)
+    batch = np.abs(rng.normal(size=(3, 10, 2))) * np.array([0.3, 1.0, 3.0])[:, None, None]
+    f = sg.differentiate(_stop_early, target=target)
+    _assert_close(sg.vmap(f)(batch), [_stop_early(X) for X in batch], 1e-12)
+    grads = sg.vmap(sg.grad(f))(batch)
+    for X, g in zip(batch, grads):
+        _assert_close(g, _fd_grad(_stop_early, (X,), 0), 1e-6)
+        _assert_close(sg.grad(f)(X), g, 1e-12)
+
+
+def test_the_source_of_a_for_with_a_break_breaks_and_runs_as_shown():
+    X = np.abs(np.random.default_rng(4).normal(size=(10, 2)))
+    f = sg.grad(_stop_early, target="python")
+    want = f(X)
+    source = f.source
+    assert "        if done:\n            break\n" in source
+    assert "in reversed(range(trips)):" in source
+    namespace = {"np": np}
+    exec(source, namespace)
+    _assert_close(namespace["grad__stop_early"](X), want, 1e-12)
+
+
+def accumulate_until(x, n):
+    s = 0.0                       # a Python number: NumPy gives it x's float32 type in the body
+    while s < n:
+        s = s + np.exp(x) * 0.1
+    return s * x
+
+
+def accumulate_one_element(x, n):
+    s = np.zeros(1)
+    while s < n:                  # a one-element test: its element is the truth value
+        s = s + np.exp(x) * 0.1
+    return np.sum(s * x)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_a_python_number_carried_by_a_while_takes_the_body_s_float32(target):
+    """``s = 0.0`` then ``s = s + float32``: NumPy makes s float32; the while's test branch
+    refused it as 'float32 on one branch and float64 on the other'."""
+    f = sg.differentiate(accumulate_until, target=target)
+    x = np.float32(0.5)
+    value, want = f(x, 3.0), accumulate_until(x, 3.0)
+    assert np.asarray(value).dtype == np.float32 and value == want
+    eps = 1e-3
+    numeric = (accumulate_until(0.5 + eps, 3.0) - accumulate_until(0.5 - eps, 3.0)) / (2 * eps)
+    assert f.grad(x, 3.0) == pytest.approx(numeric, rel=1e-4)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_a_while_on_a_one_element_array_and_a_carry_changing_shape(target):
+    f = sg.differentiate(accumulate_one_element, target=target)
+    x = np.array([0.5])
+    assert f(x, 3.0) == accumulate_one_element(x, 3.0)
+    eps = 1e-6
+    numeric = (accumulate_one_element(x + eps, 3.0) - accumulate_one_element(x - eps, 3.0)) / (2 * eps)
+    np.testing.assert_allclose(f.grad(x, 3.0), numeric, rtol=1e-6)
+    # s = 0.0 becoming shape (1,) in the body: named as the carry it is, not as an if's branch
+    with pytest.raises(sg.UnsupportedSyntaxError,
+                       match=r"loop-carried variable 's' changes shape from \(\) to \(1,\)"):
+        sg.differentiate(accumulate_until, target=target)(np.array([0.5]), 3.0)

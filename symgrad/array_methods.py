@@ -1,0 +1,84 @@
+"""Attributes and methods of a traced array (``x.shape``, ``x.T``, ``x.sum(axis=0)``,
+``x.astype(np.float32)``, ...): each method is the NumPy function of the same name, bound to
+its receiver; which of them return views of it (the aliasing checks of ``symgrad.calls``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import numpy_extra, ops
+from .ir import Node
+from .numpy_api import DUALS
+
+
+class _BoundNodeMethod:
+    def __init__(self, fn, node):
+        self.fn, self.node = fn, node
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(self.node, *args, **kwargs)
+
+
+def _shape_args(args):
+    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+_NODE_METHODS = {
+    "sum": lambda x, axis=None, keepdims=False: ops.reduce("sum", x, axis, keepdims),
+    "prod": lambda x, axis=None, keepdims=False: ops.reduce("prod", x, axis, keepdims),
+    "max": lambda x, axis=None, keepdims=False: ops.reduce("max", x, axis, keepdims),
+    "min": lambda x, axis=None, keepdims=False: ops.reduce("min", x, axis, keepdims),
+    "mean": lambda x, axis=None, keepdims=False: ops.mean(x, axis, keepdims),
+    "reshape": lambda x, *shape: ops.reshape(x, _shape_args(shape)),
+    "transpose": lambda x, *axes: ops.transpose(x, _shape_args(axes) or None),
+    "astype": lambda x, dtype: ops.cast(x, np.dtype(dtype).name),
+    "copy": lambda x: x,
+    "flatten": lambda x: ops.reshape(x, (-1,)),
+    "ravel": lambda x: ops.reshape(x, (-1,)),
+    "dot": lambda x, y: ops.dot(x, y),
+    "clip": lambda x, min=None, max=None: numpy_extra.clip(x, min, max),
+    "squeeze": lambda x, axis=None: DUALS["squeeze"](x, axis),
+    "item": None,
+    # NumPy coverage (symgrad.numpy_extra): the methods of the functions of the same name
+    "var": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
+        numpy_extra.var(x, axis, dtype, out, ddof, keepdims),
+    "std": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
+        numpy_extra.std(x, axis, dtype, out, ddof, keepdims),
+    "round": lambda x, decimals=0: numpy_extra.round_(x, decimals),
+    "swapaxes": lambda x, axis1, axis2: numpy_extra.swapaxes(x, axis1, axis2),
+    "diagonal": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.diagonal(x, offset, axis1, axis2),
+    "trace": lambda x, offset=0, axis1=0, axis2=1: numpy_extra.trace(x, offset, axis1, axis2),
+    "repeat": lambda x, repeats, axis=None: numpy_extra.repeat(x, repeats, axis),
+    "conj": lambda x: x, "conjugate": lambda x: x,
+    "argmax": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmax"](x, axis, out, keepdims=keepdims),
+    "argmin": lambda x, axis=None, out=None, *, keepdims=False: DUALS["argmin"](x, axis, out, keepdims=keepdims),
+    "cumsum": lambda x, axis=None, dtype=None, out=None: DUALS["cumsum"](x, axis, dtype, out),
+    "cumprod": lambda x, axis=None, dtype=None, out=None: DUALS["cumprod"](x, axis, dtype, out),
+    "take": lambda x, indices, axis=None: DUALS["take"](x, indices, axis),
+}
+
+
+_VIEW_METHODS = {_NODE_METHODS[m] for m in ("reshape", "transpose", "ravel", "squeeze")}
+# (stop_gradient is the argument itself when run eagerly)
+_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "squeeze", "expand_dims",
+                                      "stop_gradient")}
+
+
+def node_attribute(x: Node, attr: str, tracer, node):
+    if attr == "shape":
+        return x.shape
+    if attr == "ndim":
+        return x.ndim
+    if attr == "size":
+        return x.size
+    if attr == "dtype":
+        return np.dtype(x.dtype)
+    if attr == "T":
+        return ops.transpose(x)
+    if attr == "real":          # real data: the value itself, and no imaginary part
+        return x
+    if attr == "imag":
+        return numpy_extra.imag(x)
+    method = _NODE_METHODS.get(attr)
+    if method is None:
+        tracer.fail(node, f"array attribute or method '.{attr}'")
+    return _BoundNodeMethod(method, x)
