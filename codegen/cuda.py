@@ -27,6 +27,7 @@ from symgrad.runtime import deliver, finish_flat, zero_standin
 
 from . import ptx as ptxmod
 from .dtypes import ctype, storage
+from .ptx_plan import BY_VALUE
 
 
 
@@ -306,6 +307,28 @@ def _wrap_like(arrays, values):
     return arrays
 
 
+def scalar_argument(dtype: str, value):
+    """A 0-d argument (a Python float, int or bool, a NumPy scalar, a 0-d array) as the ctypes
+    value a kernel takes by value."""
+    v = np.asarray(value).astype(bool if dtype == "bool" else dtype)
+    return ctype(dtype)(v.item())
+
+
+def kernel_arguments(p, kernel, addr: dict) -> list:
+    """``kernel``'s launch arguments from ``addr`` (buffer -> device address, or a ctypes value
+    for a buffer passed by value): a value where the kernel takes one, an address elsewhere.
+    A mismatch is an internal error here rather than a wild pointer on the GPU."""
+    args = []
+    for b in kernel.params:
+        a, kind = addr[b], p.buffers[b].kind
+        if (kind in BY_VALUE) != isinstance(a, ctypes._SimpleCData) or \
+                isinstance(a, ctypes.c_void_p):
+            raise TypeError(f"internal: kernel {kernel.name} takes buffer {b} ({kind}) "
+                            f"{'by value' if kind in BY_VALUE else 'as a pointer'}, given {a!r}")
+        args.append(a)
+    return args
+
+
 def run_cuda(signature, values, out=None):
     """One call of ``target="cuda"`` (``signature``: see ``symgrad.backends``)."""
     dev = Device.get()
@@ -333,8 +356,7 @@ def run_cuda(signature, values, out=None):
             args[buf.index] = ptr
             inputs.add(ptr)
         elif buf.kind == "scalar":
-            v = np.asarray(values[buf.ref]).astype(bool if buf.dtype == "bool" else buf.dtype)
-            args[buf.index] = ctype(buf.dtype)(v.item())
+            args[buf.index] = scalar_argument(buf.dtype, values[buf.ref])
         elif buf.kind == "const":
             key = (id(prog), buf.index)
             if key not in dev.consts:
@@ -360,7 +382,7 @@ def run_cuda(signature, values, out=None):
         for z in k.zero:
             dev.call(dev.drv.cuMemsetD8Async, dev.drv.CUdeviceptr(args[z]), 0, p.buffers[z].nbytes, dev.stream)
         work = k.count if k.kind == "block" else -(-k.count // ptxmod.BLOCK)
-        dev.launch(fn, max(1, min(work, max_blocks)), [args[b] for b in k.params])
+        dev.launch(fn, max(1, min(work, max_blocks)), kernel_arguments(p, k, args))
 
     def copy(dst, src, nbytes):
         dev.call(dev.drv.cuMemcpyDtoDAsync, dev.drv.CUdeviceptr(dst), dev.drv.CUdeviceptr(src),

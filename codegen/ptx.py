@@ -31,7 +31,7 @@ from .ptx_plan import (  # noqa: F401 - re-exported
     BLOCK, IN_MEMORY, KERNEL_RULES, UNSUPPORTED, WARP, FinishJob, Kernel, Plan, ReduceJob,
     ScatterJob, StoreJob)
 from .ptx_plan import plan as _plan
-from .ptx_regions import all_kernels, expand_conds, run_steps, without_conds  # noqa: F401 - run_steps re-exported
+from .ptx_regions import all_kernels, inline_remats, region_bodies, run_steps, without_remats  # noqa: F401 - run_steps re-exported
 
 DEFAULT_ARCH = "sm_80"
 # Architectures LLVM's NVPTX target is asked for; PTX for an older one JITs on newer GPUs.
@@ -50,9 +50,8 @@ def lowering(op: str) -> str | None:
 def plan(graph: Graph) -> Plan:
     """The plan of ``graph`` (``codegen.ptx_plan.plan``), after checking that every op has a
     lowering (in loop bodies too): a missing one is a NotImplementedError here, never a crash in
-    native code. Loops are steps of the launch sequence, branches selects
-    (``codegen.ptx_regions``)."""
-    graph = without_conds(without_exits(graph))   # loops run every iteration here
+    native code. Loops and branches are steps of the launch sequence (``codegen.ptx_regions``)."""
+    graph = without_remats(without_exits(graph))   # loops run every iteration here
     pending = [graph.outputs]
     while pending:
         for n in toposort(pending.pop()):
@@ -61,8 +60,7 @@ def plan(graph: Graph) -> Plan:
             if lowering(n.op) is None:
                 raise NotImplementedError(f"op {n.op!r} has no lowering on target='cuda' (no entry in "
                                           "symgrad.codegen.lower.LOWER or the tables of codegen.ptx)")
-            if n.op == "loop":
-                pending.append(expand_conds(n.attrs[0].results))
+            pending.extend(inline_remats(body.results) for body in region_bodies(n))
     return _plan(graph)
 
 

@@ -21,11 +21,8 @@ from .dtypes import is_unsigned, memory_type, storage, value_type
 from .loops import close_loop, open_loop
 from .lower import LOWER, Scalar
 from .opsets import VIEWS
-from .ptx_plan import BLOCK, Kernel, Plan
+from .ptx_plan import BLOCK, BY_VALUE, Kernel, Plan
 
-
-# Buffers passed by value: a 0-d argument, a loop body's index (codegen.ptx_regions).
-BY_VALUE = ("scalar", "index")
 
 class Index:
     """A position in an array of ``shape`` inside one kernel: a flat offset and/or one value per
@@ -172,6 +169,24 @@ class KernelBuilder:
                      align=storage(dtype).itemsize)
 
     # -- control flow ------------------------------------------------------------------------
+    def enter_guards(self):
+        """Return at once unless every branch the kernel is inside is the one taken
+        (``Kernel.guards``): the side of a ``cond`` not taken does no work. The predicate is
+        one value for the whole grid, so all threads leave together (before any barrier)."""
+        if not self.kernel.guards:
+            return
+        b, taken = self.b, None
+        for buf, want in self.kernel.guards:
+            pred = self.load(buf, self.int(0))
+            pred = pred if want else b.not_(pred)
+            taken = pred if taken is None else b.and_(taken, pred)
+        run = self.fn.append_basic_block("branch.taken")
+        skip = self.fn.append_basic_block("branch.not_taken")
+        b.cbranch(taken, run, skip)
+        b.position_at_end(skip)
+        b.ret_void()
+        b.position_at_end(run)
+
     def loop(self, start, stop, step, body, carried=(), name="loop"):
         """``for i in range(start, stop, step)`` with loop-carried values; returns their final
         values. ``body(i, *carried) -> new carried tuple``."""
@@ -417,6 +432,15 @@ class KernelBuilder:
         thunks = [(lambda x=x: self.value(x, sub)) for x in node.inputs]
         return self.choose(conds, thunks, value_type(node.dtype))
 
+    def _branch(self, node, idx):
+        """A result of a branch computed in place (``Plan.fused``): the predicate, then a real
+        branch to the side taken, which alone is computed at ``idx`` (in its own scope)."""
+        cond, (k,) = node.inputs[0], node.attrs
+        then, other = self.plan.fused[cond]
+        pred = self.value(cond.inputs[0], self.scalar_index)
+        return self.choose([pred], [lambda: self.value(then[k], idx), lambda: self.value(other[k], idx)],
+                           value_type(node.dtype))
+
     def _gathered(self, k, idx_dtype, size):
         """An index value from data: negative counts from the end, then clamped in bounds
         (a GPU kernel cannot raise IndexError; out-of-range indices read the nearest edge)."""
@@ -455,4 +479,5 @@ COMPUTE_RULES = {
     "index_add": KernelBuilder._update,
     "concatenate": KernelBuilder._concatenate,
     "stack": KernelBuilder._stack,
+    "proj": KernelBuilder._branch,             # a fused branch's result (a loop's is in memory)
 }

@@ -19,7 +19,9 @@ import numpy as np
 from symgrad.runtime import finish_flat
 
 from . import ptx as ptxmod
+from .cuda import kernel_arguments, scalar_argument
 from .dtypes import ctype, storage
+from .ptx_plan import BY_VALUE
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -53,15 +55,16 @@ def compile_plan(graph):
     st["engines"].append(engine)   # keep the machine code alive
     fns = {}
     for _, k in ptxmod.all_kernels(p):
-        types = [ctype(p.buffers[b].dtype) if p.buffers[b].kind in ("scalar", "index") else ctypes.c_void_p
+        types = [ctype(p.buffers[b].dtype) if p.buffers[b].kind in BY_VALUE else ctypes.c_void_p
                  for b in k.params]
         fns[k.name] = ctypes.CFUNCTYPE(None, *types)(engine.get_function_address(k.name))
     return p, fns
 
 
-def run(graph, values, compiled=None):
+def run(graph, values, compiled=None, memory=None):
     """Evaluate ``graph`` on ``values`` through the CUDA plan; NumPy results as target='python'
-    returns them (``symgrad.runtime.finish_flat``)."""
+    returns them (``symgrad.runtime.finish_flat``). ``memory``: a dict filled with every
+    buffer's contents afterwards (by index), for tests of what ran."""
     p, fns = compiled or compile_plan(graph)
     store = {}
     for buf in p.buffers:
@@ -69,9 +72,8 @@ def run(graph, values, compiled=None):
         if buf.kind == "arg":
             a = np.ascontiguousarray(values[buf.ref], dtype=bool if buf.dtype == "bool" else buf.dtype)
             store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
-        elif buf.kind == "scalar":
-            v = np.asarray(values[buf.ref]).astype(bool if buf.dtype == "bool" else buf.dtype)
-            store[buf.index] = ctype(buf.dtype)(v.item())
+        elif buf.kind == "scalar":   # by value, packed as the GPU launcher packs it
+            store[buf.index] = scalar_argument(buf.dtype, values[buf.ref])
         elif buf.kind == "const":
             a = np.ascontiguousarray(buf.ref)
             store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
@@ -83,9 +85,11 @@ def run(graph, values, compiled=None):
     def launch(k, addr):
         for z in k.zero:
             ctypes.memset(addr[z], 0, p.buffers[z].nbytes)
-        fns[k.name](*[addr[b] for b in k.params])
+        fns[k.name](*kernel_arguments(p, k, addr))
 
     ptxmod.run_steps(p, addr, launch, ctypes.memmove)   # loops: per iteration (ptx_regions)
+    if memory is not None:
+        memory.update(store)
     outs = []
     for node, b in zip(graph.outputs, p.outputs):
         a = store[b][:node.size]

@@ -247,12 +247,13 @@ def _kernel_params(p: Plan, k: Kernel) -> tuple:
         if isinstance(job, FinishJob):
             reads.add(job.partial)
         elif isinstance(job, StoreJob) and p.source.get(n) == dest:
-            reads.update(p.source[m] for m in _reads(n, p.source))
+            reads.update(p.source[m] for m in _reads(n, p.source, fused=p.fused))
         elif isinstance(job, StoreJob):      # an output that is another buffer's value: a copy
             reads.add(p.source[n])
         else:                          # reduce / scatter: the operands' expressions
             for x in n.inputs:
-                reads.update(p.source[m] for m in _reads(x, p.source, skip_root=False))
+                reads.update(p.source[m] for m in _reads(x, p.source, False, p.fused))
+    reads.update(buf for buf, _ in k.guards)   # the predicates of the branches it is inside
     return tuple(sorted(reads))
 
 
@@ -271,6 +272,7 @@ def build_module(p: Plan, emulate_with=None) -> str:
     for sub, k in all_kernels(p):   # with the kernels of loop bodies (codegen.ptx_regions)
         k.params = _kernel_params(sub, k)
         kb = KernelBuilder(module, sub, k, math_target, emulate=emulate_with is not None)
+        kb.enter_guards()
         KERNEL_EMITTERS[k.kind](kb)
         kb.b.ret_void()
     text = str(module)

@@ -1,4 +1,4 @@
-"""Loops (``symgrad.regions``) on the CUDA back end: a host-driven launch sequence.
+"""Loops and branches (``symgrad.regions``) on the CUDA back end: a host-driven launch sequence.
 
 A loop is a *step* of its plan (:class:`LoopStep`, in ``Plan.kernels`` where a kernel would be)
 and its body a plan of its own (``codegen.ptx_plan.plan`` over the body's params, its buffers
@@ -13,12 +13,23 @@ loop-invariant inputs are read in place. Carries start as device copies of the i
 trips leave the inits. The kernels therefore do not change with the trip count (a new one
 reuses the PTX).
 
-Branches are not native on this target: a ``cond`` is expanded into a select between both
-sides (``expand_conds``: what ``symgrad.regions.straight_line`` does, for branches only) in the
-graph and in every loop body, since taking a branch on the host would need the predicate back
-from the device, a synchronisation per branch. A checkpoint's recomputation (``remat``) is
-inlined the same way: values are right, and the kernels of a plan hold no intermediate longer
-than the plan's buffers do anyway.
+A branch (``cond``) whose sides are computed in place (elementwise ops, views, gathers) is no
+step: its results are computed inside the kernels that read them, through a real branch per
+element to the taken side (``ptx_plan.fused_branches``, ``ptx_build.KernelBuilder._branch``).
+Any other branch is a step too (:class:`CondStep`): each side is a plan of its own over
+the branch's operands (read in place) whose kernels write the branch's results, and every one
+of those kernels (those of loops and branches inside a side too) is *guarded*: it reads the
+predicate from device memory and returns at once unless its side is the one taken
+(``Kernel.guards``, a conditional branch at the kernel's entry). The launcher launches both
+sides without looking at the predicate (taking the branch on the host would need it back from
+the device, a synchronisation per branch); only the taken side computes anything, so a NaN or
+an inf of the side not taken is never computed, let alone mixed into a result. What the
+launcher itself does inside a side (a loop's carry copies, zeroing before a scatter) touches
+only that side's own buffers: a side's results get buffers of their own that only its guarded
+kernels write (``ptx_plan.plan(kernel_written=True)``).
+
+A checkpoint's recomputation (``remat``) is inlined (``inline_remats``): values are right, and
+the kernels of a plan hold no intermediate longer than the plan's buffers do anyway.
 """
 from __future__ import annotations
 
@@ -32,35 +43,27 @@ from symgrad.regions import Body, inlined, results_of
 from .dtypes import storage
 
 
-# Regions this target inlines (a branch as a select, a checkpoint's recomputation as its body).
-_INLINED = ("cond", "remat")
-
-
-def expand_conds(outputs) -> list:
-    """``outputs`` with every ``cond`` a select between its two sides and every ``remat``
-    (a checkpoint's recomputation) its body on its operands (loops kept)."""
-    from symgrad.ops import cast, where   # the op table sits above this module
+def inline_remats(outputs) -> list:
+    """``outputs`` with every ``remat`` (a checkpoint's recomputation) its body on its
+    operands (loops and branches kept; their bodies are planned with this applied too)."""
     outputs = list(outputs)
     while True:
-        region = next((n for n in toposort(outputs) if n.op in _INLINED), None)
+        region = next((n for n in toposort(outputs) if n.op == "remat"), None)
         if region is None:
             return outputs
-        if region.op == "remat":
-            values = inlined(region)
-        else:
-            then, other = region.attrs
-            pred, operands = region.inputs[0], region.inputs[1:]
-            a = substitute(then.results, dict(zip(then.params, operands)))
-            b = substitute(other.results, dict(zip(other.params, operands)))
-            values = [cast(where(pred, x, y), x.dtype) for x, y in zip(a, b)]
-        mapping = {make("proj", (region,), (k,)): v for k, v in enumerate(values)}
+        mapping = {make("proj", (region,), (k,)): v for k, v in enumerate(inlined(region))}
         outputs = substitute(outputs, mapping)
 
 
-def without_conds(graph: Graph) -> Graph:
-    if not any(n.op in _INLINED for n in toposort(graph.outputs)):
+def without_remats(graph: Graph) -> Graph:
+    if not any(n.op == "remat" for n in toposort(graph.outputs)):
         return graph
-    return graph.derive(graph.name, expand_conds(graph.outputs), graph.out_tree)
+    return graph.derive(graph.name, inline_remats(graph.outputs), graph.out_tree)
+
+
+def region_bodies(node) -> tuple:
+    """The bodies of a loop (one) or a branch (two) the plan steps into; () for other ops."""
+    return node.attrs[:1] if node.op == "loop" else node.attrs[:2] if node.op == "cond" else ()
 
 
 def _nbytes(dtype: str, shape) -> int:
@@ -78,23 +81,22 @@ class BodyPlan:
     repeats: list
 
 
-def plan_body(body: Body, buffers: list, name: str) -> BodyPlan:
+def plan_body(body: Body, buffers: list, name: str, kinds, kernel_written=False) -> BodyPlan:
+    """``body`` planned with its params' buffers of ``kinds`` (by value or slots)."""
     from .ptx_plan import plan   # the body is planned like any graph
-    graph = without_conds(Graph(name, tuple(f"p{k}" for k in range(len(body.params))),
-                                body.params, body.results, tuple(range(len(body.results)))))
-    p = plan(graph, buffers)
+    graph = without_remats(Graph(name, tuple(f"p{k}" for k in range(len(body.params))),
+                                 body.params, body.results, tuple(range(len(body.results)))))
+    p = plan(graph, buffers, kinds, kernel_written)
     args = [p.source[x] for x in body.params]
     firsts = {}
     outs, repeats = [], []
-    for k, r in enumerate(graph.outputs):
-        if r in firsts:
+    for k, buf in enumerate(p.outputs):   # one buffer per result under kernel_written
+        if buf in firsts:
             outs.append(None)
-            repeats.append((k, firsts[r]))
+            repeats.append((k, firsts[buf]))
         else:
-            firsts[r] = k
-            outs.append(p.outputs[k])
-    for k, buf in enumerate(args):   # the loop index by value, the rest by pointer
-        buffers[buf].kind = "slot" if k else "index"
+            firsts[buf] = k
+            outs.append(buf)
     for buf in outs:
         if buf is not None:
             buffers[buf].kind = "slot"
@@ -120,53 +122,118 @@ class LoopStep:
     zero: tuple = ()
 
 
-def loop_steps(proj, source: dict, new, buffers: list, name: str) -> list:
-    """The step of ``proj``'s loop (planned once per loop, at the first of its results the plan
-    meets; it locates the others): its results' buffers (fresh ones for results nothing reads),
-    each carry's spare buffer and the body's plan, named ``name``."""
-    loop = proj.inputs[0]
-    body, trips, nc, nx, reverse = loop.attrs[:5]   # (no exit: symgrad.regions.without_exits)
-    results = results_of(loop)
+def _result_buffers(region, source: dict, new) -> list:
+    """The buffers of a region's results (fresh ones for results nothing reads), entered in
+    ``source`` for the readers."""
+    results = results_of(region)
     dests = [source[r] if r in source else new("tmp", r.dtype, max(r.size, 1)) for r in results]
     for r, d in zip(results, dests):
         source.setdefault(r, d)
-    inputs = [source[x] for x in loop.inputs]
+    return dests
+
+
+def loop_steps(proj, source: dict, new, buffers: list, name: str, memory: dict) -> list:
+    """The step of ``proj``'s loop (planned once per loop, at the first of its results the plan
+    meets; it locates the others): its results' buffers, each carry's spare buffer and the
+    body's plan, named ``name``. ``memory``: where each input is in memory."""
+    loop = proj.inputs[0]
+    body, trips, nc, nx, reverse = loop.attrs[:5]   # (no exit: symgrad.regions.without_exits)
+    results = results_of(loop)
+    dests = _result_buffers(loop, source, new)
+    inputs = [memory[x] for x in loop.inputs]
     spare = [new("tmp", r.dtype, max(r.size, 1)) for r in results[:nc]]
     row_bytes = [_nbytes(x.dtype, x.shape[1:]) for x in loop.inputs[nc:nc + nx]] + [
         _nbytes(r.dtype, r.shape) for r in body.results[nc:]]
     return [LoopStep(name, trips, reverse, inputs[:nc], inputs[nc:nc + nx], inputs[nc + nx:],
-                     dests[:nc], spare, dests[nc:], plan_body(body, buffers, name), row_bytes,
-                     [_nbytes(r.dtype, r.shape) for r in results[:nc]])]
+                     dests[:nc], spare, dests[nc:],
+                     plan_body(body, buffers, name, ["index"] + ["slot"] * (len(body.params) - 1)),
+                     row_bytes, [_nbytes(r.dtype, r.shape) for r in results[:nc]])]
+
+
+@dataclass
+class CondStep:
+    """A branch in a plan's launch sequence: both sides launched, only the taken one working
+    (see the module docstring)."""
+    name: str
+    pred: int          # buffer of the predicate
+    operands: list     # buffers, read in place by both sides
+    results: list      # buffers both sides write (only the taken side's kernels run)
+    sides: tuple       # (then, else) BodyPlan
+    kind: str = "cond"
+    zero: tuple = ()
+
+
+def cond_steps(proj, source: dict, new, buffers: list, name: str, memory: dict) -> list:
+    """The step of ``proj``'s branch (planned once, at its first result the plan meets): each
+    side planned over slots for the operands, its kernels guarded by the predicate."""
+    cond = proj.inputs[0]
+    dests = _result_buffers(cond, source, new)
+    pred = memory[cond.inputs[0]]
+    sides = []
+    for body, taken, tag in zip(cond.attrs, (True, False), ("then", "else")):
+        side = plan_body(body, buffers, f"{name}_{tag}", ["slot"] * len(body.params),
+                         kernel_written=True)
+        for _, k in all_kernels(side.plan):   # loops and branches inside it too
+            k.guards = ((pred, taken),) + k.guards
+        sides.append(side)
+    return [CondStep(name, pred, [memory[x] for x in cond.inputs[1:]], dests, tuple(sides))]
+
+
+# region op -> the steps of its plan (ptx_plan.KERNEL_RULES dispatches here)
+REGION_STEPS = {"loop": loop_steps, "cond": cond_steps}
 
 
 # ----------------------------------------------------------------------------------------------
 # Running a plan's steps
 
 
+def _sub_plans(step) -> list | None:
+    """The plans a step runs (a loop's body, a branch's two sides); None for a kernel."""
+    if isinstance(step, LoopStep):
+        return [step.body.plan]
+    if isinstance(step, CondStep):
+        return [side.plan for side in step.sides]
+    return None
+
+
 def all_kernels(p):
-    """(plan, kernel) for every kernel of a plan and of its loops' bodies, in a fixed order."""
+    """(plan, kernel) for every kernel of a plan and of its regions' bodies, in a fixed order."""
     stack = [(p, list(p.kernels))]
     out = []
     while stack:
         plan_, steps = stack.pop()
         for k, step in enumerate(steps):
-            if isinstance(step, LoopStep):
+            subs = _sub_plans(step)
+            if subs is not None:
                 stack.append((plan_, steps[k + 1:]))
-                stack.append((step.body.plan, list(step.body.plan.kernels)))
+                stack.extend((sub, list(sub.kernels)) for sub in reversed(subs))
                 break
             out.append((plan_, step))
     return out
 
 
 def run_steps(p, addr: dict, launch, copy):
-    """Launch a plan's kernels in order, loops per iteration. ``addr``: buffer -> device
-    address (a ctypes value for a by-value scalar), updated for the body slots; ``launch(kernel,
-    addr)``; ``copy(dst, src, nbytes)`` device to device."""
+    """Launch a plan's kernels in order, loops per iteration, branches both sides (guarded).
+    ``addr``: buffer -> device address (a ctypes value for a by-value scalar), updated for the
+    body slots; ``launch(kernel, addr)``; ``copy(dst, src, nbytes)`` device to device."""
     for step in p.kernels:
         if isinstance(step, LoopStep):
             _run_loop(step, addr, launch, copy)
+        elif isinstance(step, CondStep):
+            _run_cond(step, addr, launch, copy)
         else:
             launch(step, addr)
+
+
+def _run_cond(step: CondStep, addr: dict, launch, copy):
+    """Both sides, each reading the operands in place and writing the results: the guards in
+    their kernels let only the taken side work (no predicate comes back to the host)."""
+    for side in step.sides:
+        for buf, operand in zip(side.args, step.operands):
+            addr[buf] = addr[operand]
+        for buf, dest in zip(side.outs, step.results):
+            addr[buf] = addr[dest]
+        run_steps(side.plan, addr, launch, copy)
 
 
 def _run_loop(step: LoopStep, addr: dict, launch, copy):

@@ -99,6 +99,10 @@ def _cases():
         ("identity", ([((3,), F), ((), F)], lambda x, s: [x, s, x * s])),
         ("scalar", ([((), F), ((), F)], lambda x, y: [x * o.sin(y) + o.exp(-x * x)])),
         ("loop", ([((6, 3), F), ((3,), F)], _scan_case)),   # + its reverse loop (the gradient)
+        # branches: guarded kernels per side, in and around loops (codegen.ptx_regions.CondStep)
+        ("branch", ([((5,), F), ((5,), F)], _branch_case)),
+        ("branch_in_loop", ([((6, 3), F), ((3,), F)], _branch_in_loop_case)),
+        ("loop_in_branch", ([((6, 3), F), ((3,), F)], _loop_in_branch_case)),
         # np.linalg's factorisations: loops over the pivot index (symgrad.numpy_linalg)
         ("linalg_lu", ([((2, 5, 5), F)], lambda a: [la.slogdet(a).logabsdet, la.det(a)])),
         ("linalg_gauss_jordan", ([((4, 4), F), ((4, 2), F)], lambda a, b: [la.inv(a), la.solve(a, b)])),
@@ -117,6 +121,35 @@ def _scan_case(xs, x0):
     new = o.tanh(c * row) + o.reduce("sum", c) * 0.1 + o.cast(i, x0.dtype) * 0.01
     finals, stacks = regions.scan(6, i, [c], [x0], [row], [xs], [new], [o.exp(c)])
     return [finals[0], stacks[0]]
+
+
+def _branch_case(x, w):
+    """The safe sqrt of s = sum(x) - 2.5 (either side on the test data), a reduction in one
+    side, a result repeated, an operand returned as is: sqrt(-s) is NaN on the side not taken."""
+    from symgrad import ops as o, regions
+    s = o.reduce("sum", x) - 2.5
+    then = [o.sqrt(s) * o.reduce("sum", o.log(x) * w), o.exp(x) * w, w, o.exp(x) * w]
+    other = [o.sqrt(-s) * 2.0, x * w, x, o.sin(x)]
+    return regions.cond(o.ge(s, 0.0), then, other, outer=frozenset([s]))
+
+
+def _branch_in_loop_case(xs, x0):
+    """A loop whose body branches on its carry, with a branch nested in a side."""
+    from symgrad import ops as o, regions
+    i = regions.placeholder("int64")
+    c = regions.placeholder(x0.dtype, x0.shape)
+    row = regions.placeholder(xs.dtype, xs.shape[1:])
+    (inner,) = regions.cond(o.gt(o.reduce("sum", row), 1.5), [c + o.sin(row)], [c - row * 0.5])
+    (new,) = regions.cond(o.gt(o.reduce("sum", c), 1.0), [c * 0.5], [inner])
+    finals, stacks = regions.scan(6, i, [c], [x0], [row], [xs], [new], [o.exp(c)])
+    return [finals[0], stacks[0]]
+
+
+def _loop_in_branch_case(xs, x0):
+    """A branch whose side is a loop (its result written by the launcher's carry copies)."""
+    from symgrad import ops as o, regions
+    finals, stacks = _scan_case(xs, x0)
+    return regions.cond(o.gt(o.reduce("sum", x0), 1.5), [finals, stacks], [x0 * 2.0, o.exp(xs)])
 
 
 def _graph(name, spec, build, dtype):
@@ -277,6 +310,7 @@ def test_kernels_use_libdevice_not_intrinsics(emitted):
 
 def test_every_op_is_lowered_or_listed():
     from symgrad.codegen import ptx
+    from symgrad.codegen.ptx_regions import region_bodies
     from symgrad.ir import OPS, toposort
     unhandled = [op for op in OPS if ptx.lowering(op) is None and op not in ptx.UNSUPPORTED]
     assert not unhandled
@@ -284,12 +318,11 @@ def test_every_op_is_lowered_or_listed():
     seen = set()
     for dt in ("float32", "float64"):
         for _, g in _graphs(dt):
-            pending = [g.outputs]   # and the nodes of loop bodies
+            pending = [g.outputs]   # and the nodes of loop bodies and branch sides
             while pending:
                 for n in toposort(pending.pop()):
                     seen.add(n.op)
-                    if n.op == "loop":
-                        pending.append(n.attrs[0].results)
+                    pending.extend(body.results for body in region_bodies(n))
     assert set(OPS) - set(ptx.UNSUPPORTED) <= seen, sorted(set(OPS) - seen)
 
 
