@@ -36,7 +36,7 @@ from symgrad import settings
 from . import diskcache, module_split
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-6"
+FORMAT = "symgrad-cpu-7"   # (-7: compiled with symbolic-stride versioning again)
 PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests
@@ -57,13 +57,10 @@ def _init():
             return _state
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        # No loop versioning on symbolic strides: LLVM vectorises a loop that reads a run-time
-        # stride (a column P[:, 6] of a vmapped (n, 15) array) only for stride == 1, and runs
-        # the scalar loop otherwise. Our unit strides are baked into the IR (codegen.kernel),
-        # so a run-time stride is never 1 and the check always picked the scalar loop: ADBench
-        # BA's sin/cos loop ran 5.6x slower. Without versioning the loop is vectorised with
-        # strided (gather) accesses.
-        llvm.set_option("", "-enable-mem-access-versioning=0")
+        # (LLVM's loop versioning on symbolic strides stays on: it vectorises a loop reading
+        # a run-time stride only for stride == 1, so ADBench BA's column loops (a vmapped
+        # p[:, 6]) run scalar; turning it off process-wide vectorised those with gathers but
+        # made W3 Rosenbrock's gradient 1.8x slower, 0.57 -> 1.0 us: measured, reverted.)
         triple = llvm.get_process_triple()
         cpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()
