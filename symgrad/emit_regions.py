@@ -10,7 +10,7 @@ once its done flag is set is a ``while trips < cap and not done:`` (a ``while`` 
 from __future__ import annotations
 
 from . import spelling as sp
-from .ir import Node, make, toposort, use_counts
+from .ir import Node, make, toposort
 from .regions import UNTIL, loop_consts, loop_count
 
 # The name of a while loop's hidden trip index (``symgrad.while_loops``) in generated code.

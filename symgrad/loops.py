@@ -27,7 +27,7 @@ import builtins
 
 from . import guards as guards_table
 from . import ops, regions
-from .aliases import NO_BUFFERS, ZIPPED_ITEMS, row_buffers
+from .aliases import ZIPPED_ITEMS, row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
 from .loop_plan import (BodyDone, StackedList, _Counter, _Fallback, _Guarded, _PeelFirst,

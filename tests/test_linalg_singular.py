@@ -6,16 +6,13 @@ det / slogdet never raise; ill-conditioned matrices NumPy accepts are accepted (
 NumPy's); det's gradient at a singular matrix is the adjugate for every n. And ``t // 2`` of a
 loop index does not divide by zero (a RuntimeWarning) to find the sign of a zero."""
 import inspect
-import os
-import shutil
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
 
 import symgrad as sg
+from ptx_child import assemble_in_child
 
 TARGETS = ("python", "cpu")
 DTYPES = (np.float64, np.float32)
@@ -362,19 +359,7 @@ open(sys.argv[2], "w").write(sg.grad(cholesky_sum, target="cuda").ptx(np.eye(3),
 
 
 def test_ptx_of_the_guarded_gradients_assembles(tmp_path):
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
-        pytest.skip("ptxas not found")
-    files = [tmp_path / "inv.ptx", tmp_path / "cholesky.ptx"]
-    script = _PTX_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    # NVPTX can abort the process on a bad lowering: generated in a child
-    r = subprocess.run([sys.executable, "-c", script, *map(str, files)], capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    for p in files:
-        done = subprocess.run([ptxas, "-arch=sm_80", str(p), "-o", os.devnull],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
+    assemble_in_child(_PTX_SCRIPT, [tmp_path / "inv.ptx", tmp_path / "cholesky.ptx"])
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -7,15 +7,13 @@ per example; then the retry path, out=, compile counts, the limit, and the refus
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 import symgrad as sg
+from ptx_child import assemble_in_child
 from symgrad import guards
 from symgrad.codegen import llvm
 
@@ -426,19 +424,7 @@ open(sys.argv[2], "w").write(g.grad.ptx(np.array([2.0, 3.0, 4.0, 5.0, 6.0]), arc
 
 
 def test_ptx_of_while_gradients_assembles(tmp_path):
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
-        pytest.skip("ptxas not found")
-    files = [tmp_path / "newton.ptx", tmp_path / "nested.ptx"]
-    script = _PTX_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    # NVPTX can abort the process on a bad lowering: generated in a child
-    r = subprocess.run([sys.executable, "-c", script, *map(str, files)], capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    for p in files:
-        done = subprocess.run([ptxas, "-arch=sm_80", str(p), "-o", os.devnull],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
+    assemble_in_child(_PTX_SCRIPT, [tmp_path / "newton.ptx", tmp_path / "nested.ptx"])
 
 
 # ----------------------------------------------------------------------------------------------
