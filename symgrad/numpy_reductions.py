@@ -12,6 +12,7 @@ from .op_base import _promote
 from .ir import Node
 from .numpy_base import _as_array, _axis, unsupported
 from .numpy_layout import moveaxis
+from .numpy_sorting import inclusive_scan
 
 
 def _count(x: Node, axis) -> int:
@@ -273,7 +274,6 @@ def _ufunc_reduce(name, op):
 
 def _ufunc_accumulate(name, combine, identity_of):
     def build(a, axis=0, dtype=None, out=None):
-        from .numpy_sorting import _shifted
         if out is not None:
             raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
         y = _as_array(a)
@@ -281,11 +281,7 @@ def _ufunc_accumulate(name, combine, identity_of):
             y = ops.cast(y, np.dtype(dtype).name)
         if y.ndim == 0:
             raise ValueError("cannot accumulate on a scalar")
-        ax = _axis(axis, y.ndim)
-        n = y.shape[ax]
-        for step in range(math.ceil(math.log2(n)) if n > 1 else 0):
-            y = combine(y, _shifted(y, ax, 1 << step, identity_of(y.dtype)))
-        return y
+        return inclusive_scan(y, _axis(axis, y.ndim), combine, identity_of(y.dtype))
     build.__name__ = name
     return build
 

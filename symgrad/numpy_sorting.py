@@ -247,13 +247,18 @@ def _scan(name, combine, identity):
             raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
         x = _as_array(a)
         x, ax = _flattened(x, axis)
-        y = ops.cast(x, _scan_dtype(x, dtype))
-        n = y.shape[ax] if y.ndim else 1
-        for step in range(math.ceil(math.log2(n)) if n > 1 else 0):
-            y = combine(y, _shifted(y, ax, 1 << step, identity))
-        return y
+        return inclusive_scan(ops.cast(x, _scan_dtype(x, dtype)), ax, combine, identity)
     build.__name__ = name
     return build
+
+
+def inclusive_scan(y: Node, ax: int, combine, identity) -> Node:
+    """y[i] = y[0] (combine) ... (combine) y[i] along ``ax``: ceil(log2 n) passes of
+    y[i] = y[i] (combine) y[i - s], the first s entries combined with ``identity``."""
+    n = y.shape[ax] if y.ndim else 1
+    for step in range(math.ceil(math.log2(n)) if n > 1 else 0):
+        y = combine(y, _shifted(y, ax, 1 << step, identity))
+    return y
 
 
 cumsum = _scan("cumsum", ops.add, 0)
