@@ -112,13 +112,14 @@ def row_view_pairs(stmt) -> list[tuple[str, str]]:
 def _part(value, body=()):
     """('range', range) or ('rows', node) for a value a loop region can iterate, else None.
     A list or tuple of traced arrays of one dtype and shape (a sequence passed as a list) is
-    iterated as the rows of their stack, unless the body writes into an item (a row of the
-    stack is not the list's array, so the write would not reach the list)."""
+    iterated as the rows of their stack, unless the body writes anything in place (a row of
+    the stack is not the list's array, and an alias of an item could be written through any
+    name: such a loop iterates the list itself, whose alias checks answer the write)."""
     if isinstance(value, range):
         return ("range", value)
     if isinstance(value, Node) and value.ndim >= 1:
         return ("rows", value)
-    if isinstance(value, (list, tuple)) and stackable(value) and not _writes_items(body):
+    if isinstance(value, (list, tuple)) and stackable(value) and not written_in_place(body):
         from . import ops   # (ops sits above this module)
         return ("rows", ops.stack(list(value)))
     return None
@@ -129,16 +130,6 @@ def stackable(items) -> bool:
     if len(items) < 2 or not all(isinstance(v, Node) for v in items):
         return False
     return all(v.dtype == items[0].dtype and v.shape == items[0].shape for v in items)
-
-
-def _writes_items(body) -> bool:
-    """Whether the body assigns into a subscript (``x[0] = ...``, ``x[:] += ...``)."""
-    for node in _walk_body(body):
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
-        if any(isinstance(n, ast.Subscript) for t in targets for n in ast.walk(t)):
-            return True
-    return False
 
 
 def _length(part) -> int:

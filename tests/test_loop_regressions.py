@@ -260,6 +260,13 @@ def rnn_indexing_a_list(W, U, xs):
     return np.sum(h ** 2)
 
 
+def adds_into_list_items(W, U, xs):
+    local = [x * 1.0 for x in xs]
+    for x in local:
+        x += 0.5             # in place too: NumPy changes the list's arrays
+    return np.sum(W @ np.tanh(U @ local[3]))
+
+
 def writes_into_list_items(W, U, xs):
     local = [x * 1.0 for x in xs]
     for x in local:
@@ -301,3 +308,7 @@ def test_a_write_into_a_list_item_is_still_refused_not_lost(target):
     xs = [rng.normal(size=3) for _ in range(8)]
     with pytest.raises(sg.UnsupportedSyntaxError, match="may share memory with 'local'"):
         sg.differentiate(writes_into_list_items, target=target)(W, U, xs)
+    # (an augmented assignment iterated the stack and failed with 'got list': it is refused too)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="augmented assignment to 'x', which may "
+                                                        "share memory with 'local'"):
+        sg.differentiate(adds_into_list_items, target=target)(W, U, xs)
