@@ -22,7 +22,6 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import re
@@ -31,7 +30,7 @@ import time
 
 import llvmlite.binding as llvm
 
-from symgrad import settings
+from symgrad import gc_pause, settings
 
 from . import diskcache, module_split
 from .mathlib import CPUMath, finish_cpu_module
@@ -286,18 +285,14 @@ def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
                for t in range(1, threads)]
     # No cycle collection while threads call LLVM without llvmlite's lock: a collection run
     # inside that window could finalise another owner's llvmlite object unlocked (reference
-    # counting frees only what a thread itself drops: its own part's objects).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    # counting frees only what a thread itself drops: its own part's objects). gc_pause's
+    # pause, shared with concurrent compiles: none of them can end it while these run.
+    with gc_pause.paused():
         for t in helpers:
             t.start()
         work()
         for t in helpers:
             t.join()
-    finally:
-        if collecting:
-            gc.enable()
     if failures:
         raise failures[min(failures)]
     return results
