@@ -40,7 +40,7 @@ def _nonzero_divisor(n: Node) -> bool:
     if n.op != "div":
         return False
     divisor = n.inputs[1]
-    return divisor.op == "const" and divisor.attrs[0] == divisor.attrs[0] and divisor.attrs[0] != 0
+    return divisor.op == "const" and divisor.attrs[0] != 0
 
 
 def spelling_names() -> set[str]:
