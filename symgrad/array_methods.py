@@ -54,6 +54,8 @@ _NODE_METHODS = {
     "cumsum": lambda x, axis=None, dtype=None, out=None: DUALS["cumsum"](x, axis, dtype, out),
     "cumprod": lambda x, axis=None, dtype=None, out=None: DUALS["cumprod"](x, axis, dtype, out),
     "take": lambda x, indices, axis=None: DUALS["take"](x, indices, axis),
+    "any": lambda x, axis=None, out=None, keepdims=False: DUALS["any"](x, axis, out, keepdims),
+    "all": lambda x, axis=None, out=None, keepdims=False: DUALS["all"](x, axis, out, keepdims),
 }
 
 

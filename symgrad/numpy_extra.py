@@ -71,6 +71,7 @@ FUNCTIONS = {
     "nanmax": (np.nanmax, reductions.nanmax), "nanmin": (np.nanmin, reductions.nanmin),
     "nanmean": (np.nanmean, reductions.nanmean), "nanvar": (np.nanvar, reductions.nanvar),
     "nanstd": (np.nanstd, reductions.nanstd), "allclose": (np.allclose, reductions.allclose),
+    "any": (np.any, reductions.any_), "all": (np.all, reductions.all_),
     "isclose": (np.isclose, elementwise.isclose), "heaviside": (np.heaviside, elementwise.heaviside),
     "float_power": (np.float_power, elementwise.float_power),
 }

@@ -253,9 +253,27 @@ def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     return _sqrt_of_square_sum(nanvar(a, axis, dtype, out, ddof, keepdims))
 
 
+def _truth_reduction(name, every):
+    """np.any / np.all: whether any / every entry is nonzero (NaN is nonzero, as in NumPy), as
+    a count of the entries that decide (a sum: 0 over an empty axis, where min/max refuse)."""
+    def build(a, axis=None, out=None, keepdims=False):
+        if out is not None:
+            raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
+        x = _as_array(a)
+        deciding = ops.eq(x, 0) if every else ops.ne(x, 0)
+        count = ops.reduce("sum", ops.cast(deciding, "int64"), axis, keepdims)
+        return ops.eq(count, 0) if every else ops.gt(count, 0)
+    build.__name__ = name
+    return build
+
+
+any_ = _truth_reduction("any", every=False)
+all_ = _truth_reduction("all", every=True)
+
+
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     from .numpy_elementwise import isclose
-    return ops.reduce("min", ops.cast(isclose(a, b, rtol, atol, equal_nan), "int64"), None) > 0
+    return all_(isclose(a, b, rtol, atol, equal_nan))
 
 
 # ----------------------------------------------------------------------------------------------
