@@ -319,6 +319,9 @@ def main(argv=None):
         cprofile(args.cprofile, args.top)
         return
     trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": ROOT}
+    import startup
+    for root in trees.values():    # as installed copies are (see startup.byte_compile)
+        startup.byte_compile(root)
     print(f"Machine: {machine()}; medians of {args.runs} fresh processes; times in ms "
           "(stages: CPU time of the threads that ran them)")
     names = [s for s in args.cases.split(",") if s]

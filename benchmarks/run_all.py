@@ -435,6 +435,12 @@ def _jax_gmm():
 
 def main():
     report = {}
+    # Fresh-process rows (W4, GMM first gradient, the compile profile) must see what an
+    # installed copy sees: pip byte-compiles a package when it installs it, while an editable
+    # install on a machine with PYTHONDONTWRITEBYTECODE=1 recompiles every module's source in
+    # every process (about 40 ms of `compile` in each W4 row, measured).
+    import startup
+    startup.byte_compile()
     print("machine ...", flush=True)
     report["machine"] = machine()
     bw = bandwidth()
