@@ -33,6 +33,7 @@ from llvmlite import ir
 from symgrad.ir import Node, is_float
 
 from . import matmul_kernel
+from .libraries import library_function
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
@@ -321,47 +322,9 @@ class KernelModule:
             b.call(helper, ptrs + [params, ir.Constant(I64, extent0_slot)] + slots + [begin, end])
 
     def _copy_helper(self, dtype: str, d: int, mode: str) -> ir.Function:
-        name = f"sg_copy.{dtype}.{d}.{mode}"
-        if name in self.module.globals:
-            return self.module.globals[name]
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [I64] * 5),
-                         name)
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        fn.attributes.add("noinline")   # one copy of the loop, however many stages call it
-        dst, src, params, ext_slot, dst_slot, src_slot, begin, end = fn.args
-        for a, nm in zip(fn.args, ("dst", "src", "params", "ext", "dstride", "sstride", "begin", "end")):
-            a.name = nm
-        dst.add_attribute("noalias")
-        src.add_attribute("noalias")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-        def row(slot, name):
-            return [b.load(b.gep(params, [b.add(slot, ir.Constant(I64, j))], source_etype=I64),
-                           typ=I64, name=f"{name}{j}") for j in range(d)]
-        ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
-        ty = memory_type(dtype)
-        levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
-                            tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
-                  for j in range(d)]
-        idx = [loop.index for loop in levels]
-        offs = []
-        for strides in (ds, ss):
-            off = ir.Constant(I64, 0)
-            for i, s in zip(idx, strides):
-                off = b.add(off, b.mul(i, s))
-            offs.append(off)
-        pd = b.gep(dst, [offs[0]], source_etype=ty)
-        v = b.load(b.gep(src, [offs[1]], source_etype=ty), typ=ty)
-        if mode == "accum":
-            old = b.load(pd, typ=ty)
-            v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
-                 else b.add(old, v))
-        b.store(v, pd)
-        for loop in reversed(levels):
-            close_loop(b, loop)
-        b.ret_void()
-        return fn
+        """The strided copy loop of (dtype, rank, mode): a library function (codegen.libraries)."""
+        return library_function(self, f"symgrad_copy_{dtype}_{d}_{mode}", _declare_copy,
+                                lambda fn: _copy_body(fn, dtype, d, mode))
 
     def _loops(self, b, body, st, loads, gathers, argmap, params, extents, begin, end):
         d = len(st.shape)
@@ -468,3 +431,46 @@ class KernelModule:
             b.call(fns.stage, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
         return fn
+
+
+def _declare_copy(module: ir.Module, name: str) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [I64] * 5), name)
+    fn.attributes.add("nounwind")
+    for a, nm in zip(fn.args, ("dst", "src", "params", "ext", "dstride", "sstride", "begin", "end")):
+        a.name = nm
+    fn.args[0].add_attribute("noalias")
+    fn.args[1].add_attribute("noalias")
+    return fn
+
+
+def _copy_body(fn: ir.Function, dtype: str, d: int, mode: str) -> None:
+    """One loop nest: ``dst[i] = src[i]`` or ``dst[i] += src[i]`` over the extents in the
+    params slots ``ext``, with the strides in slots ``dstride`` and ``sstride``."""
+    dst, src, params, ext_slot, dst_slot, src_slot, begin, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def row(slot, name):
+        return [b.load(b.gep(params, [b.add(slot, ir.Constant(I64, j))], source_etype=I64),
+                       typ=I64, name=f"{name}{j}") for j in range(d)]
+    ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
+    ty = memory_type(dtype)
+    levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
+                        tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
+              for j in range(d)]
+    idx = [loop.index for loop in levels]
+    offs = []
+    for strides in (ds, ss):
+        off = ir.Constant(I64, 0)
+        for i, s in zip(idx, strides):
+            off = b.add(off, b.mul(i, s))
+        offs.append(off)
+    pd = b.gep(dst, [offs[0]], source_etype=ty)
+    v = b.load(b.gep(src, [offs[1]], source_etype=ty), typ=ty)
+    if mode == "accum":
+        old = b.load(pd, typ=ty)
+        v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
+             else b.add(old, v))
+    b.store(v, pd)
+    for loop in reversed(levels):
+        close_loop(b, loop)
+    b.ret_void()

@@ -170,6 +170,9 @@ class CPUMath(MathTarget):
         if public not in self.bound:
             self._pending[public] = (text, local)
 
+    def has_library(self, public: str) -> bool:
+        return public in self.bound or public in self._pending
+
     def pending_in(self, text: str) -> list[tuple[str, tuple[str, str]]]:
         """The pending libraries ``text`` declares, in name order."""
         return sorted((sym, self._pending[sym]) for sym in set(_PRIVATE_DECLARED.findall(text))

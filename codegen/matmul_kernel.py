@@ -39,6 +39,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from .dtypes import memory_type
+from .libraries import library_function
 from .loops import close_loop, open_loop
 from .lower import LOWER, Scalar
 from .loop_body import const_key
@@ -203,21 +204,13 @@ def _declare(module: ir.Module, name: str, dtype: str, unit_b: bool, ep=None) ->
 
 
 def _library_kernel(km, dtype: str, w: int, unit_b: bool) -> ir.Function:
-    """The declaration, in ``km``'s module, of the kernel without epilogue, which is the same
-    for every module of a (dtype, vector width, layout of b): it is compiled once per process
-    into a library module of its own (through jit's caches: once per machine with the disk
-    cache; jit.load compiles it beside the first module that calls it) instead of in every
-    module that multiplies. It was the largest item of LLVM time of
-    ADBench GMM's gradient (d = 10: 227 of 712 ms CPU for the two variants)."""
-    public = f"symgrad_mm_{dtype}_{w}" + ("" if unit_b else "_bstrided")
-    if public in km.module.globals:
-        return km.module.globals[public]
-    if public not in km.math.bound:
-        library = ir.Module(name=public)
-        fn = _declare(library, "sg_" + public, dtype, unit_b)
-        _TileKernel(fn, memory_type(dtype), w, unit_b).emit()
-        km.math.add_library(public, str(library), fn.name)
-    return _declare(km.module, public, dtype, unit_b)
+    """The kernel without epilogue, the same for every module of a (dtype, vector width,
+    layout of b): a library function (codegen.libraries). It was the largest item of LLVM time
+    of ADBench GMM's gradient (d = 10: 227 of 712 ms CPU for the two variants)."""
+    return library_function(
+        km, f"symgrad_mm_{dtype}_{w}" + ("" if unit_b else "_bstrided"),
+        lambda module, name: _declare(module, name, dtype, unit_b),
+        lambda fn: _TileKernel(fn, memory_type(dtype), w, unit_b).emit())
 
 
 ARGS = ("a", "b", "c", "m", "n", "k", "sa_i", "sa_k", "sb_k", "sc_i")
