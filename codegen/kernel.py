@@ -89,10 +89,22 @@ def _compile_light(fn: ir.Function):
 
 
 def all_stages_light(schedule: Schedule, light: int) -> bool:
-    """Is every stage compiled light (no region, no blocked matmul, none above the bound)?"""
-    return bool(schedule.stages) and all(
-        st.region is None and st.size <= light and not matmul_kernel.applies(st, schedule.buffers)
-        for st in schedule.stages)
+    """Is every stage compiled light (see _light_stage)?"""
+    return bool(schedule.stages) and all(_light_stage(st, light, schedule.buffers)
+                                         for st in schedule.stages)
+
+
+def _light_stage(st: Stage, light: int, buffers) -> bool:
+    """Is the stage's body compiled light? A region's never (its body is a module of its
+    own); a blocked matmul's without epilogue always, whatever its size: the body only loops
+    over the batch and calls the library kernel, which is compiled optimised once; one with
+    an epilogue never (its kernel is the module's own and would be light too); any other up to
+    ``light`` iterations."""
+    if st.region is not None:
+        return False
+    if matmul_kernel.applies(st, buffers):
+        return st.epilogue is None
+    return st.size <= light
 
 
 def _module_light(module: ir.Module):
@@ -272,7 +284,7 @@ class KernelModule:
         body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}.body")
         body.linkage = "internal"
         body.attributes.add("nounwind")
-        if st.size <= self.light and not blocked:
+        if self.light >= 0 and _light_stage(st, self.light, self.s.buffers):
             _compile_light(body)
         for a in body.args[:len(bufs) + 1]:
             a.add_attribute("noalias")
