@@ -230,8 +230,11 @@ def measure_one(name: str) -> dict:
 
 
 def run_child(name: str, env: dict, tree: str) -> dict:
-    """``measure_one(name)`` in a fresh process importing symgrad from ``tree``."""
-    cmd = [sys.executable, __file__, "--one", name]
+    """``measure_one(name)`` in a fresh process importing symgrad from ``tree``: with the
+    tree's own virtualenv where it has one (``make .venv/.installed`` there), as an editable
+    install maps ``symgrad.codegen`` to its own checkout whatever PYTHONPATH says."""
+    own = os.path.join(tree, ".venv", "bin", "python")
+    cmd = [own if os.path.exists(own) else sys.executable, __file__, "--one", name]
     env = dict(env, PYTHONPATH=tree)
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if run.returncode != 0:
@@ -330,7 +333,8 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--tree", action="append", metavar="LABEL=DIR",
-                    help="a checkout to measure (symgrad imported from DIR; repeatable, runs "
+                    help="a checkout to measure (symgrad imported from DIR, run by DIR's "
+                         ".venv: `make .venv/.installed` there first; repeatable, runs "
                          "alternate); default: this one")
     args = ap.parse_args(argv)
     if args.one:
