@@ -579,7 +579,9 @@ def test_disk_cache_gives_later_processes_the_entry_at_once(tmp_path):
 
     first_kind, last_kind, hits, compiles = run()
     assert (first_kind, last_kind) == ("function", "builtin_function_or_method")
-    assert (int(hits), int(compiles)) == (0, 2)             # the kernel and the entry
+    # the kernel, the entry and the libraries the kernel calls (the strided copy loop)
+    assert int(hits) == 0 and int(compiles) >= 2
+    compiled = int(compiles)
     first_kind, last_kind, hits, compiles = run()   # loaded from the disk after 1 call
     assert (first_kind, last_kind) == ("function", "builtin_function_or_method")
-    assert (int(hits), int(compiles)) == (2, 0)
+    assert (int(hits), int(compiles)) == (compiled, 0)
