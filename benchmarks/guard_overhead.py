@@ -1,0 +1,139 @@
+"""Per-call time of guarded signatures (issue 13, call overhead): the error guards of
+``np.linalg.inv`` / ``solve`` / ``cholesky`` and a ``while`` on data (a Newton iteration until
+converged), value and gradient, next to W3 (the Rosenbrock gradient, n = 1000, unguarded).
+
+Each row is timed in batches of CALLS calls after warm-up calls past the native entry's
+countdown; the medians of REPS batches, rows interleaved batch by batch. With ``--compare A
+B`` (two Python interpreters, each a virtual environment with one checkout installed) it
+runs itself in fresh processes of A and B alternately (``--rounds`` each, one row table per
+process) and prints each row's median over the rounds side by side, with the machine's load
+(``os.getloadavg``) before and after.
+
+    python benchmarks/guard_overhead.py [--reps 9] [--calls 20000]
+    python benchmarks/guard_overhead.py --compare main/.venv/bin/python .venv/bin/python
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def inv3(a):
+    return np.linalg.inv(a)
+
+
+def solve3(a, b):
+    return np.linalg.solve(a, b)
+
+
+def cholesky_sum(a):
+    return np.sum(np.linalg.cholesky(a))
+
+
+def newton_sqrt(a):
+    # the square roots of a's entries, Newton's iteration until every one converged
+    x = a
+    while np.max(np.abs(x * x - a)) > 1e-12:
+        x = 0.5 * (x + a / x)
+    return np.sum(x)
+
+
+def det3(a):
+    return np.linalg.det(a)
+
+
+def rows():
+    import symgrad as sg
+    sys.path.insert(0, HERE)
+    from workloads import w3
+    rng = np.random.default_rng(0)
+    m = rng.random((3, 3)) + 3.0 * np.eye(3)
+    spd = m @ m.T
+    b = rng.random(3)
+    x = rng.random(1000)
+    roots = np.array([2.0, 3.0, 5.0, 7.0])
+    return {
+        "inv 3x3": (sg.differentiate(inv3), (m,)),
+        "solve 3x3": (sg.differentiate(solve3), (m, b)),
+        "cholesky 3x3 gradient": (sg.grad(cholesky_sum), (spd,)),
+        "while (Newton) value": (sg.differentiate(newton_sqrt), (roots,)),
+        "while (Newton) gradient": (sg.grad(newton_sqrt), (roots,)),
+        "W3 gradient n=1000": (sg.grad(w3), (x,)),
+    }
+
+
+def time_rows(reps: int, calls: int) -> dict:
+    table = rows()
+    for fn, args in table.values():
+        for _ in range(3000):      # past the countdowns to the native entry
+            fn(*args)
+    times = {name: [] for name in table}
+    for _ in range(reps):
+        for name, (fn, args) in table.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def first_gradient_ms() -> float:
+    """det's first gradient (trace, differentiate, compile, call) in this process, in ms."""
+    import symgrad as sg
+    a = np.random.default_rng(1).random((3, 3)) + np.eye(3)
+    start = time.perf_counter()
+    sg.grad(det3)(a)
+    return (time.perf_counter() - start) * 1e3
+
+
+def compare(a: str, b: str, rounds: int, reps: int, calls: int):
+    results = {a: [], b: []}
+    load = [os.getloadavg()]
+    for _ in range(rounds):
+        for python in (a, b):
+            out = subprocess.run([python, os.path.abspath(__file__), "--child", "--reps",
+                                  str(reps), "--calls", str(calls)],
+                                 capture_output=True, text=True, check=True)
+            results[python].append(json.loads(out.stdout.splitlines()[-1]))
+    load.append(os.getloadavg())
+    names = list(results[a][0])
+    print(f"load average before {load[0]}, after {load[1]}; {rounds} alternating processes each,"
+          f" medians of {reps} batches of {calls} calls")
+    print(f"{'row (us per call)':32s} {'A':>9s} {'B':>9s}")
+    for name in names:
+        med = [statistics.median(r[name] for r in results[python]) for python in (a, b)]
+        print(f"{name:32s} {med[0]:9.3f} {med[1]:9.3f}")
+    print(f"A = {a}\nB = {b}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--calls", type=int, default=20000)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--compare", nargs=2)
+    p.add_argument("--child", action="store_true")
+    p.add_argument("--first-gradient", action="store_true")
+    args = p.parse_args()
+    if args.first_gradient:
+        print(json.dumps({"det first gradient ms": first_gradient_ms()}))
+    elif args.compare:
+        compare(*args.compare, args.rounds, args.reps, args.calls)
+    elif args.child:
+        print(json.dumps(time_rows(args.reps, args.calls)))
+    else:
+        for name, t in time_rows(args.reps, args.calls).items():
+            print(f"{name:32s} {t:9.3f} us")
+
+
+if __name__ == "__main__":
+    main()
