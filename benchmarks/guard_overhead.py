@@ -4,8 +4,8 @@ converged), value and gradient, next to W3 (the Rosenbrock gradient, n = 1000, u
 
 Each row is timed in batches of CALLS calls after warm-up calls past the native entry's
 countdown; the medians of REPS batches, rows interleaved batch by batch. With ``--compare A
-B`` (two Python interpreters, each a virtual environment with one checkout installed) it
-runs itself in fresh processes of A and B alternately (``--rounds`` each, one row table per
+B ...`` (Python interpreters, each a virtual environment with one checkout installed) it
+runs itself in fresh processes of each in turn (``--rounds`` each, one row table per
 process) and prints each row's median over the rounds side by side, with the machine's load
 (``os.getloadavg``) before and after.
 
@@ -51,6 +51,10 @@ def det3(a):
     return np.linalg.det(a)
 
 
+def with_out(f, out):
+    return lambda *args: f(*args, out=out)
+
+
 def rows():
     import symgrad as sg
     sys.path.insert(0, HERE)
@@ -63,6 +67,7 @@ def rows():
     roots = np.array([2.0, 3.0, 5.0, 7.0])
     return {
         "inv 3x3": (sg.differentiate(inv3), (m,)),
+        "inv 3x3, out=": (with_out(sg.differentiate(inv3), np.empty((3, 3))), (m,)),
         "solve 3x3": (sg.differentiate(solve3), (m, b)),
         "cholesky 3x3 gradient": (sg.grad(cholesky_sum), (spd,)),
         "while (Newton) value": (sg.differentiate(newton_sqrt), (roots,)),
@@ -95,24 +100,26 @@ def first_gradient_ms() -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def compare(a: str, b: str, rounds: int, reps: int, calls: int):
-    results = {a: [], b: []}
+def compare(pythons: list, rounds: int, reps: int, calls: int):
+    results = {python: [] for python in pythons}
     load = [os.getloadavg()]
     for _ in range(rounds):
-        for python in (a, b):
+        for python in pythons:
             out = subprocess.run([python, os.path.abspath(__file__), "--child", "--reps",
                                   str(reps), "--calls", str(calls)],
                                  capture_output=True, text=True, check=True)
             results[python].append(json.loads(out.stdout.splitlines()[-1]))
     load.append(os.getloadavg())
-    names = list(results[a][0])
+    names = list(results[pythons[0]][0])
+    labels = [chr(ord("A") + k) for k in range(len(pythons))]
     print(f"load average before {load[0]}, after {load[1]}; {rounds} alternating processes each,"
           f" medians of {reps} batches of {calls} calls")
-    print(f"{'row (us per call)':32s} {'A':>9s} {'B':>9s}")
+    print(f"{'row (us per call)':32s}" + "".join(f" {label:>9s}" for label in labels))
     for name in names:
-        med = [statistics.median(r[name] for r in results[python]) for python in (a, b)]
-        print(f"{name:32s} {med[0]:9.3f} {med[1]:9.3f}")
-    print(f"A = {a}\nB = {b}")
+        med = [statistics.median(r[name] for r in results[python]) for python in pythons]
+        print(f"{name:32s}" + "".join(f" {m:9.3f}" for m in med))
+    for label, python in zip(labels, pythons):
+        print(f"{label} = {python}")
 
 
 def main():
@@ -120,14 +127,14 @@ def main():
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--compare", nargs=2)
+    p.add_argument("--compare", nargs="+", metavar="PYTHON")
     p.add_argument("--child", action="store_true")
     p.add_argument("--first-gradient", action="store_true")
     args = p.parse_args()
     if args.first_gradient:
         print(json.dumps({"det first gradient ms": first_gradient_ms()}))
     elif args.compare:
-        compare(*args.compare, args.rounds, args.reps, args.calls)
+        compare(args.compare, args.rounds, args.reps, args.calls)
     elif args.child:
         print(json.dumps(time_rows(args.reps, args.calls)))
     else:
