@@ -3,13 +3,14 @@
 converged), value and gradient, next to W3 (the Rosenbrock gradient, n = 1000, unguarded).
 
 Each row is timed in batches of CALLS calls after warm-up calls past the native entry's
-countdown; the medians of REPS batches, rows interleaved batch by batch. With ``--compare A
+countdown, rows interleaved batch by batch; per row the median of REPS batches and their
+10th percentile (on a loaded machine, the batches no other process interrupted). With ``--compare A
 B ...`` (Python interpreters, each a virtual environment with one checkout installed) it
 runs itself in fresh processes of each in turn (``--rounds`` each, one row table per
 process) and prints each row's median over the rounds side by side, with the machine's load
 (``os.getloadavg``) before and after.
 
-    python benchmarks/guard_overhead.py [--reps 9] [--calls 20000]
+    python benchmarks/guard_overhead.py [--reps 200] [--calls 1000]
     python benchmarks/guard_overhead.py --compare main/.venv/bin/python .venv/bin/python
 """
 from __future__ import annotations
@@ -76,8 +77,8 @@ def rows():
     }
 
 
-def time_rows(reps: int, calls: int) -> dict:
-    table = rows()
+def time_rows(reps: int, calls: int, only=None) -> dict:
+    table = {name: row for name, row in rows().items() if only is None or only in name}
     for fn, args in table.values():
         for _ in range(3000):      # past the countdowns to the native entry
             fn(*args)
@@ -88,7 +89,9 @@ def time_rows(reps: int, calls: int) -> dict:
             for _ in range(calls):
                 fn(*args)
             times[name].append((time.perf_counter() - start) / calls * 1e6)
-    return {name: statistics.median(t) for name, t in times.items()}
+    # the median, and the 10th percentile: on a loaded machine the lower batches are the
+    # ones no other process interrupted
+    return {name: (statistics.median(t), sorted(t)[len(t) // 10]) for name, t in times.items()}
 
 
 def first_gradient_ms() -> float:
@@ -100,13 +103,14 @@ def first_gradient_ms() -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def compare(pythons: list, rounds: int, reps: int, calls: int):
+def compare(pythons: list, rounds: int, reps: int, calls: int, only=None):
     results = {python: [] for python in pythons}
     load = [os.getloadavg()]
     for _ in range(rounds):
         for python in pythons:
             out = subprocess.run([python, os.path.abspath(__file__), "--child", "--reps",
-                                  str(reps), "--calls", str(calls)],
+                                  str(reps), "--calls", str(calls)] +
+                                 ([] if only is None else ["--only", only]),
                                  capture_output=True, text=True, check=True)
             results[python].append(json.loads(out.stdout.splitlines()[-1]))
     load.append(os.getloadavg())
@@ -114,32 +118,35 @@ def compare(pythons: list, rounds: int, reps: int, calls: int):
     labels = [chr(ord("A") + k) for k in range(len(pythons))]
     print(f"load average before {load[0]}, after {load[1]}; {rounds} alternating processes each,"
           f" medians of {reps} batches of {calls} calls")
-    print(f"{'row (us per call)':32s}" + "".join(f" {label:>9s}" for label in labels))
+    print(f"{'row (us per call): median, p10':32s}" +
+          "".join(f" {label:>15s}" for label in labels))
     for name in names:
-        med = [statistics.median(r[name] for r in results[python]) for python in pythons]
-        print(f"{name:32s}" + "".join(f" {m:9.3f}" for m in med))
+        cells = [(statistics.median(r[name][0] for r in results[python]),
+                  statistics.median(r[name][1] for r in results[python])) for python in pythons]
+        print(f"{name:32s}" + "".join(f" {m:7.3f} {p:7.3f}" for m, p in cells))
     for label, python in zip(labels, pythons):
         print(f"{label} = {python}")
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=9)
-    p.add_argument("--calls", type=int, default=20000)
+    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--compare", nargs="+", metavar="PYTHON")
     p.add_argument("--child", action="store_true")
+    p.add_argument("--only", help="the rows whose name contains this")
     p.add_argument("--first-gradient", action="store_true")
     args = p.parse_args()
     if args.first_gradient:
         print(json.dumps({"det first gradient ms": first_gradient_ms()}))
     elif args.compare:
-        compare(args.compare, args.rounds, args.reps, args.calls)
+        compare(args.compare, args.rounds, args.reps, args.calls, args.only)
     elif args.child:
-        print(json.dumps(time_rows(args.reps, args.calls)))
+        print(json.dumps(time_rows(args.reps, args.calls, args.only)))
     else:
-        for name, t in time_rows(args.reps, args.calls).items():
-            print(f"{name:32s} {t:9.3f} us")
+        for name, (median, p10) in time_rows(args.reps, args.calls, args.only).items():
+            print(f"{name:32s} median {median:7.3f} us, 10th percentile {p10:7.3f} us")
 
 
 if __name__ == "__main__":
