@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import backends, gc_pause
+from . import backends, gc_pause, source as sources
 from .autodiff import grad_graph, hvp_graph
 from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
@@ -95,7 +95,7 @@ class Function:
     keeps_signature = True   # whether its parent takes the same argument types (not vmap's)
 
     def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
-        self.fn = fn if _parent is None else _parent.fn
+        self.fn = sources.readable_function(fn) if _parent is None else _parent.fn
         self.target = target
         self._parent = _parent
         self._kind = _kind

@@ -1,6 +1,8 @@
 """Programs written the way users write them (TensorFlow ports, scientific code), each on every
 target, checked against central differences or the mathematics: regressions for defects such
 programs found. ``"cuda"`` runs the CUDA plan through the CPU emulator (``codegen.ptx_emulate``)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -61,3 +63,20 @@ def test_prod_second_derivative_with_two_zeros(target):
                           np.array([1.0, 0.0, 0.0]))
     assert (value, tangent) == (0.0, 6.0)
 
+
+# -- what sg.grad(fn) accepts: a library function or a partial gets a TypeError saying what to pass
+class Quadratic:
+    def __call__(self, x):
+        return np.sum(x * x)
+
+
+@pytest.mark.parametrize("fn, says", [
+    (np.sin, "np.sin is a library function"), (np.prod, "np.prod is a library function"),
+    (np.linalg.norm, "np.linalg.norm is a library function"), (sg.exp, "sg.exp is a library"),
+    (abs, "abs has no Python source"), (Quadratic(), "Quadratic().__call__"),
+    (__import__("functools").partial(product_weighted), "functools.partial")])
+def test_non_python_functions_get_a_clear_type_error(fn, says):
+    for transform in (sg.grad, sg.differentiate, sg.value_and_grad, sg.jacobian, sg.vmap):
+        with pytest.raises(TypeError, match=r"symgrad differentiates Python functions.*" + re.escape(says)):
+            transform(fn)
+    np.testing.assert_array_equal(sg.grad(Quadratic().__call__)(np.array([1.0, -2.0])), [2.0, -4.0])
