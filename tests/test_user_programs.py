@@ -80,3 +80,28 @@ def test_non_python_functions_get_a_clear_type_error(fn, says):
         with pytest.raises(TypeError, match=r"symgrad differentiates Python functions.*" + re.escape(says)):
             transform(fn)
     np.testing.assert_array_equal(sg.grad(Quadratic().__call__)(np.array([1.0, -2.0])), [2.0, -4.0])
+
+
+# -- clip_by_norm / clip_by_global_norm at norm == clip_norm: TF's tie rule (all to the norm) ---
+def clipped_by_norm(t):
+    return np.sum(sg.clip_by_norm(t, 5.0) * np.array([1.0, 2.0]))
+
+
+def clipped_by_global_norm(a, b):
+    (ca, cb), _ = sg.clip_by_global_norm([a, b], 5.0)
+    return np.sum(ca) + 2.0 * np.sum(cb)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_clip_by_norm_gradient_at_the_clip_norm_is_tensorflows(target):
+    # TF: maximum(norm, clip_norm) passes a tie's gradient to norm, so the gradient is that of
+    # t * clip_norm / norm (the clipping side): w - (t . w) t / norm^2 with w = (1, 2)
+    t, w = np.array([3.0, 4.0]), np.array([1.0, 2.0])
+    want = w - (t @ w) * t / 25.0
+    np.testing.assert_allclose(call(lambda g: sg.grad(clipped_by_norm, target=g), target, t),
+                               want, rtol=1e-12)
+    got = call(lambda g: sg.grad(clipped_by_global_norm, wrt=(0, 1), target=g), target,
+               np.array([3.0]), np.array([4.0]))
+    np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-12)
+    below = np.array([0.3, 0.4])   # off the tie both conventions agree: no clipping
+    np.testing.assert_allclose(call(lambda g: sg.grad(clipped_by_norm, target=g), target, below), w)
