@@ -105,3 +105,40 @@ def test_clip_by_norm_gradient_at_the_clip_norm_is_tensorflows(target):
     np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-12)
     below = np.array([0.3, 0.4])   # off the tie both conventions agree: no clipping
     np.testing.assert_allclose(call(lambda g: sg.grad(clipped_by_norm, target=g), target, below), w)
+
+
+# -- break / continue on data in short loops (which unroll otherwise) and over constant arrays --
+def grow_until(x):
+    for i in range(3):
+        x = x * 1.5
+        if x > 5.0:
+            break
+    return x
+
+
+def skip_large(x):
+    s = 0.0
+    for i in range(4):
+        if x * i > 2.0:
+            continue
+        s = s + x * i
+    return s
+
+
+def scaled_by_constants(x):
+    for b in np.array([1.0, 2.0, 3.0, 0.5, 0.5, 4.0]):
+        if x > 4.0:
+            continue
+        x = x * b
+    return x
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn, x, value, slope", [
+    (grow_until, 1.0, 3.375, 3.375), (grow_until, 3.0, 6.75, 2.25),
+    (skip_large, 1.0, 3.0, 3.0), (skip_large, 0.5, 3.0, 6.0),
+    (scaled_by_constants, 1.0, 6.0, 6.0), (scaled_by_constants, 0.1, 0.6, 6.0)])
+def test_break_and_continue_on_data_in_short_loops(target, fn, x, value, slope):
+    assert fn(x) == pytest.approx(value, rel=1e-15)
+    assert call(lambda t: sg.differentiate(fn, target=t), target, x) == pytest.approx(fn(x), rel=1e-15)
+    assert call(lambda t: sg.grad(fn, target=t), target, x) == pytest.approx(slope, rel=1e-15)
