@@ -142,3 +142,29 @@ def test_break_and_continue_on_data_in_short_loops(target, fn, x, value, slope):
     assert fn(x) == pytest.approx(value, rel=1e-15)
     assert call(lambda t: sg.differentiate(fn, target=t), target, x) == pytest.approx(fn(x), rel=1e-15)
     assert call(lambda t: sg.grad(fn, target=t), target, x) == pytest.approx(slope, rel=1e-15)
+
+
+# -- f.sympy: a select of conditions stays a condition; loops that stop on data are refused ----
+def select_of_conditions(x):
+    inside = np.where(x > 0, x < 1, x > -1)
+    return np.where(np.logical_not(inside), -x, x * 2.0)
+
+
+def doubling_until(x):
+    while x < 10.0:
+        x = x * 2.0
+    return x
+
+
+def test_sympy_of_selected_conditions_and_loops_that_stop_on_data():
+    f = sg.differentiate(select_of_conditions)
+    form, slope = f.sympy(0.5), f.grad.sympy(0.5)
+    (x,) = form.free_symbols
+    for v in (-3.0, -0.5, 0.5, 1.5):
+        assert float(form.subs(x, v)) == select_of_conditions(v)
+        assert float(slope.subs(x, v)) == (2.0 if -1 < v < 1 else -1.0)
+    for fn in (doubling_until, grow_until):
+        with pytest.raises(NotImplementedError, match="on data"):
+            sg.differentiate(fn).grad.sympy(1.5)
+        with pytest.raises(NotImplementedError, match="on data"):
+            sg.differentiate(fn).latex(1.5)
