@@ -168,3 +168,23 @@ def test_sympy_of_selected_conditions_and_loops_that_stop_on_data():
             sg.differentiate(fn).grad.sympy(1.5)
         with pytest.raises(NotImplementedError, match="on data"):
             sg.differentiate(fn).latex(1.5)
+
+
+# -- x % c with a constant divisor: a zero result has the divisor's sign (NumPy), +0.0 for c > 0
+def phase(x):
+    return x % 2.0
+
+
+def phase_negative(x):
+    return x % -3.0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_remainder_by_a_constant_keeps_the_sign_of_zero(target):
+    x = np.array([4.0, -4.0, 3.0, -3.0, 0.0, -0.0, 5.5, -5.5])
+    for fn in (phase, phase_negative):
+        got = call(lambda t: sg.differentiate(fn, target=t), target, x)
+        np.testing.assert_array_equal(got, fn(x))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(fn(x)))
+        np.testing.assert_array_equal(call(lambda t: sg.grad(fn, target=t), target, x), np.ones(8))
+    assert np.signbit(call(lambda t: sg.differentiate(phase, target=t), target, 4.0)) == np.signbit(4.0 % 2.0)
