@@ -188,3 +188,40 @@ def test_remainder_by_a_constant_keeps_the_sign_of_zero(target):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(fn(x)))
         np.testing.assert_array_equal(call(lambda t: sg.grad(fn, target=t), target, x), np.ones(8))
     assert np.signbit(call(lambda t: sg.differentiate(phase, target=t), target, 4.0)) == np.signbit(4.0 % 2.0)
+
+
+# -- y[mask] = value: NumPy's masked assignment of one value is a select ------------------------
+def relu_by_mask(x):
+    y = x.copy()
+    y[y < 0] = 0.0
+    return np.sum(y ** 2)
+
+
+def rows_by_mask(X):
+    Y = X * 2.0
+    Y[np.sum(X, axis=1) > 0] = np.mean(X)
+    return np.sum(Y * X)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_masked_assignment_of_one_value(target):
+    x = np.array([-1.0, 2.0, 3.0, -0.5])
+    assert call(lambda t: sg.differentiate(relu_by_mask, target=t), target, x) == relu_by_mask(x)
+    np.testing.assert_array_equal(call(lambda t: sg.grad(relu_by_mask, target=t), target, x),
+                                  [0.0, 4.0, 6.0, 0.0])
+    X = np.array([[1.0, -3.0], [2.0, 1.0], [-1.0, 0.5]])
+    assert call(lambda t: sg.differentiate(rows_by_mask, target=t), target, X) == \
+        pytest.approx(rows_by_mask(X.copy()), rel=1e-14)
+    np.testing.assert_allclose(call(lambda t: sg.grad(rows_by_mask, target=t), target, X),
+                               central_differences(rows_by_mask, X), rtol=1e-7, atol=1e-8)
+
+
+def masked_array_value(x):
+    y = x.copy()
+    y[y > 1.0] = x[:1]
+    return np.sum(y)
+
+
+def test_masked_assignment_of_an_array_is_refused_at_its_line():
+    with pytest.raises(sg.UnsupportedSyntaxError, match=r"test_user_programs.py:\d+.*y\[mask\] = v"):
+        sg.grad(masked_array_value)(np.array([0.5, 2.0]))
