@@ -225,3 +225,24 @@ def masked_array_value(x):
 def test_masked_assignment_of_an_array_is_refused_at_its_line():
     with pytest.raises(sg.UnsupportedSyntaxError, match=r"test_user_programs.py:\d+.*y\[mask\] = v"):
         sg.grad(masked_array_value)(np.array([0.5, 2.0]))
+
+
+# -- & | ^ ~ on boolean arrays are NumPy's logical operators ----------------------------------
+def band_select(x):
+    inside = (x > 0) & (x < 1)
+    outside = (x < -1) | (x > 2)
+    return np.sum(np.where(inside ^ outside, x * x, 0.0) + np.where(~inside, x, 0.0))
+
+
+def bitwise_on_floats(x):
+    return np.sum((x > 0) & x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_logical_operators_on_masks(target):
+    x = np.array([-2.0, -0.5, 0.5, 1.5, 3.0])
+    assert call(lambda t: sg.differentiate(band_select, target=t), target, x) == band_select(x)
+    np.testing.assert_allclose(call(lambda t: sg.grad(band_select, target=t), target, x),
+                               central_differences(band_select, x), rtol=1e-8)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="bitwise operations on numbers"):
+        sg.differentiate(bitwise_on_floats, target="python")(x)
