@@ -246,3 +246,19 @@ def test_logical_operators_on_masks(target):
                                central_differences(band_select, x), rtol=1e-8)
     with pytest.raises(sg.UnsupportedSyntaxError, match="bitwise operations on numbers"):
         sg.differentiate(bitwise_on_floats, target="python")(x)
+
+
+# -- arrays in the other byte order (data read from a big-endian file) --------------------------
+def tanh_energy(X, w, labels):
+    return np.sum(np.tanh(X @ w) ** 2 * labels)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_big_endian_arguments(target):
+    X = np.arange(12.0).reshape(4, 3) / 10.0
+    w, labels = np.array([0.5, -1.0, 0.25]), np.array([1, 0, 2, 1])
+    big = (X.astype(">f8"), w.astype(">f8"), labels.astype(">i8"))
+    for transform in (sg.differentiate, sg.grad):
+        got = call(lambda t: transform(tanh_energy, target=t), target, *big)
+        np.testing.assert_array_equal(got, call(lambda t: transform(tanh_energy, target=t), target,
+                                                X, w, labels))
