@@ -33,6 +33,10 @@ class ArrayWrites:
             return ops.row_update(container, key, value)   # y[i] = v with i a loop index
         if _is_mask(key):
             return self.mask_written(container, key, value, node)
+        if any(isinstance(k, (Node, list, np.ndarray)) for k in (key if isinstance(key, tuple) else (key,))):
+            self.fail(node, "assignment through an index array (y[idx] = v, y[idx] += v)",
+                      "reading y[idx] is supported; to scatter values build them with a one-hot "
+                      "sum: y + np.sum((idx[:, None] == np.arange(len(y))) * v[:, None], axis=0)")
         check_static_key(self, key, node)
         if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
             updated = container.copy()         # a constant array written with a constant:

@@ -262,3 +262,24 @@ def test_big_endian_arguments(target):
         got = call(lambda t: transform(tanh_energy, target=t), target, *big)
         np.testing.assert_array_equal(got, call(lambda t: transform(tanh_energy, target=t), target,
                                                 X, w, labels))
+
+
+# -- what is refused says what it is -----------------------------------------------------------
+def scatter_by_index(x, idx):
+    y = np.zeros(4)
+    y[idx] = x
+    return np.sum(y)
+
+
+def add_at(x, idx):
+    y = np.zeros(4)
+    np.add.at(y, idx, x)
+    return np.sum(y)
+
+
+def test_writes_through_index_arrays_are_named():
+    x, idx = np.array([1.0, 2.0]), np.array([0, 2])
+    with pytest.raises(sg.UnsupportedSyntaxError, match=r"assignment through an index array"):
+        sg.grad(scatter_by_index)(x, idx)
+    with pytest.raises(sg.UnsupportedSyntaxError, match=r"call to np\.add\.at on traced values"):
+        sg.grad(add_at)(x, idx)
