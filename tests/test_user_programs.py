@@ -283,3 +283,29 @@ def test_writes_through_index_arrays_are_named():
         sg.grad(scatter_by_index)(x, idx)
     with pytest.raises(sg.UnsupportedSyntaxError, match=r"call to np\.add\.at on traced values"):
         sg.grad(add_at)(x, idx)
+
+
+# -- hvp / hessp of a function with a parameter left to its default (scipy's hessp=(x, p)) ----
+def scaled_rosenbrock(x, scale=100.0):
+    return np.sum(scale * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def weighted_fit(x, w, scale=2.0):
+    return scale * np.sum((x * w - 1.0) ** 2)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_hessian_vector_products_take_defaults_and_keywords(target):
+    from scipy import optimize
+    x, p = np.array([0.5, 1.0, 1.5]), np.array([1.0, -2.0, 0.5])
+    f = sg.differentiate(scaled_rosenbrock, target=target)
+    want = optimize.rosen_hess_prod(x, p)
+    np.testing.assert_allclose(f.hessp(x, p), want, rtol=1e-13)
+    np.testing.assert_allclose(sg.hvp(scaled_rosenbrock, target=target)(x, p, scale=100.0), want,
+                               rtol=1e-13)
+    result = optimize.minimize(f, np.zeros(3), jac=f.grad, hessp=f.hessp, method="trust-ncg")
+    np.testing.assert_allclose(result.x, np.ones(3), atol=1e-6)
+    w = np.array([1.0, 2.0, 3.0])
+    h = sg.hvp(weighted_fit, wrt=1, target=target)   # x is the second parameter: (w, v, x)
+    np.testing.assert_allclose(h(w, p, x), 4.0 * x * x * p, rtol=1e-14)
+    np.testing.assert_allclose(h(w, p, x, scale=1.0), 2.0 * x * x * p, rtol=1e-14)
