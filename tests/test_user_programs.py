@@ -309,3 +309,31 @@ def test_hessian_vector_products_take_defaults_and_keywords(target):
     h = sg.hvp(weighted_fit, wrt=1, target=target)   # x is the second parameter: (w, v, x)
     np.testing.assert_allclose(h(w, p, x), 4.0 * x * x * p, rtol=1e-14)
     np.testing.assert_allclose(h(w, p, x, scale=1.0), 2.0 * x * x * p, rtol=1e-14)
+
+
+# -- vmap of a function with a parameter left to its default: the default is not batched ------
+def example_loss(w, x, y, l2=1e-2):
+    return (x @ w - y) ** 2 + l2 * np.sum(w * w)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_vmap_leaves_defaults_unbatched(target):
+    w, X, Y = np.array([0.5, -1.0]), np.arange(6.0).reshape(3, 2), np.array([1.0, 0.0, 2.0])
+    want = np.stack([2 * (X[i] @ w - Y[i]) * X[i] + 2e-2 * w for i in range(3)])
+    per_example = sg.vmap(sg.grad(example_loss), in_axes=(None, 0, 0), target=target)
+    np.testing.assert_allclose(per_example(w, X, Y), want, rtol=1e-14)
+    explicit = sg.vmap(sg.grad(example_loss), in_axes=(None, 0, 0, None), target=target)
+    np.testing.assert_allclose(explicit(w, X, Y, 0.0), want - 2e-2 * w, rtol=1e-14, atol=1e-15)
+    values = sg.vmap(example_loss, in_axes=(None, 0, 0, 0), target=target)(w, X, Y, np.ones(3))
+    np.testing.assert_allclose(values, (X @ w - Y) ** 2 + np.sum(w * w), rtol=1e-14)
+    scaled = sg.vmap(scale_by_default, target=target)
+    np.testing.assert_array_equal(scaled(Y), Y[:, None] * DEFAULT_SCALE)    # the default: whole
+    np.testing.assert_array_equal(scaled(Y, DEFAULT_SCALE.copy()), Y * DEFAULT_SCALE)  # batched
+    np.testing.assert_array_equal(scaled(Y), Y[:, None] * DEFAULT_SCALE)    # (not the last plan)
+
+
+DEFAULT_SCALE = np.array([2.0, 3.0, 4.0])
+
+
+def scale_by_default(x, s=DEFAULT_SCALE):
+    return x * s
