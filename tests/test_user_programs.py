@@ -337,3 +337,26 @@ DEFAULT_SCALE = np.array([2.0, 3.0, 4.0])
 
 def scale_by_default(x, s=DEFAULT_SCALE):
     return x * s
+
+
+# -- TensorFlow's reduce_* signature, traced and eager: a list of axes, keepdims third --------
+def tf_style_reductions(x):
+    m = sg.reduce_max(x, 1, True)
+    return sg.reduce_sum((x - m) ** 2, axis=[0, 1]) + sg.reduce_mean(x, [0]).sum()
+
+
+def numpy_positional_dtype(x):
+    return np.sum(x, 0, np.float64)   # NumPy's third positional is dtype, not keepdims
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tensorflow_reductions_port_by_renaming(target):
+    x = np.array([[1.0, 4.0, 2.0], [0.5, -1.0, 3.0]])
+    eager = tf_style_reductions(x)   # the undecorated function runs as plain Python
+    assert eager == pytest.approx(np.sum((x - x.max(1, keepdims=True)) ** 2) + x.mean(0).sum())
+    assert call(lambda t: sg.differentiate(tf_style_reductions, target=t), target, x) == \
+        pytest.approx(eager, rel=1e-15)
+    np.testing.assert_allclose(call(lambda t: sg.grad(tf_style_reductions, target=t), target, x),
+                               central_differences(tf_style_reductions, x), rtol=1e-7)
+    with pytest.raises(sg.UnsupportedSyntaxError, match=r"np\.sum\(\.\.\., \.\.\., \.\.\.\)"):
+        call(lambda t: sg.differentiate(numpy_positional_dtype, target=t), target, x)
