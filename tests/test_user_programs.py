@@ -360,3 +360,20 @@ def test_tensorflow_reductions_port_by_renaming(target):
                                central_differences(tf_style_reductions, x), rtol=1e-7)
     with pytest.raises(sg.UnsupportedSyntaxError, match=r"np\.sum\(\.\.\., \.\.\., \.\.\.\)"):
         call(lambda t: sg.differentiate(numpy_positional_dtype, target=t), target, x)
+
+
+# -- sg.check_grad of pytree arguments and outputs -----------------------------------------------
+def model_with_report(params, x, labels):
+    h = np.tanh(x @ params["W"] + params["b"][0])
+    picked = h[np.arange(x.shape[0]), labels]
+    return {"loss": np.sum(picked ** 2) * params["b"][1], "h": h}
+
+
+def test_check_grad_of_pytrees():
+    rng = np.random.default_rng(0)
+    params = {"W": rng.normal(size=(3, 2)), "b": (np.array([0.1, -0.2]), 0.5)}
+    x, labels = rng.normal(size=(4, 3)), np.array([0, 1, 1, 0])
+    assert sg.check_grad(model_with_report, params, x, labels) < 1e-8
+    assert sg.check_grad(model_with_report, params, x, labels, wrt=(0, 1)) < 1e-8
+    wrong = sg.custom_gradient(lambda v: (v * 1.0, lambda up: 2.0 * up))
+    assert sg.check_grad(lambda p: np.sum(wrong(p["a"])), {"a": np.ones(3)}) > 0.4
