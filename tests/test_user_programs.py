@@ -377,3 +377,23 @@ def test_check_grad_of_pytrees():
     assert sg.check_grad(model_with_report, params, x, labels, wrt=(0, 1)) < 1e-8
     wrong = sg.custom_gradient(lambda v: (v * 1.0, lambda up: 2.0 * up))
     assert sg.check_grad(lambda p: np.sum(wrong(p["a"])), {"a": np.ones(3)}) > 0.4
+
+
+# -- + on boolean masks is logical or (NumPy); - and unary - on booleans are NumPy's TypeError --
+def either_mask(x):
+    both = (x > 0) + (x > 1)
+    return np.sum(np.where(both, x * x, 0.0)) + np.sum(both + True)
+
+
+def mask_difference(x):
+    return (x > 0) - (x > 1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_boolean_addition_is_logical_or(target):
+    x = np.array([-1.0, 0.5, 2.0, 3.0])
+    assert call(lambda t: sg.differentiate(either_mask, target=t), target, x) == either_mask(x)
+    np.testing.assert_array_equal(call(lambda t: sg.grad(either_mask, target=t), target, x),
+                                  [0.0, 1.0, 4.0, 6.0])
+    with pytest.raises(TypeError, match="numpy boolean subtract"):
+        call(lambda t: sg.differentiate(mask_difference, target=t), target, x)
