@@ -272,8 +272,11 @@ class Native:
         return self.pick(results)
 
     def _check_array(self, i, a, node, dt):
-        if isinstance(a, np.ndarray) and a.dtype == dt and a.shape == node.shape:
-            return a   # an ndarray subclass: its memory is still a plain strided array
+        if isinstance(a, np.ndarray) and a.shape == node.shape:
+            if a.dtype == dt:
+                return a   # an ndarray subclass: its memory is still a plain strided array
+            if a.dtype.newbyteorder("=") == dt:   # the other byte order (a big-endian file's
+                return a.astype(dt)               # data): the kernel reads a native copy
         raise TypeError(f"{self.graph.name}: argument {self.graph.params[i]!r} must be a "
                         f"{node.dtype} array of shape {node.shape}, got "
                         f"{getattr(a, 'dtype', type(a).__name__)} {np.shape(a)}")

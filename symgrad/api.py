@@ -29,8 +29,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import backends, gc_pause
+from . import backends, gc_pause, source as sources
 from .autodiff import grad_graph, hvp_graph
+from .binding import bind_hvp
 from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
 from .emit_python import emit
@@ -96,7 +97,7 @@ class Function:
     keeps_signature = True   # whether its parent takes the same argument types (not vmap's)
 
     def __init__(self, fn=None, *, wrt=0, target="cpu", _parent=None, _kind="trace", name=None):
-        self.fn = fn if _parent is None else _parent.fn
+        self.fn = sources.readable_function(fn) if _parent is None else _parent.fn
         self.target = target
         self._parent = _parent
         self._kind = _kind
@@ -166,10 +167,7 @@ class Function:
     def bind(self, args, kwargs) -> list:
         """The positional values of a call (defaults applied), or a clear TypeError."""
         if self._kind == "hvp":
-            if kwargs or len(args) != len(self.params) + 1:
-                raise TypeError(f"{self.__name__}() takes the arguments (x, v, *rest): "
-                                f"{len(self.params) + 1} positional arguments")
-            return list(args)
+            return bind_hvp(self, args, kwargs)
         if not kwargs and len(args) == len(self.params):
             return list(args)   # the common case, without inspect's (slow) binding
         if len(self.params) != len(self._signature.parameters):   # a jvp's: no keywords

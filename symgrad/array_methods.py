@@ -22,12 +22,13 @@ def _shape_args(args):
     return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 
+# (keepdims is keyword-only: NumPy's second positional after axis is dtype or out)
 _NODE_METHODS = {
-    "sum": lambda x, axis=None, keepdims=False: ops.reduce("sum", x, axis, keepdims),
-    "prod": lambda x, axis=None, keepdims=False: ops.reduce("prod", x, axis, keepdims),
-    "max": lambda x, axis=None, keepdims=False: ops.reduce("max", x, axis, keepdims),
-    "min": lambda x, axis=None, keepdims=False: ops.reduce("min", x, axis, keepdims),
-    "mean": lambda x, axis=None, keepdims=False: ops.mean(x, axis, keepdims),
+    "sum": lambda x, axis=None, *, keepdims=False: ops.reduce("sum", x, axis, keepdims),
+    "prod": lambda x, axis=None, *, keepdims=False: ops.reduce("prod", x, axis, keepdims),
+    "max": lambda x, axis=None, *, keepdims=False: ops.reduce("max", x, axis, keepdims),
+    "min": lambda x, axis=None, *, keepdims=False: ops.reduce("min", x, axis, keepdims),
+    "mean": lambda x, axis=None, *, keepdims=False: ops.mean(x, axis, keepdims),
     "reshape": lambda x, *shape: ops.reshape(x, _shape_args(shape)),
     "transpose": lambda x, *axes: ops.transpose(x, _shape_args(axes) or None),
     "astype": lambda x, dtype: ops.cast(x, np.dtype(dtype).name),

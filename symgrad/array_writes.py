@@ -31,12 +31,31 @@ class ArrayWrites:
         """``container`` with ``container[key] = value`` done (functionally)."""
         if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
             return ops.row_update(container, key, value)   # y[i] = v with i a loop index
+        if _is_mask(key):
+            return self.mask_written(container, key, value, node)
+        if any(isinstance(k, (Node, list, np.ndarray)) for k in (key if isinstance(key, tuple) else (key,))):
+            self.fail(node, "assignment through an index array (y[idx] = v, y[idx] += v)",
+                      "reading y[idx] is supported; to scatter values build them with a one-hot "
+                      "sum: y + np.sum((idx[:, None] == np.arange(len(y))) * v[:, None], axis=0)")
         check_static_key(self, key, node)
         if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
             updated = container.copy()         # a constant array written with a constant:
             updated[key] = value               # NumPy's own semantics, still a constant
             return updated
         return ops.setitem(_lift_constant(container), value, key)
+
+    def mask_written(self, container, mask, value, node):
+        """``y[mask] = v`` with a boolean mask over y's leading axes (``y[y < 0] = 0.0``) and
+        one value for every selected element: a select, ``where(mask, v, y)``."""
+        mask, target = ops.lift(mask), ops.lift(container)
+        if mask.shape != target.shape[:mask.ndim]:
+            self.fail(node, f"a boolean mask of shape {mask.shape} writing into an array of shape "
+                      f"{target.shape}", "the mask covers the array's leading axes, as in NumPy")
+        if not isinstance(value, (Node, np.ndarray, np.generic, int, float, bool)) or np.ndim(value):
+            self.fail(node, "y[mask] = v with an array v (its length would be the mask's count)",
+                      "write one value (y[mask] = 0.0) or use np.where(mask, v, y)")
+        mask = ops.reshape(mask, mask.shape + (1,) * (target.ndim - mask.ndim))
+        return ops.where(mask, ops.cast(ops.lift(value, target.dtype), target.dtype), target)
 
     def bind_row_views(self, stmt, frame: Frame, index):
         """The loop variables just bound to row ``index`` (a Python int or the loop index
@@ -87,6 +106,12 @@ class ArrayWrites:
         if buffers and base in frame.env and frame.buffers.get(base) == buffers and \
                 is_array(frame.env.get(name)):
             frame.views[name] = RowView(base, index, frame.env[name], buffers)
+
+
+def _is_mask(key) -> bool:
+    """A boolean array index (traced or constant), not a tuple of them."""
+    return (isinstance(key, Node) and key.dtype == "bool" and key.ndim >= 1) or \
+        (isinstance(key, np.ndarray) and key.dtype == bool and key.ndim >= 1)
 
 
 def _lift_constant(array):

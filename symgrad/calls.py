@@ -46,6 +46,17 @@ _ZERO_D_METHODS = {_NODE_METHODS["reshape"]: "view", _NODE_METHODS["transpose"]:
                    _NODE_METHODS["astype"]: "copy"}
 _ZERO_D_FUNCTION_NAMES = {DUALS[n]: n for n in _ZERO_D_ARRAY_FUNCTIONS | _ZERO_D_KIND_FOLLOWS_OPERAND}
 
+def _callable_name(fn) -> str:
+    """How the user spelled ``fn``: ``np.add.at`` for a method of a ufunc (not
+    ``builtins.ufunc.at``), else ``module.qualname``."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, np.ufunc):
+        return f"np.{owner.__name__}.{fn.__name__}"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}.{name}"
+
+
 _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
 
@@ -294,9 +305,7 @@ class Calls:
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
         traced = any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
         if traced:
-            name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
-            module = getattr(fn, "__module__", None) or type(fn).__module__
-            self.fail(node, f"call to {module}.{name} on traced values",
+            self.fail(node, f"call to {_callable_name(fn)} on traced values",
                       "supported functions are listed in DESIGN.md §2 (sg.*, np.*, math.*)")
         if _is_pure(fn) or fn in SAFE_BUILTINS.values():
             return fn(*args, **kwargs)

@@ -5,20 +5,30 @@ import numbers
 
 import numpy as np
 
+from .runtime import replace_leaves, value_leaves
+
 
 def _total(value) -> float:
-    """The sum of all outputs (the quantity symgrad differentiates)."""
-    if isinstance(value, (tuple, list)):
-        return float(sum(_total(v) for v in value))
-    return float(np.sum(value))
+    """The sum of all outputs (the quantity symgrad differentiates; pytree outputs too)."""
+    return float(sum(float(np.sum(v)) for v in value_leaves(value)
+                     if isinstance(v, (numbers.Number, np.ndarray, np.generic))))
+
+
+def _with_leaf(tree, k: int, value):
+    """``tree`` (a pytree argument, or a leaf) with its k-th leaf replaced by ``value``."""
+    position = iter(range(len(value_leaves(tree))))
+    return replace_leaves(tree, lambda leaf: value if next(position) == k else leaf)
 
 
 def _as_float64(value):
-    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return value.astype(np.float64)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
+    """Float leaves in float64 (the differences are taken there), a pytree's too."""
+    def leaf(v):
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            return v.astype(np.float64)
+        if isinstance(v, np.floating):
+            return float(v)
+        return v
+    return replace_leaves(value, leaf)
 
 
 def check_grad(fn, *args, wrt=0, eps=None, directions=8, seed=0) -> float:
@@ -39,15 +49,20 @@ def check_grad(fn, *args, wrt=0, eps=None, directions=8, seed=0) -> float:
     base = [_as_float64(a) for a in args]
     rng = np.random.default_rng(seed)
     worst = 0.0
-    for idx, a_grad in zip(wrt_idx, analytic):
-        x = np.asarray(base[idx], dtype=np.float64)
+    # one check per float leaf of each wrt argument (a pytree argument's gradient has its
+    # structure, so the leaves pair up in tree order)
+    checks = [(idx, k, leaf, leaf_grad) for idx, a_grad in zip(wrt_idx, analytic)
+              for k, (leaf, leaf_grad) in enumerate(zip(value_leaves(base[idx]), value_leaves(a_grad)))]
+    for idx, k, leaf, a_grad in checks:
+        x = np.asarray(leaf, dtype=np.float64)
         a_grad = np.asarray(a_grad, dtype=np.float64)
         h = eps if eps is not None else 6e-6 * max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
 
-        def objective(point):
+        def objective(point, idx=idx, k=k, leaf=leaf):
             call = list(base)
-            call[idx] = float(point) if isinstance(base[idx], numbers.Real) and np.ndim(point) == 0 \
-                and not isinstance(base[idx], np.ndarray) else point
+            point = float(point) if isinstance(leaf, numbers.Real) and np.ndim(point) == 0 \
+                and not isinstance(leaf, np.ndarray) else point
+            call[idx] = _with_leaf(base[idx], k, point)
             return _total(f(*call))
 
         if x.size <= 64:

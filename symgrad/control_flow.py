@@ -52,7 +52,9 @@ class ControlFlow(WhileLoops):
             cond = self.truth_value(cond, stmt, "an if that breaks or continues a loop")
             if frame.exits is not None and frame.exits == frame.loop_depth:
                 return self.exec_exit_if(stmt, frame, cont, cond)   # in a loop region
-            self.fail(stmt, "break/continue inside an if on a data-dependent condition")
+            self.fail(stmt, "break/continue inside an if on a data-dependent condition",
+                      "in a loop that is unrolled (over a Python list or tuple of numbers, or "
+                      "one that appends to a list); loop over range(...) or an array instead")
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
             self.fail(stmt, "return inside a data-dependent if within a loop")

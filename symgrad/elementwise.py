@@ -68,7 +68,19 @@ def _neg_spell(args, node):
     return sp.prefix("-")(args, node)
 
 
-neg = _u("neg", np.negative, lambda g, n: (neg(g),), _neg_spell, float_only=False)
+_neg = _u("neg", np.negative, lambda g, n: (neg(g),), _neg_spell, float_only=False)
+
+
+def neg(x) -> Node:
+    """``-x``; NumPy refuses it on booleans."""
+    x = lift(x)
+    if x.dtype == "bool":
+        raise TypeError("The numpy boolean negative, the `-` operator, is not supported, use the "
+                        "`~` operator or the logical_not function instead.")
+    return _neg(x)
+
+
+NUMPY_FUNCTIONS["negative"] = (np.negative, neg)
 exp = _u("exp", np.exp, lambda g, n: (g * n,))
 log = _u("log", np.log, lambda g, n: (g / n.inputs[0],))
 log1p = _u("log1p", np.log1p, lambda g, n: (g / (1 + n.inputs[0]),))
@@ -142,8 +154,30 @@ def _atan2_vjp(g, n):
     return g * x / r2, -g * y / r2
 
 
-add = _b("add", np.add, lambda g, n: (g, g), sp.infix("+", sp.ADD))
-sub = _b("sub", np.subtract, lambda g, n: (g, -g), sp.infix("-", sp.ADD))
+_add = _b("add", np.add, lambda g, n: (g, g), sp.infix("+", sp.ADD))
+
+
+def add(a, b) -> Node:
+    """``a + b``; on booleans NumPy's ``+`` is logical or (an i1 add in LLVM/PTX wraps:
+    True + True would be False)."""
+    a, b = _promote((a, b), False)
+    return logical_or(a, b) if a.dtype == "bool" else _add(a, b)
+
+
+NUMPY_FUNCTIONS["add"] = (np.add, add)
+_sub = _b("sub", np.subtract, lambda g, n: (g, -g), sp.infix("-", sp.ADD))
+
+
+def sub(a, b) -> Node:
+    """``a - b``; NumPy refuses it on booleans (an i1 subtract would be xor)."""
+    a, b = _promote((a, b), False)
+    if a.dtype == "bool":
+        raise TypeError("numpy boolean subtract, the `-` operator, is not supported, use the "
+                        "bitwise_xor, the `^` operator, or the logical_xor function instead.")
+    return _sub(a, b)
+
+
+NUMPY_FUNCTIONS["subtract"] = (np.subtract, sub)
 mul = _b("mul", np.multiply, lambda g, n: (g * n.inputs[1], g * n.inputs[0]), sp.infix("*", sp.MUL))
 div = _b("div", np.true_divide,
          lambda g, n: (g / n.inputs[1], -g * n.inputs[0] / (n.inputs[1] * n.inputs[1])),

@@ -35,6 +35,10 @@ _NODE_BINOPS = {ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul, ast.Div: 
                 ast.Pow: ops.pow_, ast.MatMult: ops.matmul,
                 ast.FloorDiv: numpy_extra.floor_divide, ast.Mod: numpy_extra.remainder}
 
+# & | ^ ~ on booleans are NumPy's logical operators (masks: (x > 0) & (x < 1)); on integers
+# they are bitwise, which symgrad does not have.
+_BOOL_BINOPS = {ast.BitAnd: ops.logical_and, ast.BitOr: ops.logical_or, ast.BitXor: ops.ne}
+
 _CMPOPS = {ast.Lt: (operator.lt, ops.lt), ast.LtE: (operator.le, ops.le),
            ast.Gt: (operator.gt, ops.gt), ast.GtE: (operator.ge, ops.ge),
            ast.Eq: (operator.eq, ops.eq), ast.NotEq: (operator.ne, ops.ne)}
@@ -113,8 +117,13 @@ class Expressions:
     def binop(self, op, a, b, node):
         if is_data(a) or is_data(b):
             build = _NODE_BINOPS.get(type(op))
+            if build is None and type(op) in _BOOL_BINOPS and _boolean(a) and _boolean(b):
+                return _BOOL_BINOPS[type(op)](a, b)
             if build is None:
-                self.fail(node, f"operator '{_OP_SYMBOLS.get(type(op), type(op).__name__)}' on traced arrays")
+                symbol = _OP_SYMBOLS.get(type(op), type(op).__name__)
+                self.fail(node, f"operator '{symbol}' on traced arrays",
+                          "on booleans it is the logical operator; bitwise operations on "
+                          "numbers are not supported" if type(op) in _BOOL_BINOPS else "")
             if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
                 a, b = (DUALS["array"](v) if isinstance(v, (list, tuple)) else v for v in (a, b))
             return ops.weak_result(build(a, b), a, b)
@@ -128,8 +137,11 @@ class Expressions:
             return ops.weak_result(ops.neg(v), v) if is_data(v) else -v
         if isinstance(node.op, ast.UAdd):
             return v
+        if is_data(v) and _boolean(v):
+            return ops.logical_not(v)   # NumPy's ~ of a boolean array (~np.isfinite(y))
         if is_data(v):
-            self.fail(node, "operator '~' on traced arrays")
+            self.fail(node, "operator '~' on traced numbers",
+                      "on booleans it is logical not; bitwise not is not supported")
         return ~v
 
     def expr_BoolOp(self, node, frame):
@@ -415,6 +427,13 @@ def _is_index_array(k) -> bool:
     if isinstance(k, list):
         k = np.asarray(k)
     return isinstance(k, np.ndarray) and k.dtype.kind in "iu"
+
+
+def _boolean(v) -> bool:
+    """A boolean operand: a bool node, a Python or NumPy bool, a bool array."""
+    if isinstance(v, Node):
+        return v.dtype == "bool"
+    return isinstance(v, (bool, np.bool_)) or (isinstance(v, np.ndarray) and v.dtype == bool)
 
 
 def gather_axis(key):

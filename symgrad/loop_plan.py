@@ -122,6 +122,12 @@ def _part(value, body=()):
     if isinstance(value, (list, tuple)) and stackable(value) and not written_in_place(body):
         from . import ops   # (ops sits above this module)
         return ("rows", ops.stack(list(value)))
+    if isinstance(value, np.ndarray) and value.ndim >= 1 and value.dtype.kind in "fiub" and \
+            _body_facts(body)[3]:
+        # A constant array unrolls (its rows are static), but a break/continue on data needs
+        # a region: its rows as a constant (NumPy's rows are strong-typed scalars, as these).
+        from . import ops
+        return ("rows", ops.lift(value))
     return None
 
 

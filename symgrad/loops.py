@@ -157,7 +157,8 @@ class Loops:
 
     def _loop_region(self, stmt, frame, plan: _Plan, force: bool):
         assigned, appended, jumps, exits = _body_facts(stmt.body)
-        if not force and (jumps or plan.trips <= UNROLL_MAX or (exits and appended)):
+        # (a short loop unrolls unless it may break or continue: on data, only a region can)
+        if not force and (jumps or (plan.trips <= UNROLL_MAX and not exits) or (exits and appended)):
             return False
         targets = _target_names(stmt.target)
         overrides: dict = {}

@@ -42,11 +42,26 @@ def _as_node_list(xs):
 
 
 def _reduce(op):
-    def build(x, axis=None, keepdims=False):
+    # keepdims is keyword-only: NumPy's third positional is dtype (sum, prod) or out (max,
+    # min), which symgrad does not take (check_call refuses the call by name)
+    def build(x, axis=None, *, keepdims=False):
         if isinstance(x, (list, tuple)):
             x = ops.stack(_as_node_list(x))
         return ops.reduce(op, x, axis, keepdims)
     return build
+
+
+def _tf_reduction(dual):
+    """TensorFlow's ``reduce_*(input_tensor, axis=None, keepdims=False, name=None)`` (a list of
+    axes too) over the NumPy reduction ``dual``, traced and eager alike."""
+    def eager(input_tensor, axis=None, keepdims=False, name=None):
+        return dual(input_tensor, axis=tuple(axis) if isinstance(axis, list) else axis,
+                    keepdims=keepdims)
+
+    def build(input_tensor, axis=None, keepdims=False, name=None):
+        return dual.build(input_tensor, axis=tuple(axis) if isinstance(axis, list) else axis,
+                          keepdims=keepdims)
+    return eager, build
 
 
 def _array(x, dtype=None):
@@ -161,6 +176,8 @@ ALIASES.update(numpy_extra.ALIASES)
 
 DUALS = {name: _dual(eager, build, name) for name, (eager, build) in FUNCTIONS.items()}
 DUALS.update({alias: DUALS[name] for alias, name in ALIASES.items()})
+for _alias in ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean", "reduce_prod"):
+    DUALS[_alias] = _dual(*_tf_reduction(DUALS[ALIASES[_alias]]), _alias)
 
 # Python callables the front end recognises -> the dual that handles them.
 CALLABLES: dict = {}

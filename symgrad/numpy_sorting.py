@@ -23,6 +23,7 @@ from . import ops
 from .ir import INT_DTYPES, Node
 from .numpy_base import _as_array, _axis, _slice_along, unsupported
 from .numpy_layout import moveaxis
+from .scans import inclusive_scan
 
 
 # ----------------------------------------------------------------------------------------------
@@ -226,13 +227,6 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
 
 # ----------------------------------------------------------------------------------------------
 # cumsum / cumprod: Hillis-Steele scans, ceil(log2 n) passes of y[i] = y[i] (op) y[i - s]
-def _shifted(y: Node, axis: int, s: int, identity) -> Node:
-    """y moved s places along ``axis``, the first s entries ``identity``."""
-    pad_shape = tuple(s if i == axis else d for i, d in enumerate(y.shape))
-    head = ops.full(pad_shape, identity, y.dtype)
-    return ops.concatenate([head, _slice_along(y, axis, slice(0, y.shape[axis] - s))], axis)
-
-
 def _scan_dtype(x: Node, dtype) -> str:
     if dtype is not None:
         return np.dtype(dtype).name
@@ -250,15 +244,6 @@ def _scan(name, combine, identity):
         return inclusive_scan(ops.cast(x, _scan_dtype(x, dtype)), ax, combine, identity)
     build.__name__ = name
     return build
-
-
-def inclusive_scan(y: Node, ax: int, combine, identity) -> Node:
-    """y[i] = y[0] (combine) ... (combine) y[i] along ``ax``: ceil(log2 n) passes of
-    y[i] = y[i] (combine) y[i - s], the first s entries combined with ``identity``."""
-    n = y.shape[ax] if y.ndim else 1
-    for step in range(math.ceil(math.log2(n)) if n > 1 else 0):
-        y = combine(y, _shifted(y, ax, 1 << step, identity))
-    return y
 
 
 cumsum = _scan("cumsum", ops.add, 0)

@@ -96,11 +96,16 @@ def _check_nonempty(fn):
 register(OpDef("sum", "reduction", _reduce_infer, _reduce_numpy(np.sum),
                _reduce_spell("sum"), lambda g, n: (_expand(g, n),),
                jvp=_linear_jvp(lambda t, n: reduce("sum", t, *n.attrs))))
+def _others(n: Node) -> Node:
+    """d prod(x) / d x[i], the product of the other entries (not prod / x: 0 / 0 at a zero)."""
+    from .scans import products_of_others   # (built from indexing ops, which import this module)
+    return products_of_others(n.inputs[0], n.attrs[0])
+
+
 register(OpDef("prod", "reduction", _reduce_infer, _reduce_numpy(np.prod),
                _reduce_spell("prod"),
-               lambda g, n: (_expand(g, n) * _expand(n, n) / n.inputs[0],),  # x != 0 assumed
-               jvp=_linear_jvp(lambda t, n: reduce("sum", t * _expand(n, n) / n.inputs[0],
-                                                   *n.attrs))))
+               lambda g, n: (_expand(g, n) * _others(n),),
+               jvp=_linear_jvp(lambda t, n: reduce("sum", t * _others(n), *n.attrs))))
 register(OpDef("max", "reduction", _check_nonempty("maximum"), _reduce_numpy(np.max),
                _reduce_spell("max"), _extremum_vjp, jvp=_extremum_jvp))
 register(OpDef("min", "reduction", _check_nonempty("minimum"), _reduce_numpy(np.min),

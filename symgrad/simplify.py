@@ -17,6 +17,7 @@ user's own forward computation (nodes with a source location) is left as written
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -41,6 +42,11 @@ def _scalar_value(n: Node):
 def _is(n: Node, value) -> bool:
     v = _scalar_value(n)
     return v is not None and not isinstance(v, bool) and v == value
+
+
+def _negative_zero_or_int(zero: Node) -> bool:
+    """Whether ``zero - x`` is exactly ``-x``: for integers, and for the float -0.0."""
+    return not zero.dtype.startswith("float") or math.copysign(1.0, _scalar_value(zero)) < 0
 
 
 def _same_type(a: Node, n: Node) -> bool:
@@ -124,8 +130,8 @@ def _sub(n):
     a, b = n.inputs
     if _is(b, 0) and _same_dtype(a, n):         # x - 0 -> x
         return _widen(a, n)
-    if _is(a, 0) and _same_dtype(b, n):         # 0 - x -> -x
-        return neg(_widen(b, n))
+    if _is(a, 0) and _same_dtype(b, n) and _negative_zero_or_int(a):   # -0 - x -> -x
+        return neg(_widen(b, n))   # (+0.0 - x is not: at x = +0 it is +0, -x is -0)
     if b.op == "neg":                           # x - -y -> x + y
         return add(a, b.inputs[0])
     if a.op == "neg":                           # -x - y -> -(x + y)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import __future__
 import ast
+import functools
 import inspect
 import linecache
 import textwrap
@@ -193,3 +194,35 @@ def _find_lambda(code, module, line_offset: int, indent: int, wrapped: int, line
         return None
     inside.sort(key=lambda t: (t[0], t[1]))
     return inside[0][2]
+
+
+_DUALS_MODULE = "symgrad.numpy_api"   # where sg.sin, sg.reduce_sum, ... are defined
+
+
+def readable_function(fn):
+    """``fn`` if symgrad can read its source (a def or lambda, a method of one, or a wrapper of
+    one such as ``sg.checkpoint``'s); else a TypeError saying what it is and what to pass."""
+    inner = inspect.unwrap(fn) if callable(fn) else fn
+    if inspect.ismethod(inner):
+        inner = inner.__func__
+    module = getattr(fn, "__module__", None) or ""
+    library = module.split(".")[0] == "numpy" or module == _DUALS_MODULE
+    if inspect.isfunction(inner) and not library:
+        return fn
+    if library:
+        prefix = "sg" if module == _DUALS_MODULE else "np" + module[len("numpy"):]
+        hint = (f"{prefix}.{fn.__name__} is a library function, not source symgrad traces; "
+                f"differentiate a function that calls it, e.g. lambda x: {prefix}.{fn.__name__}(x)")
+    elif isinstance(fn, functools.partial):
+        hint = ("functools.partial objects are not supported: differentiate a lambda that makes "
+                "the call, e.g. lambda x: f(x, a=a)")
+    elif callable(fn) and inspect.isfunction(getattr(type(fn), "__call__", None)):
+        hint = f"pass its method: {type(fn).__name__}().__call__"
+    elif callable(fn):
+        name = getattr(fn, "__name__", type(fn).__name__)
+        hint = (f"{name} has no Python source to read (a compiled function); differentiate a "
+                f"function that calls it, e.g. lambda x: {name}(x)")
+    else:
+        hint = "it is not callable"
+    raise TypeError(f"symgrad differentiates Python functions (def or lambda); got "
+                    f"{type(fn).__name__}: {hint}")

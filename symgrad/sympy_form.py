@@ -25,7 +25,7 @@ import sympy
 
 from . import ops as _ops  # noqa: F401 - every op registered before LEAVES is read
 from .ir import OPS, Graph, Node, ops_of_kind, toposort
-from .regions import straight_line
+from .regions import Body, loop_exit, straight_line
 from .runtime import unflatten_tree
 
 MAX_ELEMENTS = 256   # beyond this an element-by-element form is no longer readable mathematics
@@ -60,10 +60,18 @@ def number(value, dtype: str = "float64"):
 
 
 def _truth(x):
-    """A condition as sympy: relationals stay symbolic; numbers become true/false."""
+    """A condition as sympy: relationals stay symbolic; numbers become true/false; any other
+    expression ``e`` is ``e != 0`` (symbolically: Python's ``!=`` would compare structure)."""
     if isinstance(x, sympy.logic.boolalg.Boolean):
         return x
-    return sympy.true if x != 0 else sympy.false
+    x = sympy.sympify(x)
+    if x.is_number:
+        return sympy.true if x != 0 else sympy.false
+    return sympy.Ne(x, 0)
+
+
+def _is_boolean(x) -> bool:
+    return isinstance(x, (bool, np.bool_, sympy.logic.boolalg.Boolean))
 
 
 def _where(c, a, b):
@@ -72,6 +80,8 @@ def _where(c, a, b):
         return a
     if c is sympy.false:
         return b
+    if _is_boolean(a) and _is_boolean(b):   # a select of conditions is a condition (ITE)
+        return sympy.ITE(c, _truth(a), _truth(b))
     return sympy.Piecewise((a, c), (b, True))
 
 
@@ -353,10 +363,28 @@ def as_sympy(value: np.ndarray):
     return sympy.Array(value.tolist(), value.shape)
 
 
+def _refuse_exits_on_data(graph: Graph):
+    """A loop that stops on data has no closed form to show: a ``while`` on data runs as often
+    as the values say (the IR's trip count is only a capacity, retraced when exceeded), and the
+    formula of a ``break`` on data nests a condition per iteration (exponential in size)."""
+    if graph.guards:
+        (filename, line, _col), *_ = graph.guards
+        raise NotImplementedError(f"a while loop on data ({filename}:{line}) has no closed form: "
+                                  "how many times it runs depends on the values")
+    stack = [graph.outputs]
+    while stack:
+        for n in toposort(stack.pop()):
+            if n.op == "loop" and loop_exit(n) is not None and loop_exit(n)[0] == "until":
+                raise NotImplementedError("a loop that breaks on data has no readable closed form "
+                                          "(a nested condition per iteration)")
+            stack.extend(body.results for body in n.attrs if isinstance(body, Body))
+
+
 def to_sympy(graph: Graph):
     """The graph's outputs as sympy, structured like its return value (tuples stay tuples):
     element form for small arrays, else the symbolic-length form (an array output is then its
     element ``i`` of ``n``)."""
+    _refuse_exits_on_data(graph)
     graph = straight_line(graph)   # mathematics has no loops: a loop is its unrolled formula
     if _too_large(graph):
         values = _SymbolicLength(graph).run()

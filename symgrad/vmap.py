@@ -18,6 +18,7 @@ vmapped function compiles on every target, shows its source, and composes: ``vma
 from __future__ import annotations
 
 import copy
+import inspect
 import numbers
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from . import ops
 from .api import Function, _base, _retarget
 from .batching import batch_nodes
 from .ir import Graph, Node, make
-from .runtime import is_node, top_level, tree_leaves, value_leaves, replace_leaves, zero_standin
+from .runtime import arg_key, is_node, top_level, tree_leaves, value_leaves, replace_leaves, zero_standin
 
 
 def _check_axis(axis, what: str):
@@ -54,7 +55,7 @@ class Vmap:
 
     def build(self, parent, values, name: str):
         """The batched graph for these values, and the captures of the parent's trace."""
-        axes = self.argument_axes(len(values), parent.params)
+        axes = self.argument_axes(len(values), parent.params, defaulted(parent, values))
         size = batch_size(values, axes, parent.params)
         example = [v if a is None else replace_leaves(v, lambda leaf, a=a, p=p: _one_example(leaf, a, p))
                    for v, a, p in zip(values, axes, parent.params)]
@@ -63,13 +64,27 @@ class Vmap:
         # (symgrad.batching refuses what it cannot batch, naming it).
         return batch_graph(entry.derivable, axes, self.out_axes, size, name), entry.captures
 
-    def argument_axes(self, count: int, params) -> tuple:
+    def argument_axes(self, count: int, params, defaulted=None) -> tuple:
+        """One entry per parameter. A parameter the call left to its default is not batched
+        (JAX maps the arguments it is given): an int applies to the others, and a tuple may
+        stop before trailing defaulted parameters."""
+        defaulted = defaulted or (False,) * count
         if not isinstance(self.in_axes, tuple):
-            return (self.in_axes,) * count
+            return tuple(None if d else self.in_axes for d in defaulted)
+        given = len(self.in_axes)
+        if given < count and all(defaulted[given:]):
+            return self.in_axes + (None,) * (count - given)
         if len(self.in_axes) != count:
             raise ValueError(f"vmap: in_axes has {len(self.in_axes)} entries but the function "
                              f"takes {count} arguments ({', '.join(params)})")
         return self.in_axes
+
+
+def defaulted(parent: Function, values) -> tuple:
+    """Whether each argument is its parameter's default object (the call left it out)."""
+    signature = parent._signature.parameters
+    return tuple(p in signature and signature[p].default is not inspect.Parameter.empty
+                 and v is signature[p].default for p, v in zip(parent.params, values))
 
 
 def _is_data(leaf) -> bool:
@@ -210,6 +225,20 @@ class VmapFunction(Function):
 
     def _build(self, values):
         return self.transform.build(self._parent, values, self.__name__)
+
+    def _compiled(self, values, key=None):
+        # which arguments are defaults (not batched) is part of the signature
+        key = tuple([arg_key(v) for v in values]) if key is None else key
+        entry = super()._compiled(values, key + (defaulted(self._parent, values),))
+        self._last_key = key   # (.source and .ir rebuild arguments from it, one per parameter)
+        return entry
+
+    def __call__(self, *args, **kwargs):
+        result = super().__call__(*args, **kwargs)
+        given = len(args) + sum(1 for k in kwargs if k != "out" or "out" in self.params)
+        if given < len(self.params):   # a default took part: the hot path's plan, which checks
+            self._hot = None           # argument kinds only, must not serve explicit calls
+        return result
 
     def __reduce__(self):
         return VmapFunction, (self._parent, self.transform, self.target)

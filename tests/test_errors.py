@@ -77,8 +77,8 @@ def augassign_argument(x):
 
 def break_in_data_if(x):
     s = 0.0
-    for i in range(3):
-        if x > i:
+    for c in [0.0, 1.0, 2.0]:   # (a list of numbers unrolls; a range or an array is a region)
+        if x > c:
             break
         s = s + x
     return s

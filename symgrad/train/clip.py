@@ -13,6 +13,10 @@ that leave every *value* unchanged:
 * ``clip_by_global_norm`` turns an infinite or NaN norm into NaN values with a select instead
   of TF's ``scale + (use_norm - use_norm)``, which gives the same NaNs without NumPy's
   "invalid value" warning.
+
+Where TF takes a ``maximum``/``minimum`` whose derivative matters at a tie (``clip_by_norm`` at
+``norm == clip_norm``, the global-norm scale), ``_tf_maximum``/``_tf_minimum`` give TF's tie rule
+(all to the first operand) instead of symgrad's even split, so gradients match TF there too.
 """
 from __future__ import annotations
 
@@ -35,6 +39,17 @@ def clip_by_value(t, clip_value_min, clip_value_max):
         raise ValueError(f"clip_by_value: bounds of shapes {np.asarray(clip_value_min).shape} and "
                          f"{np.asarray(clip_value_max).shape} would enlarge t of shape {t.shape}")
     return clipped
+
+
+def _tf_maximum(x, y):
+    """``np.maximum(x, y)`` whose derivative at a tie goes all to ``x``, as TF's ``_MaximumGrad``
+    (it selects ``x`` where ``x >= y``); symgrad's own maximum shares a tie evenly (JAX)."""
+    return np.where(x >= y, x, np.maximum(x, y))   # (the inner maximum keeps NaNs as NumPy)
+
+
+def _tf_minimum(x, y):
+    """``np.minimum(x, y)`` whose derivative at a tie goes all to ``x`` (TF's ``_MinimumGrad``)."""
+    return np.where(x <= y, x, np.minimum(x, y))
 
 
 def _safe_norm(sum_of_squares):
@@ -60,7 +75,7 @@ def clip_by_norm(t, clip_norm, axes=None):
     if intermediate.shape != t.shape:
         raise ValueError(f"clip_by_norm: clip_norm of shape {np.asarray(clip_norm).shape} "
                          f"would enlarge t of shape {t.shape}")
-    return intermediate / np.maximum(l2norm, clip_norm)
+    return intermediate / _tf_maximum(l2norm, clip_norm)
 
 
 def global_norm(t_list):
@@ -100,5 +115,5 @@ def global_norm_scale(use_norm, clip_norm):
     zero norm (``1 / 0`` is taken as ``inf`` without dividing by zero)."""
     nonzero = use_norm != 0
     inverse = np.where(nonzero, 1.0 / np.where(nonzero, use_norm, 1.0), np.inf)
-    scale_for_finite = clip_norm * np.minimum(inverse, 1.0 / clip_norm)
+    scale_for_finite = clip_norm * _tf_minimum(inverse, 1.0 / clip_norm)
     return np.where(np.abs(use_norm) < np.inf, scale_for_finite, np.nan)
