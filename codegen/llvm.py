@@ -316,7 +316,7 @@ class Native:
             self.run(ptrs.ctypes.data, self.params_addr)
             return
         addr = ptrs.ctypes.data
-        for stage, init, extent0, size, partial, vector_axis in tile_run.ungrouped(self, ptrs, nt):
+        for stage, init, extent0, size, partial, vector_axis in tile_run.ungrouped(self, ptrs, least, nt):
             init(addr, self.params_addr)
             if size < least or extent0 < 2:
                 stage(addr, self.params_addr, 0, extent0)

@@ -86,14 +86,20 @@ class Tiles:
         self.private: dict = {}
 
 
-def ungrouped(native, ptrs, nt: int):
+def ungrouped(native, ptrs, least: int, nt: int):
     """The stages of a threaded call (``llvm.Native._execute``) that run one by one, in
-    order; each tile group runs (:func:`execute`) where its first stage would."""
-    from .llvm import parallel_min
+    order; each tile group runs (:func:`execute`) where its first stage would. Without
+    groups, the stages themselves (no generator on the hot path: W2's call is ~1 ms)."""
+    if not native.tiles.calls:
+        return native.stages
+    return _with_groups(native, ptrs, least, nt)
+
+
+def _with_groups(native, ptrs, least: int, nt: int):
     tiles = native.tiles
     for k, call in enumerate(native.stages):
         if k in tiles.calls:
-            execute(native, tiles.calls[k], ptrs, parallel_min(), nt)
+            execute(native, tiles.calls[k], ptrs, least, nt)
         elif k not in tiles.grouped:
             yield call
 
