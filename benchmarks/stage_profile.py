@@ -12,7 +12,8 @@ and what it writes (its sinks).
 
 The stage calls reuse the buffers of one real call (arguments, outputs, scratch), so every
 stage reads what it would read in a call; the times add up to the kernel time of one call on
-one thread.
+one thread. A tile group (``codegen.tiling``: stages run chunk by chunk of their outer axis)
+is timed as one line, its stages listed below it.
 """
 from __future__ import annotations
 
@@ -41,16 +42,35 @@ def stage_times(fn, args, reps: int) -> list[tuple[float, object]]:
     results = native(list(args))
     table = native.cached[0].ctypes.data
     out = []
-    for call, st in zip(native.stages, native.program.schedule.stages):
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
+    stages = native.program.schedule.stages
+    for k, (call, st) in enumerate(zip(native.stages, stages)):
+        if k in native.tiles.grouped:   # a tile group (codegen.tiling) runs as one: its chunk-local
+            if k in native.tiles.calls:   # buffers hold one chunk, no stage runs alone
+                group = native.tiles.calls[k]
+                out.append((_median_ms(reps, lambda: _run_group(native, group, table)),
+                            [stages[j] for j in group.stages]))
+            continue
+        def run():
             call.init(table, native.params_addr)
             call.stage(table, native.params_addr, 0, call.extent0)
-            times.append(time.perf_counter() - t)
-        out.append((1e3 * sorted(times)[reps // 2], st))
+        out.append((_median_ms(reps, run), st))
     del results
     return out
+
+
+def _run_group(native, group, table):
+    for j in group.stages:
+        native.stages[j].init(table, native.params_addr)
+    group.run(table, native.params_addr, 0, group.extent)
+
+
+def _median_ms(reps: int, fn) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * sorted(times)[reps // 2]
 
 
 def report(name, fn, args, reps, quiet) -> float:
@@ -58,8 +78,13 @@ def report(name, fn, args, reps, quiet) -> float:
     total = sum(t for t, _ in rows)
     print(f"{name}: {total:.3f} ms in {len(rows)} stages")
     if not quiet:
-        for k, (t, st) in enumerate(rows):
-            print(f"  {k:3d} {t:9.3f} ms  {stage_label(st)}")
+        for t, st in rows:
+            if isinstance(st, list):   # a tile group: its stages chunk by chunk
+                print(f"  {'':3} {t:9.3f} ms  tile group of stages {st[0].index}-{st[-1].index}:")
+                for member in st:
+                    print(f"  {member.index:3d} {'':12s}  {stage_label(member)}")
+            else:
+                print(f"  {st.index:3d} {t:9.3f} ms  {stage_label(st)}")
     return total
 
 

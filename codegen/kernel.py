@@ -32,7 +32,7 @@ from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
-from . import matmul_kernel
+from . import matmul_kernel, tile_run, tiling
 from .libraries import library_function
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
@@ -177,9 +177,12 @@ class KernelModule:
         self.light = light_bound(schedule) if parent is None else -1
         # scalar code: every function light, compiled by the -O0 code generator (_module_light)
         self.all_light = parent is None and all_stages_light(schedule, self.light)
+        self.tiled = tiling.grouped(schedule)
         wrappers = []
         for st in schedule.stages:
             wrappers.append(st.region.emit(self, st) if st.region is not None else self._stage(st))
+        self.groups = [tile_run.group_function(self, g, k, wrappers)
+                       for k, g in enumerate(schedule.tile_groups)]
         self.run_fn = self._run(wrappers)
         if self.all_light:
             _module_light(self.module)
@@ -190,7 +193,7 @@ class KernelModule:
             # sg_run calls the very code the threads call (inlined into sg_run, a stage could
             # be optimised differently there, and compiled twice), and codegen.module_split
             # may put them in different parts
-            for fn in (f for w in wrappers for f in (w.stage, w.init)):
+            for fn in [f for w in wrappers for f in (w.stage, w.init)] + self.groups:
                 fn.attributes.add("noinline")
 
     # -- parameters ----------------------------------------------------------------------------
@@ -259,7 +262,14 @@ class KernelModule:
         if len(st.shape) < 2 or any(n.op == "arange" for n in st.ssa):
             return st, loads, gathers
         shape, views = reduction_order(st, views)
-        shape, merged = merge_axes(shape, views)
+        if st.index in self.tiled:   # the outer axis stays a loop: chunks are rows (tiling)
+            inner, merged = merge_axes(shape[1:], [View(v.buf, v.offset, shape[1:], v.strides[1:])
+                                                   for v in views])
+            shape = shape[:1] + inner
+            merged = [View(v.buf, m.offset, shape, v.strides[:1] + m.strides)
+                      for v, m in zip(views, merged)]
+        else:
+            shape, merged = merge_axes(shape, views)
         it = iter(merged)
         loads = {x: next(it) for x in loads}
         sinks = [dataclasses.replace(sk, dest=next(it)) for sk in st.sinks]
@@ -436,7 +446,18 @@ class KernelModule:
         ptrs, params = fn.args
         ptrs.name, params.name = "ptrs", "params"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        for fns in wrappers:
+        first = {g.stages[0]: (k, g) for k, g in enumerate(self.s.tile_groups)}
+        grouped = {j for g in self.s.tile_groups for j in g.stages}
+        for j, fns in enumerate(wrappers):
+            if j in first:    # a tile group: its inits, then its chunks
+                k, group = first[j]
+                for i in group.stages:
+                    b.call(wrappers[i].init, [ptrs, params])
+                end = self.load_param(b, params, fns.extent0_slot, "extent")
+                b.call(self.groups[k], [ptrs, params, ir.Constant(I64, 0), end])
+                continue
+            if j in grouped:
+                continue
             b.call(fns.init, [ptrs, params])
             end = (self.load_param(b, params, fns.extent0_slot, "extent") if fns.rank
                    else ir.Constant(I64, 1))

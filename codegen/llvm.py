@@ -34,7 +34,7 @@ from symgrad.runtime import top_level, unflatten_tree, write_out
 
 from symgrad import settings
 
-from . import jit
+from . import jit, tile_run
 from .call_plan import call_plan
 from .kernel import KernelModule
 from .schedule import Schedule
@@ -94,7 +94,7 @@ class CpuProgram:
         self.km = KernelModule(self.schedule, jit.target()["math"], name=graph.name)
         self.text = jit.finish_text(self.km.module)
         self.symbols = ["sg_run"] + [f"sg_{kind}{k}" for k in range(len(self.schedule.stages))
-                                     for kind in ("stage", "init")]
+                                     for kind in ("stage", "init")] + tile_run.symbols(self.schedule)
 
 
 class StageCall(NamedTuple):
@@ -134,7 +134,8 @@ class Native:
                                  info.shape[0] if info.shape else 1, 0 if info.serial else st.size,
                                  info.partial, len(info.shape) == 1)
                        for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
-        self.work = max((st.size for st in sched.stages), default=0)
+        self.tiles = tile_run.Tiles(sched, addrs, _STAGE)   # the tile groups' calls
+        self.work = max([st.size for st in sched.stages] + [self.tiles.work])
         self.params = np.array(prog.km.params or [0], dtype=np.int64)
         self.params_addr = self.params.ctypes.data
         bufs = sched.buffers
@@ -318,7 +319,7 @@ class Native:
             self.run(ptrs.ctypes.data, self.params_addr)
             return
         addr = ptrs.ctypes.data
-        for stage, init, extent0, size, partial, vector_axis in self.stages:   # StageCall
+        for stage, init, extent0, size, partial, vector_axis in tile_run.ungrouped(self, ptrs, least, nt):
             init(addr, self.params_addr)
             if size < least or extent0 < 2:
                 stage(addr, self.params_addr, 0, extent0)

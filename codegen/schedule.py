@@ -33,7 +33,7 @@ from symgrad.ir import Graph, Node, toposort, use_counts
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
 from .opsets import CONSTANTS, REDUCTIONS, VIEWS
-from . import fusion
+from . import fusion, tiling
 from .views import View, index_view, keepdims_strides
 
 LEAF_INLINE = CONSTANTS               # a constant is the same value at every index
@@ -108,6 +108,7 @@ class Schedule:
             self._schedule(n)
         self._finish_outputs()
         fusion.fuse_matmul_epilogues(self)
+        self.tile_groups = tiling.tile_groups(self) if parent is None else []   # (not a body's)
 
     # -- buffers and locations -----------------------------------------------------------------
     def _buffer(self, kind, dtype, size, ref=None) -> int:
