@@ -129,14 +129,14 @@ def thread_table(native, ptrs, group: GroupCall, t: int):
     """The pointer table thread ``t`` runs ``group`` with: this call's, with the group's
     chunk-local buffers in that thread's own memory (kept for the native's cached state),
     and that memory."""
-    from .llvm import _allocate, _workspace_bytes
+    from .workspace import allocate, workspace_bytes
     table = ptrs.copy()
     if not group.local:
         return table, None
     key = (t, group.stages[0])
     memory = native.tiles.private if ptrs is native.cached[0] else {}
     if key not in memory:
-        memory[key] = _allocate(_workspace_bytes(group.local))
+        memory[key] = allocate(workspace_bytes(group.local))
     base = (memory[key].ctypes.data + 63) // 64 * 64
     for buf, size in group.local:
         table[buf] = base

@@ -1,5 +1,5 @@
 """A large workspace is allocated and its pages touched by a helper thread while LLVM
-compiles (codegen.llvm.Workspace): the results are those of the plain allocation, a
+compiles (codegen.workspace.Workspace): the results are those of the plain allocation, a
 concurrent call gets memory of its own, and an allocation that fails on the helper thread
 fails on the calling thread with MemoryError."""
 import threading
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.codegen import llvm
+from symgrad.codegen import llvm, workspace
 
 
 def model(x, w):
@@ -28,7 +28,7 @@ def _grads(x, w):
 def test_touched_workspace_gives_the_same_results(monkeypatch):
     x, w = _args()
     plain = _grads(x, w)
-    monkeypatch.setattr(llvm, "TOUCH_MIN", 1)
+    monkeypatch.setattr(workspace, "TOUCH_MIN", 1)
     started = []
     real = threading.Thread
 
@@ -47,7 +47,7 @@ def test_touched_workspace_gives_the_same_results(monkeypatch):
 
 
 def test_concurrent_calls_get_their_own_large_workspace(monkeypatch):
-    monkeypatch.setattr(llvm, "TOUCH_MIN", 1)
+    monkeypatch.setattr(workspace, "TOUCH_MIN", 1)
     x, w = _args()
     f = sg.differentiate(model, wrt=(0, 1))
     want = f.grad(x, w)
@@ -61,21 +61,21 @@ def test_concurrent_calls_get_their_own_large_workspace(monkeypatch):
 
 
 def test_workspace_memory_and_its_alignment_slack():
-    space = llvm.Workspace(llvm.TOUCH_MIN + 3)
+    space = workspace.Workspace(workspace.TOUCH_MIN + 3)
     mem = space.memory()
-    assert mem.nbytes == llvm.TOUCH_MIN + 3 and mem.flags.writeable
+    assert mem.nbytes == workspace.TOUCH_MIN + 3 and mem.flags.writeable
     assert space.memory() is mem
-    small = llvm.Workspace(100).memory()
+    small = workspace.Workspace(100).memory()
     assert small.nbytes == 100
-    assert llvm._workspace_bytes([(0, 1), (1, 65)]) == 64 + 128 + 64
-    assert llvm._workspace_bytes([]) == 65
+    assert workspace.workspace_bytes([(0, 1), (1, 65)]) == 64 + 128 + 64
+    assert workspace.workspace_bytes([]) == 65
 
 
 def test_a_failed_allocation_on_the_helper_raises_memory_error_on_the_caller(monkeypatch):
     def no_memory(nbytes):
         raise MemoryError(f"cannot allocate a {nbytes}-byte workspace")
 
-    monkeypatch.setattr(llvm, "_allocate", no_memory)
-    space = llvm.Workspace(llvm.TOUCH_MIN)
+    monkeypatch.setattr(workspace, "allocate", no_memory)
+    space = workspace.Workspace(workspace.TOUCH_MIN)
     with pytest.raises(MemoryError, match="workspace"):
         space.memory()
