@@ -25,6 +25,8 @@ import re
 
 from llvmlite import ir
 
+from . import f32math
+from .f32math import OWN_F32
 from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
     OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved, _own_library_module,
     _own_loops, _own_name)
@@ -42,6 +44,15 @@ MATH_NAMES = {
     "log10": "log10", "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "hypot": "hypot",
     "fmod": "fmod",
 }
+
+# float32 functions computed as their float64 version on the widened arguments, rounded once
+# to float32 (CPUMath.call): our own float64 code or libmvec's/libm's double functions are
+# within 2 ulp of float64, 2^-28 ulp of float32, so the float32 result is within 0.5 + 2^-28
+# ulp (libmvec's float versions reach 3.8 ulp), and NaN, inf and signed zeros come out as the
+# float64 function's, the same C99 rules NumPy's float32 functions follow. Every function but
+# sqrt (an intrinsic, correctly rounded in float32 already); benchmarks/math_speed.py empties
+# the set to measure libmvec's float32 functions beside ours.
+F32_VIA_F64 = set(MATH_NAMES) - {"sqrt"}
 
 # Functions the hardware does natively: an LLVM intrinsic beats any library call on every
 # target (NVPTX has sqrt.rn.f64 too), so they are not resolved through a library.
@@ -138,6 +149,10 @@ class CPUMath(MathTarget):
         return PRIVATE_PREFIX + cname + ("f" if dtype == "float32" else "")
 
     def call(self, builder, op, dtype, args):
+        if dtype == "float32" and op in OWN_F32 and not self.precise:
+            return f32math.call(builder, op, args[0], self)
+        if dtype == "float32" and op in F32_VIA_F64:
+            return _widened(self, builder, op, args)
         if dtype == "float64" and op in OWN_F64 and not self.precise:
             name, body = OWN_F64[op]
             fn = _define(builder.module, name, lambda b, x: body(b, x, self))
@@ -236,6 +251,8 @@ class OutlinedMath:
         return getattr(self.base, name)
 
     def call(self, builder, op, dtype, args):
+        if dtype == "float32" and op in F32_VIA_F64:
+            return _widened(self, builder, op, args)
         if dtype != "float64" or op not in OWN_F64 or self.base.precise:
             return self.base.call(builder, op, dtype, args)
         sym = self.base.own_library(op)
@@ -247,6 +264,20 @@ class OutlinedMath:
         if notes is not None:
             notes.add((op + "_own", dtype, 1, sym))
         return call
+
+
+def inlines_own_code(op: str, dtype: str) -> bool:
+    """Does the CPU inline our own code for ``op`` in ``dtype`` (codegen.kernel counts them:
+    OUTLINE_MATH_CALLS)? (SYMGRAD_PRECISE_MATH aside.)"""
+    return op in (OWN_F64 if dtype == "float64" else OWN_F32 if dtype == "float32" else ())
+
+
+def _widened(math, builder: ir.IRBuilder, op: str, args) -> ir.Value:
+    """float32 ``op`` as ``math``'s float64 ``op`` of the widened arguments, rounded once (see
+    F32_VIA_F64): every float32 is a float64, so only the result is rounded."""
+    d = ir.DoubleType()
+    wide = [builder.fpext(a, d, name=f"{op}.wide") for a in args]
+    return builder.fptrunc(math.call(builder, op, "float64", wide), ir.FloatType(), name=op)
 
 
 _SCALAR_CALL = re.compile(r'(?:call (?:preserve_allcc )?|^declare )(double|float) @"([^"]+)"\(')
