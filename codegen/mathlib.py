@@ -15,8 +15,12 @@ float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``, in
 inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
 within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
 keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
-library compiled once per process. ``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar
-libm only.
+library compiled once per process. float32 functions are our own too: exp, expm1, sin, cos,
+tan, log, log1p, log2, log10 and tanh (``OWN_F32``, in ``codegen.f32math``: float64
+arithmetic sized for a float32 result), the rest the float64 version of the widened arguments
+rounded once (``F32_VIA_F64``), all within 0.5 + 2^-6 ulp (libmvec's float versions reach 3.8).
+``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar libm only (float32 through the
+double functions, still widened).
 """
 from __future__ import annotations
 
@@ -124,8 +128,8 @@ class CPUMath(MathTarget):
 
     def __init__(self, features: str = "", precise: bool = False):
         # precise: scalar glibc libm only (< 1 ulp, no SIMD; but glibc's cos is 8 ulp off at
-        # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp) and
-        # libmvec for the rest (float32 up to 3.8 ulp measured); SYMGRAD_PRECISE_MATH=1.
+        # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp),
+        # float32 code (OWN_F32) and libmvec for the rest; SYMGRAD_PRECISE_MATH=1.
         self.precise = precise
         self.bound: set[str] = set()   # symbols already given to LLVM (CPUMath.bind)
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
