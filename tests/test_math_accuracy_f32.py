@@ -283,6 +283,27 @@ def test_far_and_near_lanes_mixed_in_one_vector(op):
         _check_bound(got, _reference(UNARY[op][1], [x]), op)
 
 
+@pytest.fixture(params=[[], [("b", 2)], [("d", 4)]], ids=["no-simd-variants", "2-lanes", "4-lanes"])
+def other_vector_isa(request):
+    """Compile as for a CPU whose vector ABI offers other widths than the float32 loop's:
+    the vectoriser then calls the far check lane by lane, or not at all."""
+    math_ = jit.target()["math"]
+    saved = math_.isas
+    math_.isas = request.param
+    math_._far_loaded.clear()         # the library for these variants, under the same names
+    yield request.param
+    math_.isas = saved
+    math_._far_loaded.clear()
+
+
+@pytest.mark.parametrize("op", ["sin", "cos", "tan"])
+def test_far_lanes_whatever_vector_width_the_loop_gets(op, other_vector_isa):
+    f = sg.differentiate(UNARY[op][0])
+    x = np.where(np.arange(203) % 3 == 0, 1e12 + np.arange(203),
+                 0.5 + np.arange(203)).astype(np.float32)
+    _check_bound(f(x), _reference(UNARY[op][1], [x]), op)
+
+
 def _assert_as_numpy(got, want, ref, what):
     """NaN where NumPy's float32 ufunc gives NaN, the same infinities and signed zeros, and
     finite values within the bound of the reference."""
