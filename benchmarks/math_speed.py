@@ -3,7 +3,12 @@ process: W1's gradient (10^7 points) and per-function throughput, each compiled 
 with codegen.mathlib's own functions and once with libmvec for the functions libmvec has
 (exp and expm1 stay ours in both: the baseline is the code before sin/cos/log1p/tanh were ours).
 
-Usage: python benchmarks/math_speed.py [n_points]   (medians of 7 runs; reports the load)
+``--float32``: the same for float32, libmvec's float functions (before) against ours (after:
+codegen/f32math.py ``OWN_F32``, and the float64 functions on widened lanes for the rest,
+``mathlib.F32_VIA_F64``), with W1 in float64 beside them (float32 must stay faster).
+
+Usage: python benchmarks/math_speed.py [--float32] [n_points]   (medians of 7 runs; reports
+the load)
 """
 from __future__ import annotations
 
@@ -34,6 +39,20 @@ def libmvec_for_the_rest():
         yield
     finally:
         mathlib.OWN_F64.update(saved)
+
+
+@contextlib.contextmanager
+def libmvec_float32():
+    """Compile float32 maths as before OWN_F32 and F32_VIA_F64: libmvec's (libm's) float
+    functions."""
+    saved, own = set(mathlib.F32_VIA_F64), dict(mathlib.OWN_F32)
+    mathlib.F32_VIA_F64.clear()
+    mathlib.OWN_F32.clear()
+    try:
+        yield
+    finally:
+        mathlib.F32_VIA_F64.update(saved)
+        mathlib.OWN_F32.update(own)
 
 
 def side_by_side(before, after, runs=7):
@@ -80,12 +99,73 @@ FUNCTIONS = {"sin": (f_sin, -10, 10), "cos": (f_cos, -10, 10), "tan": (f_tan, -1
              "log (libmvec in both: noise check)": (f_log, 0.01, 100)}
 
 
-def compiled(fn, args, baseline):
-    ctx = libmvec_for_the_rest() if baseline else contextlib.nullcontext()
+def f_exp(x):
+    return np.exp(x)
+
+
+def f_expm1(x):
+    return np.expm1(x)
+
+
+def f_arctan(x):
+    return np.arctan(x)
+
+
+def f_log2(x):
+    return np.log2(x)
+
+
+FUNCTIONS_F32 = {"sin": (f_sin, -10, 10), "cos": (f_cos, -10, 10), "tan": (f_tan, -10, 10),
+                 "exp": (f_exp, -10, 10), "expm1": (f_expm1, -1, 1), "log": (f_log, 0.01, 100),
+                 "log1p": (f_log1p, 0, 10), "log2": (f_log2, 0.01, 100),
+                 "tanh": (f_tanh, -3, 3), "arctan": (f_arctan, -10, 10)}
+
+
+def compiled(fn, args, baseline, float32=False):
+    ctx = contextlib.nullcontext()
+    if baseline:
+        ctx = libmvec_float32() if float32 else libmvec_for_the_rest()
     with ctx:
         f = sg.differentiate(fn) if len(args) == 1 else sg.grad(fn, wrt=(0, 1))
         out = f(*args)      # compiles now, under the chosen math
     return f, out
+
+
+def main_float32(n=10 ** 7):
+    """float32: libmvec's float functions (before) against ours through float64 (after)."""
+    rng = np.random.default_rng(0)
+    print(f"load average at start: {os.getloadavg()}; symgrad threads: {cpu_threads()}")
+    x64, y64 = rng.uniform(-2, 2, n), rng.uniform(-2, 2, n)
+    x, y = x64.astype(np.float32), y64.astype(np.float32)
+    rows = []
+    gb, _ = compiled(W.w1, (x, y), baseline=True, float32=True)
+    go, _ = compiled(W.w1, (x, y), baseline=False, float32=True)
+    g64, _ = compiled(W.w1, (x64, y64), baseline=False)
+    outs = (np.empty_like(x), np.empty_like(y))
+    outs64 = (np.empty_like(x64), np.empty_like(y64))
+    rows.append(("W1 float32 gradient (out=)",) + side_by_side(lambda: gb(x, y, out=outs),
+                                                              lambda: go(x, y, out=outs)))
+    rows.append(("W1 float32 gradient (fresh outputs)",) + side_by_side(lambda: gb(x, y),
+                                                                       lambda: go(x, y)))
+    rows.append(("W1: float32 after (before) vs float64 (after), out=",)
+                + side_by_side(lambda: g64(x64, y64, out=outs64), lambda: go(x, y, out=outs)))
+    small, repeat = 2 ** 15, 300      # in cache, as main's per-function rows
+    for name, (fn, lo, hi) in FUNCTIONS_F32.items():
+        v = rng.uniform(lo, hi, small).astype(np.float32)
+        fb, _ = compiled(fn, (v,), baseline=True, float32=True)
+        fo, _ = compiled(fn, (v,), baseline=False, float32=True)
+        res = np.empty_like(v)
+        times = side_by_side(lambda: [fb(v, out=res) for _ in range(repeat)],
+                             lambda: [fo(v, out=res) for _ in range(repeat)])
+        rows.append((f"{name} float32, [{lo:g}, {hi:g}], in cache",)
+                    + tuple(t * n / (small * repeat) for t in times))
+    print(f"n = {n:.0e}, medians of 7 interleaved runs; load average at end: {os.getloadavg()}")
+    print("| kernel | before, wall | after, wall | before / after | before, CPU | after, CPU | "
+          "before / after (CPU) | after, CPU ns/element |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, wb, wa, cb, ca in rows:
+        print(f"| {name} | {wb * 1e3:.2f} ms | {wa * 1e3:.2f} ms | {wb / wa:.2f}x | "
+              f"{cb * 1e3:.2f} ms | {ca * 1e3:.2f} ms | {cb / ca:.2f}x | {ca / n * 1e9:.2f} |")
 
 
 def main(n=10 ** 7):
@@ -128,4 +208,6 @@ def cpu_threads():
 
 
 if __name__ == "__main__":
-    main(int(float(sys.argv[1])) if len(sys.argv) > 1 else 10 ** 7)
+    args = [a for a in sys.argv[1:] if a != "--float32"]
+    run = main_float32 if "--float32" in sys.argv[1:] else main
+    run(int(float(args[0])) if args else 10 ** 7)

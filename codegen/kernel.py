@@ -37,7 +37,7 @@ from .libraries import library_function
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
-from .mathlib import OWN_F64, MathTarget
+from .mathlib import MathTarget, inlines_own_code
 from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, const_key,
                         identity, reduction_order)
 from .schedule import LEAF_INLINE, Schedule, Stage
@@ -80,7 +80,7 @@ OUTLINE_MATH_CALLS = 8
 
 
 def _own_math_calls(st: Stage) -> int:
-    return sum(1 for n in st.ssa if n.op in OWN_F64 and n.dtype == "float64")
+    return sum(1 for n in st.ssa if inlines_own_code(n.op, n.dtype))
 
 
 def _compile_light(fn: ir.Function):

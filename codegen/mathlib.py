@@ -15,8 +15,12 @@ float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``, in
 inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
 within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
 keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
-library compiled once per process. ``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar
-libm only.
+library compiled once per process. float32 functions are our own too: exp, expm1, sin, cos,
+tan, log, log1p, log2, log10 and tanh (``OWN_F32``, in ``codegen.f32math``: float64
+arithmetic sized for a float32 result), the rest the float64 version of the widened arguments
+rounded once (``F32_VIA_F64``), all within 0.5 + 2^-6 ulp (libmvec's float versions reach 3.8).
+``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar libm only (float32 through the
+double functions, still widened).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ import re
 
 from llvmlite import ir
 
+from . import f32math
+from .f32math import OWN_F32
 from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
     OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved, _own_library_module,
     _own_loops, _own_name)
@@ -42,6 +48,15 @@ MATH_NAMES = {
     "log10": "log10", "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "hypot": "hypot",
     "fmod": "fmod",
 }
+
+# float32 functions computed as their float64 version on the widened arguments, rounded once
+# to float32 (CPUMath.call): our own float64 code or libmvec's/libm's double functions are
+# within 2 ulp of float64, 2^-28 ulp of float32, so the float32 result is within 0.5 + 2^-28
+# ulp (libmvec's float versions reach 3.8 ulp), and NaN, inf and signed zeros come out as the
+# float64 function's, the same C99 rules NumPy's float32 functions follow. Every function but
+# sqrt (an intrinsic, correctly rounded in float32 already); benchmarks/math_speed.py empties
+# the set to measure libmvec's float32 functions beside ours.
+F32_VIA_F64 = set(MATH_NAMES) - {"sqrt"}
 
 # Functions the hardware does natively: an LLVM intrinsic beats any library call on every
 # target (NVPTX has sqrt.rn.f64 too), so they are not resolved through a library.
@@ -113,8 +128,8 @@ class CPUMath(MathTarget):
 
     def __init__(self, features: str = "", precise: bool = False):
         # precise: scalar glibc libm only (< 1 ulp, no SIMD; but glibc's cos is 8 ulp off at
-        # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp) and
-        # libmvec for the rest (float32 up to 3.8 ulp measured); SYMGRAD_PRECISE_MATH=1.
+        # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp),
+        # float32 code (OWN_F32) and libmvec for the rest; SYMGRAD_PRECISE_MATH=1.
         self.precise = precise
         self.bound: set[str] = set()   # symbols already given to LLVM (CPUMath.bind)
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
@@ -139,6 +154,10 @@ class CPUMath(MathTarget):
         return PRIVATE_PREFIX + cname + ("f" if dtype == "float32" else "")
 
     def call(self, builder, op, dtype, args):
+        if dtype == "float32" and op in OWN_F32 and not self.precise:
+            return f32math.call(builder, op, args[0], self)
+        if dtype == "float32" and op in F32_VIA_F64:
+            return _widened(self, builder, op, args)
         if dtype == "float64" and op in OWN_F64 and not self.precise:
             name, body = OWN_F64[op]
             fn = _define(builder.module, name, lambda b, x: body(b, x, self))
@@ -255,6 +274,8 @@ class OutlinedMath:
         return getattr(self.base, name)
 
     def call(self, builder, op, dtype, args):
+        if dtype == "float32" and op in F32_VIA_F64:
+            return _widened(self, builder, op, args)
         if dtype != "float64" or op not in OWN_F64 or self.base.precise:
             return self.base.call(builder, op, dtype, args)
         sym = self.base.own_library(op)
@@ -266,6 +287,20 @@ class OutlinedMath:
         if notes is not None:
             notes.add((op + "_own", dtype, 1, sym))
         return call
+
+
+def inlines_own_code(op: str, dtype: str) -> bool:
+    """Does the CPU inline our own code for ``op`` in ``dtype`` (codegen.kernel counts them:
+    OUTLINE_MATH_CALLS)? (SYMGRAD_PRECISE_MATH aside.)"""
+    return op in (OWN_F64 if dtype == "float64" else OWN_F32 if dtype == "float32" else ())
+
+
+def _widened(math, builder: ir.IRBuilder, op: str, args) -> ir.Value:
+    """float32 ``op`` as ``math``'s float64 ``op`` of the widened arguments, rounded once (see
+    F32_VIA_F64): every float32 is a float64, so only the result is rounded."""
+    d = ir.DoubleType()
+    wide = [builder.fpext(a, d, name=f"{op}.wide") for a in args]
+    return builder.fptrunc(math.call(builder, op, "float64", wide), ir.FloatType(), name=op)
 
 
 _SCALAR_CALL = re.compile(r'(?:call (?:preserve_allcc )?|^declare )(double|float) @"([^"]+)"\(')
