@@ -32,7 +32,7 @@ from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
-from . import matmul_kernel
+from . import matmul_kernel, wide_stage
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
@@ -260,6 +260,8 @@ class KernelModule:
         blocked = matmul_kernel.applies(st, self.s.buffers)   # keeps its (..., m, k, n) axes
         if not blocked:
             st, loads, gathers = self._merged(st, loads, gathers)
+        wide = (not blocked and st.size > self.light
+                and wide_stage.applies(self, st, loads, gathers))
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
             v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         views += matmul_kernel.epilogue_views(st) if blocked else []
@@ -268,7 +270,8 @@ class KernelModule:
             bufs.add(self.s.flag)
         bufs = sorted(bufs)
         fty = ir.FunctionType(ir.VoidType(), [PTR] * len(bufs) + [PTR, I64, I64])
-        body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}.body")
+        suffix = wide_stage.SUFFIX if wide else ".body"   # (jit compiles .wide without IR passes)
+        body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}{suffix}")
         body.linkage = "internal"
         body.attributes.add("nounwind")
         if st.size <= self.light and not blocked:
@@ -290,6 +293,13 @@ class KernelModule:
         elif d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
                                     for sk in st.sinks):
             self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
+        elif wide:
+            accesses = {x: self._access(b, argmap, params, d, v, f"in{i}")
+                        for i, (x, v) in enumerate(loads.items())}
+            sinks = [self._access(b, argmap, params, d, sk.dest, f"out{i}")
+                     for i, sk in enumerate(st.sinks)]
+            wide_stage.emit(self, b, st, accesses, sinks, self._constants(b, params, st), extents,
+                            begin, end)
         elif (_own_math_calls(st) > OUTLINE_MATH_CALLS and hasattr(self.math, "outlined")
               and not self.all_light):   # light, each function is one called definition anyway
             inline, self.math = self.math, self.math.outlined()
@@ -363,24 +373,38 @@ class KernelModule:
         b.ret_void()
         return fn
 
+    def _access(self, b, argmap, params, d: int, v: View, name: str) -> Access:
+        """View ``v`` of a ``d``-axis loop ready to address: its base (plus offset) and the
+        stride values (run-time parameters; None: a broadcast axis; 1: unit inner stride)."""
+        base = argmap[v.buf]
+        if v.offset:
+            off = self.load_param(b, params, self.param(v.offset), f"{name}.off")
+            base = b.gep(base, [off], source_etype=memory_type(self.s.buffers[v.buf].dtype),
+                         name=name)
+        strides = []
+        for j, s in enumerate(v.strides):
+            if s == 0:
+                strides.append(None)
+            elif j == d - 1 and s == 1:
+                strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
+            else:
+                strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
+        return Access(base, strides, self.s.buffers[v.buf].dtype)
+
+    def _constants(self, b, params, st) -> dict:
+        """const_key -> value of every constant the stage's nodes and sinks read."""
+        consts = {}
+        for n in st.ssa + [sk.node for sk in st.sinks]:
+            for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
+                if x.op in LEAF_INLINE and const_key(x) not in consts:
+                    consts[const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
+        return consts
+
     def _loops(self, b, body, st, loads, gathers, argmap, params, extents, begin, end):
         d = len(st.shape)
 
         def prepare(v: View, name):
-            base = argmap[v.buf]
-            if v.offset:
-                off = self.load_param(b, params, self.param(v.offset), f"{name}.off")
-                base = b.gep(base, [off], source_etype=memory_type(self.s.buffers[v.buf].dtype),
-                             name=name)
-            strides = []
-            for j, s in enumerate(v.strides):
-                if s == 0:
-                    strides.append(None)
-                elif j == d - 1 and s == 1:
-                    strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
-                else:
-                    strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
-            return Access(base, strides, self.s.buffers[v.buf].dtype)
+            return self._access(b, argmap, params, d, v, name)
 
         acc_loads = {x: prepare(v, f"in{i}") for i, (x, v) in enumerate(loads.items())}
         acc_sinks = [prepare(sk.dest, f"out{i}") for i, sk in enumerate(st.sinks)]
@@ -397,11 +421,7 @@ class KernelModule:
                            self.load_param(b, params, self.param(size), f"g{i}.size"))
                        for i, (n, (vx, vi, stride, size)) in enumerate(gathers.items())}
         flag = argmap.get(self.s.flag)
-        consts = {}
-        for n in st.ssa + [sk.node for sk in st.sinks]:
-            for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
-                if x.op in LEAF_INLINE and const_key(x) not in consts:
-                    consts[const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
+        consts = self._constants(b, params, st)
         extra = {n: tuple(self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
                                                                         else "int64")), "arange")
                           for v in n.attrs[:2])
