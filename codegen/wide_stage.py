@@ -54,6 +54,23 @@ class _Vector(ir.VectorType):
         return f"v{self.count}{self.element.intrinsic_name}"
 
 
+class _Literal(ir.Constant):
+    """A constant spelled as LLVM reads it (``zeroinitializer``, ``poison``): llvmlite spells
+    vector constants lane by lane, which made the printed IR of a wide stage a third longer."""
+
+    def __init__(self, typ, text: str):
+        super().__init__(typ, None)
+        self.text = text
+
+    def get_reference(self):
+        return self.text
+
+    def _to_string(self):
+        return f"{self.type} {self.text}"
+
+    __str__ = _to_string
+
+
 def lanes(math) -> int:
     """float64 lanes of the host's widest SIMD ISA (0: none, or not the CPU's math)."""
     isas = getattr(math, "isas", None) if isinstance(math, CPUMath) else None
@@ -131,7 +148,7 @@ class _WideScalar(Scalar):
 
     def const(self, value, dtype):
         c = super().const(value, dtype)
-        return ir.Constant(_Vector(c.type, self.width), [c.constant] * self.width)
+        return _Literal(_Vector(c.type, self.width), f"splat ({c})")
 
 
 class _WideMath:
@@ -156,9 +173,9 @@ class _WideMath:
 
 def _splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
     vt = _Vector(x.type, width)
-    one = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
-                            ir.Constant(_Vector(I32, width), [0] * width))
+    one = b.insert_element(_Literal(vt, "poison"), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, _Literal(vt, "poison"),
+                            _Literal(_Vector(I32, width), "zeroinitializer"))
 
 
 def _masked(module: ir.Module, what: str, vt) -> ir.Function:
@@ -202,14 +219,14 @@ def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict,
                                end if j == 0 else extents[j],
                                tuple(f"loop{j}.{s}" for s in ("head", "body", "exit")), f"i{j}"))
     start, stop = (begin, end) if d == 1 else (ir.Constant(I64, 0), extents[-1])
+    stops = _splat(b, stop, width)
     inner = open_loop(b, start, stop, tuple(f"loop{d - 1}.{s}" for s in ("head", "body", "exit")),
                       f"i{d - 1}")
     idx = [loop.index for loop in outer] + [inner.index]
     ramp = ir.Constant(_Vector(I64, width), list(range(width)))
-    on = b.icmp_signed("<", b.add(_splat(b, inner.index, width), ramp),
-                       _splat(b, stop, width), name="lanes")
+    on = b.icmp_signed("<", b.add(_splat(b, inner.index, width), ramp), stops, name="lanes")
     align = ir.Constant(I32, 8)
-    zero = ir.Constant(vt, None)   # zeroinitializer: the passthrough of masked-off lanes
+    zero = _Literal(vt, "zeroinitializer")   # what masked-off lanes load
     cx = _WideScalar(b, _WideMath(km.math, width), width)
     memo: dict = {}
 
