@@ -269,21 +269,30 @@ class KernelModule:
         if gathers or any(sk.kind == "scatter" for sk in st.sinks):
             bufs.add(self.s.flag)
         bufs = sorted(bufs)
-        fty = ir.FunctionType(ir.VoidType(), [PTR] * len(bufs) + [PTR, I64, I64])
+        # A body takes its buffers as noalias arguments (what lets the loop vectoriser widen
+        # without overlap checks); a wide one (no IR passes to inform) reads their addresses
+        # from ptrs itself: ~100 stack-passed arguments a stage were a tenth of its code.
+        pointers = [] if wide else bufs
+        fty = ir.FunctionType(ir.VoidType(), [PTR] * (len(pointers) + 1 + wide) + [I64, I64])
         suffix = wide_stage.SUFFIX if wide else ".body"   # (jit compiles .wide without IR passes)
         body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}{suffix}")
         body.linkage = "internal"
         body.attributes.add("nounwind")
         if st.size <= self.light and not blocked:
             _compile_light(body)
-        for a in body.args[:len(bufs) + 1]:
+        for a in body.args[:0 if wide else len(pointers) + 1]:
             a.add_attribute("noalias")
-        argmap = {buf: body.args[i] for i, buf in enumerate(bufs)}
-        params, begin, end = body.args[len(bufs):]
-        for i, buf in enumerate(bufs):
+        argmap = {buf: body.args[i] for i, buf in enumerate(pointers)}
+        for i, buf in enumerate(pointers):
             body.args[i].name = f"buf{buf}"
+        params, begin, end = body.args[-3:]
         params.name, begin.name, end.name = "params", "begin", "end"
         b = ir.IRBuilder(body.append_basic_block("entry"))
+        if wide:
+            ptrs = body.args[0]
+            ptrs.name = "ptrs"
+            argmap = {buf: b.load(b.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
+                                  name=f"buf{buf}") for buf in bufs}
         d = len(st.shape)
         extents = [self.load_param(b, params, self.param(e), f"n{j}") for j, e in enumerate(st.shape)]
         extent0_slot = len(self.params) - d if d else None
@@ -310,7 +319,7 @@ class KernelModule:
         else:
             self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)
         b.ret_void()
-        return self._wrappers(st, bufs, body, extent0_slot, d)
+        return self._wrappers(st, pointers, body, extent0_slot, d, wide)
 
     def _copies(self, b, st, loads, argmap, params, extent0_slot, begin, end):
         """A stage that only moves data (concatenate pieces, index_add regions, copies) calls
@@ -430,8 +439,9 @@ class KernelModule:
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
 
-    def _wrappers(self, st, bufs, body, extent0_slot, d):
-        """The exported entry points of a stage: load the buffer addresses, call the body."""
+    def _wrappers(self, st, bufs, body, extent0_slot, d, direct=False):
+        """The exported entry points of a stage: load the buffer addresses, call the body
+        (``direct``: the body takes ``ptrs`` itself)."""
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
         self.stage_info.append(StageInfo(extent0_slot, partial, st.serial, st.shape))
@@ -443,7 +453,7 @@ class KernelModule:
         bw = ir.IRBuilder(wrap.append_basic_block("entry"))
         addrs = [bw.load(bw.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
                          name=f"buf{buf}") for buf in bufs]
-        bw.call(body, addrs + [wparams, wb, we])
+        bw.call(body, ([ptrs] if direct else addrs) + [wparams, wb, we])
         bw.ret_void()
 
         init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),

@@ -15,9 +15,12 @@ splats, math calls as the SIMD versions the loop vectoriser would have called
 (or a part, ``codegen.module_split``) of nothing but such functions and ``optnone`` ones with
 the -O3 code generator alone.
 
-Smaller stages (every stage of W1-W3 and ADBench's GMM: at most ~10 ops) keep LLVM's loop
-vectoriser, which also handles what this does not: reductions, gathers, strided inner axes,
-integer and float32 values, loops reading what they write.
+Values are float64 (and bool, from comparisons; one byte in memory). Smaller stages (every
+stage of W1-W3 and ADBench's GMM: at most ~10 ops) keep LLVM's loop vectoriser, which also
+handles what this does not: reductions, gathers, strided inner axes, integer and float32
+values, loops reading what they write. Since their compile time grows only linearly, loops
+made of such code alone may grow to ``schedule.WIDE_STAGE_OPS`` ops (``grows``), four times
+the loop vectoriser's bound: fewer values handed between loops through memory.
 
 Lanes compute the same IEEE operations, in the same order, as the scalar loop; the masked-off
 lanes of the last step compute on zeros and are never stored.
@@ -32,9 +35,12 @@ from .lower import LOWER, Scalar
 from .mathlib import INTRINSICS, MATH_NAMES, OWN_F64, CPUMath
 from .schedule import LEAF_INLINE, Stage
 
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 F64 = ir.DoubleType()
+MEMORY = ("float64", "bool")   # the dtypes a wide stage loads and stores (bool: one byte)
 
 # Fewer ops than this stay with the loop vectoriser (see the module docstring).
 WIDE_MIN_OPS = 64
@@ -112,6 +118,17 @@ def _node_widens(math, n: Node, width: int) -> bool:
     return False
 
 
+def grows(n: Node, size: int) -> bool:
+    """May elementwise node ``n`` be in a loop of ``size`` iterations grown past
+    ``schedule.STAGE_OPS`` (which only a stage emitted here may be)? A float64 op this module
+    widens on the host, in a loop too large to be compiled light."""
+    from . import jit
+    from .kernel import LIGHT_MAX_ITERATIONS
+    math = jit.target()["math"]
+    return (size > LIGHT_MAX_ITERATIONS and n.dtype in MEMORY and n.op in LOWER
+            and _node_widens(math, n, lanes(math)))
+
+
 def applies(km, st: Stage, loads: dict, gathers: dict) -> bool:
     """Is stage ``st`` (its axes merged; ``loads``: node -> view) emitted here?"""
     width = lanes(km.math)
@@ -126,13 +143,13 @@ def applies(km, st: Stage, loads: dict, gathers: dict) -> bool:
     buffers = km.s.buffers
     read = set()
     for v in loads.values():
-        if buffers[v.buf].dtype != "float64" or v.strides[-1] not in (0, 1):
+        if buffers[v.buf].dtype not in MEMORY or v.strides[-1] not in (0, 1):
             return False
         read.add(v.buf)
     written = set()
     for sk in st.sinks:
-        if (sk.kind != "store" or sk.node.dtype != "float64" or sk.node.op in LEAF_INLINE
-                or buffers[sk.dest.buf].dtype != "float64" or sk.dest.strides[-1] != 1
+        if (sk.kind != "store" or sk.node.dtype not in MEMORY or sk.node.op in LEAF_INLINE
+                or buffers[sk.dest.buf].dtype != sk.node.dtype or sk.dest.strides[-1] != 1
                 or sk.dest.buf in written or sk.dest.buf in read):
             return False   # lanes in one step must not see each other's stores
         written.add(sk.dest.buf)
@@ -182,7 +199,7 @@ def _masked(module: ir.Module, what: str, vt) -> ir.Function:
     """``llvm.masked.load`` / ``llvm.masked.store`` at ``vt`` (the four-operand form with the
     alignment operand, which newer LLVM upgrades when it parses it)."""
     mask = ir.VectorType(ir.IntType(1), vt.count)
-    name = f"llvm.masked.{what}.v{vt.count}f64.p0"
+    name = f"llvm.masked.{what}.v{vt.count}{vt.element.intrinsic_name}.p0"
     if name in module.globals:
         return module.globals[name]
     ptr = ir.PointerType()
@@ -191,7 +208,7 @@ def _masked(module: ir.Module, what: str, vt) -> ir.Function:
     return ir.Function(module, fty, name)
 
 
-def _address(b, access, idx):
+def _address(b, access, idx, element):
     base, strides, _ = access
     off = None
     for i, s in zip(idx, strides):
@@ -199,7 +216,7 @@ def _address(b, access, idx):
             continue
         term = i if s == 1 else b.mul(i, s)
         off = term if off is None else b.add(off, term)
-    return base if off is None else b.gep(base, [off], source_etype=F64)
+    return base if off is None else b.gep(base, [off], source_etype=element)
 
 
 def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict, extents,
@@ -225,8 +242,7 @@ def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict,
     idx = [loop.index for loop in outer] + [inner.index]
     ramp = ir.Constant(_Vector(I64, width), list(range(width)))
     on = b.icmp_signed("<", b.add(_splat(b, inner.index, width), ramp), stops, name="lanes")
-    align = ir.Constant(I32, 8)
-    zero = _Literal(vt, "zeroinitializer")   # what masked-off lanes load
+    memory = {"float64": (vt, ir.Constant(I32, 8)), "bool": (_Vector(I8, width), ir.Constant(I32, 1))}
     cx = _WideScalar(b, _WideMath(km.math, width), width)
     memo: dict = {}
 
@@ -234,18 +250,30 @@ def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict,
         if x.op in LEAF_INLINE:
             return splats[const_key(x)]
         if x not in memo:
-            access = loads[x]
-            if access.strides[-1] is None:     # broadcast along the lanes
-                memo[x] = _splat(b, b.load(_address(b, access, idx), typ=F64), width)
-            else:
-                memo[x] = b.call(_masked(b.module, "load", vt),
-                                 [_address(b, access, idx), align, on, zero], name="x")
+            memo[x] = load(loads[x])
         return memo[x]
+
+    def load(access):
+        mt, align = memory[access.dtype]
+        if access.strides[-1] is None:     # broadcast along the lanes
+            v = _splat(b, b.load(_address(b, access, idx, mt.element), typ=mt.element), width)
+        else:                              # (masked-off lanes read zeros)
+            v = b.call(_masked(b.module, "load", mt),
+                       [_address(b, access, idx, mt.element), align, on,
+                        _Literal(mt, "zeroinitializer")], name="x")
+        return v if access.dtype != "bool" else b.icmp_unsigned("!=", v, _Literal(mt, "zeroinitializer"))
+
+    def store(v, access):
+        mt, align = memory[access.dtype]
+        if access.dtype == "bool":
+            v = b.zext(v, mt)
+        b.call(_masked(b.module, "store", mt), [v, _address(b, access, idx, mt.element), align, on])
+
 
     for n in st.ssa:
         memo[n] = LOWER[n.op](cx, n, [value(x) for x in n.inputs])
     for sk, access in zip(st.sinks, sinks):
-        b.call(_masked(b.module, "store", vt), [value(sk.node), _address(b, access, idx), align, on])
+        store(value(sk.node), access)
     close_loop(b, inner, step=ir.Constant(I64, width), next_name=f"i{d - 1}.next")
     for j in reversed(range(d - 1)):
         close_loop(b, outer[j], next_name=f"i{j}.next")

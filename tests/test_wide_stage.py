@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.codegen import jit, llvm, module_split, wide_stage
+from symgrad.codegen import jit, llvm, module_split, schedule, wide_stage
 
 STATEMENTS = 60
 OPS = ("np.sin({a}) * 0.9 + {b} * 0.1", "{a} * {b} * 0.5 + 0.25",
@@ -38,9 +38,9 @@ def _source(n: int, broadcast: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _function(tmp_path, broadcast=False):
-    path = tmp_path / f"wide_line_{int(broadcast)}.py"
-    path.write_text(_source(STATEMENTS, broadcast))
+def _function(tmp_path, broadcast=False, statements=STATEMENTS):
+    path = tmp_path / f"wide_line_{int(broadcast)}_{statements}.py"
+    path.write_text(_source(statements, broadcast))
     namespace = {}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return namespace["line"]
@@ -138,3 +138,45 @@ def test_split_keeps_wide_and_cooked_stages_apart(tmp_path, monkeypatch):
     py_value, py_grad, _ = _results(fn, (x,), target="python")
     np.testing.assert_allclose(value, py_value, rtol=1e-11)
     np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
+
+
+def test_wide_loops_grow_and_others_stay_bounded(tmp_path):
+    """A wide loop takes up to schedule.WIDE_STAGE_OPS ops; a sink it cannot emit (the
+    value's sum) reads the value in a loop of its own instead of turning a grown loop into
+    one for the loop vectoriser."""
+    fn = _function(tmp_path, statements=200)
+    x = np.random.default_rng(7).uniform(-1, 1, 1000)
+    f = sg.differentiate(fn)
+    text = f.llvm_ir(x)
+    wide = _wide_bodies(text)
+    others = re.findall(r'^define [^\n]*\.body"\(.*?^}', text, re.S | re.M)
+    ops = [len(re.findall(r'= (?:f(?:add|sub|mul|div|neg|cmp) |select |call <\d+ x double> @"(?!llvm\.masked))',
+                          w)) for w in wide]
+    assert max(ops) > schedule.STAGE_OPS
+    assert others and all(len(b.split("\n")) < 8 * schedule.STAGE_OPS for b in others)
+    py_value = sg.differentiate(fn, target="python")(x)
+    np.testing.assert_allclose(f(x), py_value, rtol=1e-11)
+
+
+def test_bool_loads_and_stores(tmp_path):
+    """A bool argument read and a bool result written by a wide loop (one byte each)."""
+    lines = ["import numpy as np", "", "", "def masked(x, m):", "    v0 = x"]
+    for i in range(1, 40):
+        lines.append(f"    v{i} = np.where(m, v{i - 1} * 0.9 + 0.1, np.sin(v{i - 1}) * 0.5) - v0 * 0.01")
+    lines.append("    return v39, v39 > v0")
+    path = tmp_path / "masked.py"
+    path.write_text("\n".join(lines) + "\n")
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    fn = namespace["masked"]
+    rng = np.random.default_rng(8)
+    x, m = rng.uniform(-1, 1, 203), rng.uniform(0, 1, 203) < 0.5
+    f = sg.differentiate(fn)
+    text = f.llvm_ir(x, m)
+    assert _wide_bodies(text) and re.search(r"llvm\.masked\.load\.v\d+i8", text) \
+        and re.search(r"llvm\.masked\.store\.v\d+i8", text)
+    values, above = f(x, m)
+    ref_values, ref_above = sg.differentiate(fn, target="python")(x, m)
+    assert above.dtype == np.bool_
+    np.testing.assert_allclose(values, ref_values, rtol=1e-12)
+    np.testing.assert_array_equal(above, ref_above)
