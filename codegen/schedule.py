@@ -99,6 +99,7 @@ class Schedule:
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
         self._wide: dict[int, tuple] = {}       # stage -> (ops, sinks seen, all wide so far)
         self._grown: set[int] = set()           # loops that took ops past STAGE_OPS
+        self._grow_memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
         self._operands: dict[int, tuple] = {}   # stage -> (nodes seen, their inputs)
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
         self.once = fusion.compared_values(graph.outputs)   # never recomputed in another loop
@@ -186,17 +187,24 @@ class Schedule:
         st = self.stages[k]
         if len(st.ssa) < STAGE_OPS:
             return True
-        return (joining is not None and len(st.ssa) < WIDE_STAGE_OPS and self._grows(joining, st)
-                and self._stays_wide(k))
+        return (joining is not None and len(st.ssa) < WIDE_STAGE_OPS and self._stays_wide(k)
+                and self._grows(joining, st))
 
     def _grows(self, n: Node, st: Stage) -> bool:
         """Can a wide loop over ``st.shape`` compute ``n`` (its inputs read from memory at a
-        unit or zero inner stride)?"""
-        if not _wide_stage().grows(n, math.prod(st.shape)):
+        unit or zero inner stride)? (Asked once per node and shape: a full loop is asked
+        again for every node that scans past it.)"""
+        key = (n, st.shape)
+        if key not in self._grow_memo:
+            self._grow_memo[key] = self._node_grows(n, st.shape)
+        return self._grow_memo[key]
+
+    def _node_grows(self, n: Node, shape) -> bool:
+        if not _wide_stage().grows(n, math.prod(shape)):
             return False
         for x in n.inputs:
             if x in self.loc and x.op not in LEAF_INLINE:
-                view = self.loc[x].align(st.shape)
+                view = self.loc[x].align(shape)
                 if view.strides[-1] not in (0, 1) or self.buffers[view.buf].dtype not in (
                         "float64", "bool"):
                     return False

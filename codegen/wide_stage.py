@@ -122,11 +122,16 @@ def grows(n: Node, size: int) -> bool:
     """May elementwise node ``n`` be in a loop of ``size`` iterations grown past
     ``schedule.STAGE_OPS`` (which only a stage emitted here may be)? A float64 op this module
     widens on the host, in a loop too large to be compiled light."""
-    from . import jit
-    from .kernel import LIGHT_MAX_ITERATIONS
-    math = jit.target()["math"]
-    return (size > LIGHT_MAX_ITERATIONS and n.dtype in MEMORY and n.op in LOWER
-            and _node_widens(math, n, lanes(math)))
+    if not _HOST:
+        from . import jit
+        from .kernel import LIGHT_MAX_ITERATIONS
+        math = jit.target()["math"]
+        _HOST.update(math=math, lanes=lanes(math), light=LIGHT_MAX_ITERATIONS)
+    return (size > _HOST["light"] and n.dtype in MEMORY and n.op in LOWER
+            and _node_widens(_HOST["math"], n, _HOST["lanes"]))
+
+
+_HOST: dict = {}   # grows' view of the host: its math, lanes and the light bound (read once)
 
 
 def applies(km, st: Stage, loads: dict, gathers: dict) -> bool:
