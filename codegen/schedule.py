@@ -33,7 +33,7 @@ from symgrad.ir import Graph, Node, toposort, use_counts
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
 from .opsets import CONSTANTS, REDUCTIONS, VIEWS
-from . import fusion
+from . import fusion, wide_stage
 from .views import View, index_view, keepdims_strides
 
 LEAF_INLINE = CONSTANTS               # a constant is the same value at every index
@@ -42,13 +42,7 @@ CLONE_BUDGET = 6                      # elementwise ops a loop may recompute ins
 # LLVM's loop vectoriser takes time quadratic in a loop body's size (a 6000-op loop took 22 s
 # to compile, 2000 ops 3.2 s), so bounded loops keep compile time linear in the program; real
 # programs stay far below (the largest loop of the GMM gradient has 8 ops).
-STAGE_OPS = 256
-# ... unless every op, load and store of the loop is one codegen.wide_stage emits as SIMD code
-# itself (float64 elementwise code: straight-line programs on arrays), which LLVM compiles
-# without the vectoriser: such a loop grows to this many ops. Fewer, longer loops hand fewer
-# values over in memory (straight-line code of 1000 statements on a vector: 2.3 -> 1.7 MB of
-# IR, LLVM 1.26 -> 0.8 s); past ~2000 ops the code generator's own cost per op rises.
-WIDE_STAGE_OPS = 1024
+STAGE_OPS = 256   # (loops of codegen.wide_stage's code alone grow to its WIDE_STAGE_OPS)
 
 
 @dataclass
@@ -97,9 +91,7 @@ class Schedule:
             self.out_of.setdefault(o, k)
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
-        self._wide: dict[int, tuple] = {}       # stage -> (ops, sinks seen, all wide so far)
-        self._grown: set[int] = set()           # loops that took ops past STAGE_OPS
-        self._grow_memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
+        self.growth = wide_stage.Growth(self)   # which loops may pass STAGE_OPS
         self._operands: dict[int, tuple] = {}   # stage -> (nodes seen, their inputs)
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
         self.once = fusion.compared_values(graph.outputs)   # never recomputed in another loop
@@ -172,74 +164,18 @@ class Schedule:
         return self.home[n] + 1
 
     # -- stage selection -------------------------------------------------------------------------
-    def loop_stage(self, shape, lo: int, joining: Node | None = None) -> int:
-        """The first loop over ``shape`` from stage ``lo`` on that may take elementwise node
-        ``joining`` (None: a sink), else a new one."""
+    def loop_stage(self, shape, lo: int, joining: Node | None = None) -> int:   # (None: a sink)
         for st in self.stages[lo:]:
-            if st.kind == "loop" and st.shape == shape and self._takes(st.index, joining):
+            if st.kind == "loop" and st.shape == shape and self.growth.takes(st.index, joining):
                 return st.index
         self.stages.append(Stage(len(self.stages), tuple(shape)))
         return len(self.stages) - 1
-
-    def _takes(self, k: int, joining: Node | None) -> bool:
-        """May node ``joining`` join loop k? Always below STAGE_OPS ops; up to WIDE_STAGE_OPS
-        while the loop and the node are all SIMD code of codegen.wide_stage."""
-        st = self.stages[k]
-        if len(st.ssa) < STAGE_OPS:
-            return True
-        return (joining is not None and len(st.ssa) < WIDE_STAGE_OPS and self._stays_wide(k)
-                and self._grows(joining, st))
-
-    def _grows(self, n: Node, st: Stage) -> bool:
-        """Can a wide loop over ``st.shape`` compute ``n`` (its inputs read from memory at a
-        unit or zero inner stride)? (Asked once per node and shape: a full loop is asked
-        again for every node that scans past it.)"""
-        key = (n, st.shape)
-        if key not in self._grow_memo:
-            self._grow_memo[key] = self._node_grows(n, st.shape)
-        return self._grow_memo[key]
-
-    def _node_grows(self, n: Node, shape) -> bool:
-        if not _wide_stage().grows(n, math.prod(shape)):
-            return False
-        for x in n.inputs:
-            if x in self.loc and x.op not in LEAF_INLINE:
-                view = self.loc[x].align(shape)
-                if view.strides[-1] not in (0, 1) or self.buffers[view.buf].dtype not in (
-                        "float64", "bool"):
-                    return False
-        return True
-
-    def _stays_wide(self, k: int) -> bool:
-        """Is every op and sink of loop k one codegen.wide_stage emits? (Brought up to date
-        as the loop grows: a scan per question would be quadratic.)"""
-        st = self.stages[k]
-        ops, sinks, wide = self._wide.get(k, (0, 0, True))
-        if len(st.ssa) < ops or len(st.sinks) < sinks:
-            ops, sinks, wide = 0, 0, True
-        if wide:
-            grows, size = _wide_stage().grows, math.prod(st.shape)
-            wide = all(grows(n, size) for n in st.ssa[ops:]) and all(
-                self._wide_sink(sk) for sk in st.sinks[sinks:])
-        self._wide[k] = (len(st.ssa), len(st.sinks), wide)
-        return wide
-
-    def _wide_sink(self, sk: Sink) -> bool:
-        return (sk.kind == "store" and sk.node.dtype in ("float64", "bool")
-                and sk.dest.strides[-1] == 1 and self.buffers[sk.dest.buf].dtype == sk.node.dtype)
-
-    def _home_takes(self, k: int, sink: Sink) -> bool:
-        """May a sink join loop k, the home of its value? Not one a wide loop cannot emit
-        into a loop past STAGE_OPS ops (the loop vectoriser's time grows with the square of
-        the loop): such a sink reads the value from memory in a loop of its own."""
-        return k not in self._grown or self._wide_sink(sink)
 
     def place(self, value: Node, dest: View, lo: int, kind="store") -> int:
         """Add a sink writing ``value`` (broadcast) into ``dest`` at a stage >= lo."""
         shape = dest.shape
         if value in self.home and value.shape == shape and self.home[value] >= lo \
-                and self.stages[self.home[value]].kind == "loop" \
-                and self._home_takes(self.home[value], Sink(kind, value, dest.align(shape))):
+                and self.growth.home_loop(self.home[value], Sink(kind, value, dest.align(shape))):
             k = self.home[value]
         else:
             if value.op not in LEAF_INLINE:
@@ -324,8 +260,7 @@ class Schedule:
         vi = self.ensure_loc(idx)
         self._flag()
         lo = self.ready_at(idx)
-        if g in self.home and self.home[g] >= lo and self.stages[self.home[g]].kind == "loop" \
-                and self.home[g] not in self._grown:   # (see _home_takes)
+        if g in self.home and self.home[g] >= lo and self.growth.home_loop(self.home[g]):
             k = self.home[g]
         else:
             if g.op not in LEAF_INLINE:
@@ -384,8 +319,7 @@ class Schedule:
     def _value_stage(self, x: Node, shape) -> int:
         """The stage where a loop over ``shape`` can read ``x`` (its home when it is in
         registers at that shape)."""
-        if x in self.home and x.shape == tuple(shape) and self.stages[self.home[x]].kind == "loop" \
-                and self.home[x] not in self._grown:   # (see _home_takes)
+        if x in self.home and x.shape == tuple(shape) and self.growth.home_loop(self.home[x]):
             return self.home[x]
         if x.op not in LEAF_INLINE:
             self.ensure_loc(x)
@@ -400,19 +334,15 @@ class Schedule:
                 ssa_max = max(ssa_max, self.home[x])
             else:
                 lo = max(lo, self.ready_at(x))
-        if ssa_max >= lo and self._takes(ssa_max, n):
+        if ssa_max >= lo and self.growth.takes(ssa_max, n):
             k = ssa_max
         else:
             k = self.loop_stage(n.shape, max(lo, ssa_max), n)
-        if len(self.stages[k].ssa) >= STAGE_OPS:
-            self._grown.add(k)
-        grown = k in self._grown
         for x in n.inputs:   # inputs computed in another loop: recompute them here, or load
             if x.op in LEAF_INLINE or self._in_stage(x, k):
                 continue
             plan: list = []
-            if self._clonable(x, k, plan) and not (
-                    grown and not all(self._grows(c, self.stages[k]) for c in plan)):
+            if self._clonable(x, k, plan) and self.growth.may_recompute(plan, k):
                 self._recompute(plan, k)
             if not self._in_stage(x, k):
                 self.ensure_loc(x)
@@ -577,11 +507,6 @@ SCHEDULE_RULES = {
     "param": Schedule._arg,               # a region body's parameter: the body's argument
     **{op: (lambda s, n: _regions().SCHEDULE_REGION[n.op](s, n)) for op in ("loop", "cond", "remat", "proj")},
 }
-
-
-def _wide_stage():
-    from . import wide_stage   # (it reads this module's Stage)
-    return wide_stage
 
 
 def _regions():

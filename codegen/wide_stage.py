@@ -19,7 +19,7 @@ Values are float64 (and bool, from comparisons; one byte in memory). Smaller sta
 stage of W1-W3 and ADBench's GMM: at most ~10 ops) keep LLVM's loop vectoriser, which also
 handles what this does not: reductions, gathers, strided inner axes, integer and float32
 values, loops reading what they write. Since their compile time grows only linearly, loops
-made of such code alone may grow to ``schedule.WIDE_STAGE_OPS`` ops (``grows``), four times
+made of such code alone may grow to ``WIDE_STAGE_OPS`` ops (``Growth``), four times
 the loop vectoriser's bound: fewer values handed between loops through memory.
 
 Lanes compute the same IEEE operations, in the same order, as the scalar loop; the masked-off
@@ -27,13 +27,15 @@ lanes of the last step compute on zeros and are never stored.
 """
 from __future__ import annotations
 
+from math import prod
+
 from llvmlite import ir
 
 from symgrad.ir import Node
 
 from .lower import LOWER, Scalar
 from .mathlib import INTRINSICS, MATH_NAMES, OWN_F64, CPUMath
-from .schedule import LEAF_INLINE, Stage
+from .opsets import CONSTANTS as LEAF_INLINE   # (schedule.LEAF_INLINE; schedule imports this)
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -44,6 +46,11 @@ MEMORY = ("float64", "bool")   # the dtypes a wide stage loads and stores (bool:
 
 # Fewer ops than this stay with the loop vectoriser (see the module docstring).
 WIDE_MIN_OPS = 64
+# A loop of such code alone grows to this many ops (schedule.STAGE_OPS for the others). Fewer,
+# longer loops hand fewer values over in memory (straight-line code of 1000 statements on a
+# vector: 2.1 -> 1.5 MB of IR, LLVM 1.24 -> 0.83 s); past ~2000 the code generator's cost
+# per op rises.
+WIDE_STAGE_OPS = 1024
 SUFFIX = ".wide"
 
 _ARITH = {"neg", "add", "sub", "mul", "div", "abs", "sign", "maximum", "minimum", "where",
@@ -134,7 +141,82 @@ def grows(n: Node, size: int) -> bool:
 _HOST: dict = {}   # grows' view of the host: its math, lanes and the light bound (read once)
 
 
-def applies(km, st: Stage, loads: dict, gathers: dict) -> bool:
+class Growth:
+    """Which loops of a ``codegen.schedule.Schedule`` may take more than ``STAGE_OPS`` ops (up
+    to ``WIDE_STAGE_OPS``): those whose every op, load and store this module emits, as they
+    join. A sink this module cannot emit (a reduction) never joins a grown loop: it reads its
+    value from memory in a loop of its own, so no loop past STAGE_OPS ends up with the loop
+    vectoriser, whose time grows with the square of the loop."""
+
+    def __init__(self, schedule):
+        self.s = schedule
+        self.grown: set[int] = set()        # loops that took ops past STAGE_OPS
+        self._seen: dict[int, tuple] = {}   # loop -> (ops, sinks checked, all wide so far)
+        self._memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
+
+    def takes(self, k: int, joining: Node | None) -> bool:
+        """May elementwise node ``joining`` (None: a sink) join loop k? (The schedule's
+        callers add a node the answer admits, so a loop admitted past STAGE_OPS is recorded
+        as grown here.)"""
+        from . import schedule
+        st = self.s.stages[k]
+        if len(st.ssa) < schedule.STAGE_OPS:
+            return True
+        if (joining is not None and len(st.ssa) < WIDE_STAGE_OPS and self._stays_wide(k)
+                and self.grows(joining, st)):
+            self.grown.add(k)
+            return True
+        return False
+
+    def may_recompute(self, nodes, k: int) -> bool:
+        """May loop k recompute ``nodes`` (Schedule._clonable's plan)? In a grown loop, only
+        what grows it."""
+        return k not in self.grown or all(self.grows(n, self.s.stages[k]) for n in nodes)
+
+    def grows(self, n: Node, st) -> bool:
+        """Can a wide loop over ``st.shape`` compute ``n`` (its inputs read from memory at a
+        unit or zero inner stride)? (Asked once per node and shape: a full loop is asked
+        again by every node that scans past it.)"""
+        key = (n, st.shape)
+        if key not in self._memo:
+            self._memo[key] = self._node_grows(n, st.shape)
+        return self._memo[key]
+
+    def _node_grows(self, n: Node, shape) -> bool:
+        if not grows(n, prod(shape)):
+            return False
+        for x in n.inputs:
+            if x in self.s.loc and x.op not in LEAF_INLINE:
+                view = self.s.loc[x].align(shape)
+                if view.strides[-1] not in (0, 1) or self.s.buffers[view.buf].dtype not in MEMORY:
+                    return False
+        return True
+
+    def _stays_wide(self, k: int) -> bool:
+        """Is every op and sink of loop k one this module emits? (Brought up to date as the
+        loop grows: a scan per question would be quadratic.)"""
+        st = self.s.stages[k]
+        ops, sinks, wide = self._seen.get(k, (0, 0, True))
+        if len(st.ssa) < ops or len(st.sinks) < sinks:
+            ops, sinks, wide = 0, 0, True
+        if wide:
+            size = prod(st.shape)
+            wide = all(grows(n, size) for n in st.ssa[ops:]) and all(
+                self.wide_sink(sk) for sk in st.sinks[sinks:])
+        self._seen[k] = (len(st.ssa), len(st.sinks), wide)
+        return wide
+
+    def wide_sink(self, sk) -> bool:
+        return (sk.kind == "store" and sk.node.dtype in MEMORY and sk.dest.strides[-1] == 1
+                and self.s.buffers[sk.dest.buf].dtype == sk.node.dtype)
+
+    def home_loop(self, k: int, sink=None) -> bool:
+        """Is stage k, the home of a value, a loop that may take ``sink`` of it (None: any)?"""
+        return self.s.stages[k].kind == "loop" and (
+            k not in self.grown or (sink is not None and self.wide_sink(sink)))
+
+
+def applies(km, st, loads: dict, gathers: dict) -> bool:
     """Is stage ``st`` (its axes merged; ``loads``: node -> view) emitted here?"""
     width = lanes(km.math)
     if (width < 2 or len(st.ssa) < WIDE_MIN_OPS or gathers or st.region is not None
@@ -224,7 +306,7 @@ def _address(b, access, idx, element):
     return base if off is None else b.gep(base, [off], source_etype=element)
 
 
-def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict, extents,
+def emit(km, b: ir.IRBuilder, st, loads: dict, sinks: list, consts: dict, extents,
          begin, end):
     """The loop nest of ``st``: scalar loops over its outer axes, the innermost one stepping
     ``lanes`` at a time. ``loads``/``sinks``: codegen.loop_body.Access per read node / sink;
@@ -247,7 +329,8 @@ def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict,
     idx = [loop.index for loop in outer] + [inner.index]
     ramp = ir.Constant(_Vector(I64, width), list(range(width)))
     on = b.icmp_signed("<", b.add(_splat(b, inner.index, width), ramp), stops, name="lanes")
-    memory = {"float64": (vt, ir.Constant(I32, 8)), "bool": (_Vector(I8, width), ir.Constant(I32, 1))}
+    memory = {"float64": (vt, ir.Constant(I32, 8)),        # dtype -> (vector type, alignment)
+              "bool": (_Vector(I8, width), ir.Constant(I32, 1))}
     cx = _WideScalar(b, _WideMath(km.math, width), width)
     memo: dict = {}
 
@@ -266,7 +349,9 @@ def emit(km, b: ir.IRBuilder, st: Stage, loads: dict, sinks: list, consts: dict,
             v = b.call(_masked(b.module, "load", mt),
                        [_address(b, access, idx, mt.element), align, on,
                         _Literal(mt, "zeroinitializer")], name="x")
-        return v if access.dtype != "bool" else b.icmp_unsigned("!=", v, _Literal(mt, "zeroinitializer"))
+        if access.dtype == "bool":
+            v = b.icmp_unsigned("!=", v, _Literal(mt, "zeroinitializer"))
+        return v
 
     def store(v, access):
         mt, align = memory[access.dtype]

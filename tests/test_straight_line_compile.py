@@ -11,7 +11,7 @@ import pytest
 
 import symgrad as sg
 from symgrad import gc_pause
-from symgrad.codegen import jit, schedule
+from symgrad.codegen import jit, schedule, wide_stage
 
 STATEMENTS = 120
 
@@ -67,11 +67,11 @@ def test_split_and_unsplit_kernels_agree(line, monkeypatch, dtype, shape):
     derivative: checked against the relative spacing of the dtype instead)."""
     x = _inputs(dtype, shape)
     monkeypatch.setattr(schedule, "STAGE_OPS", 16)
-    monkeypatch.setattr(schedule, "WIDE_STAGE_OPS", 16)   # (wide stages may grow past STAGE_OPS)
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 16)   # (wide stages may grow past STAGE_OPS)
     split_v, split_g, split = _value_and_grad(line, x)
     split_functions = len(_defines(split.grad.llvm_ir(x)))   # (the IR is built when asked)
     monkeypatch.setattr(schedule, "STAGE_OPS", 10 ** 6)
-    monkeypatch.setattr(schedule, "WIDE_STAGE_OPS", 10 ** 6)
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 10 ** 6)
     whole_v, whole_g, whole = _value_and_grad(line, x)
     assert split_functions > 4 * len(_defines(whole.grad.llvm_ir(x)))
     ref_v, ref_g, _ = _value_and_grad(line, x, target="python")
@@ -92,8 +92,8 @@ def test_a_large_kernel_is_split_into_bounded_functions(line, monkeypatch, dtype
     """Loops of at most STAGE_OPS ops (float32: the loop vectoriser's), float64 ones of at most
     WIDE_STAGE_OPS (codegen.wide_stage's SIMD code; set to 300 here, so that 120 statements
     make several)."""
-    monkeypatch.setattr(schedule, "WIDE_STAGE_OPS", 300)
-    bound = schedule.STAGE_OPS if dtype == np.float32 else schedule.WIDE_STAGE_OPS
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 300)
+    bound = schedule.STAGE_OPS if dtype == np.float32 else wide_stage.WIDE_STAGE_OPS
     x = _inputs(dtype, (37,))
     f = sg.differentiate(line)
     text = f.grad.llvm_ir(x)

@@ -141,7 +141,7 @@ def test_split_keeps_wide_and_cooked_stages_apart(tmp_path, monkeypatch):
 
 
 def test_wide_loops_grow_and_others_stay_bounded(tmp_path):
-    """A wide loop takes up to schedule.WIDE_STAGE_OPS ops; a sink it cannot emit (the
+    """A wide loop takes up to wide_stage.WIDE_STAGE_OPS ops; a sink it cannot emit (the
     value's sum) reads the value in a loop of its own instead of turning a grown loop into
     one for the loop vectoriser."""
     fn = _function(tmp_path, statements=200)
@@ -150,8 +150,8 @@ def test_wide_loops_grow_and_others_stay_bounded(tmp_path):
     text = f.llvm_ir(x)
     wide = _wide_bodies(text)
     others = re.findall(r'^define [^\n]*\.body"\(.*?^}', text, re.S | re.M)
-    ops = [len(re.findall(r'= (?:f(?:add|sub|mul|div|neg|cmp) |select |call <\d+ x double> @"(?!llvm\.masked))',
-                          w)) for w in wide]
+    op = r'= (?:f(?:add|sub|mul|div|neg|cmp) |select |call <\d+ x double> @"(?!llvm\.masked))'
+    ops = [len(re.findall(op, w)) for w in wide]
     assert max(ops) > schedule.STAGE_OPS
     assert others and all(len(b.split("\n")) < 8 * schedule.STAGE_OPS for b in others)
     py_value = sg.differentiate(fn, target="python")(x)
@@ -162,7 +162,8 @@ def test_bool_loads_and_stores(tmp_path):
     """A bool argument read and a bool result written by a wide loop (one byte each)."""
     lines = ["import numpy as np", "", "", "def masked(x, m):", "    v0 = x"]
     for i in range(1, 40):
-        lines.append(f"    v{i} = np.where(m, v{i - 1} * 0.9 + 0.1, np.sin(v{i - 1}) * 0.5) - v0 * 0.01")
+        a = f"v{i - 1}"
+        lines.append(f"    v{i} = np.where(m, {a} * 0.9 + 0.1, np.sin({a}) * 0.5) - v0 * 0.01")
     lines.append("    return v39, v39 > v0")
     path = tmp_path / "masked.py"
     path.write_text("\n".join(lines) + "\n")
