@@ -16,8 +16,11 @@ with the stages timed by wrapping the functions that implement them:
   other         the first call's CPU time (the process's, all threads) minus the stages
                 above (argument binding, Native's tables, the call itself)
 
-"cold" runs with ``SYMGRAD_NO_CACHE=1``; "disk" runs with a private cache directory that a
-previous process filled (the disk-cache hit path in a fresh process). Medians of ``--runs``
+"cold" runs with ``SYMGRAD_NO_CACHE=1``; "warm" with a private cache directory that only
+another program (``_warmup``: matmuls, the common maths) filled, as on a machine that has run
+symgrad before: shared libraries (the matmul kernels, the far-argument maths) come from the
+disk, the case's own module is compiled; "disk" with a private cache directory that a previous
+process of the case filled (the disk-cache hit path in a fresh process). Medians of ``--runs``
 processes per case; the import of symgrad is not counted (its own row).
 
     python benchmarks/compile_profile.py [--cases gmm2,gmm10,w1,line1000] [--runs 3]
@@ -34,6 +37,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +125,13 @@ def straight_line_function(n: int):
 # ---------------------------------------------------------------------------------------------
 # The cases: (function, wrt, arguments), built in the measuring process.
 
+def _warmup(a, b):
+    """Another program with matmuls in both layouts of b and the common maths: what the disk
+    cache of a machine that has run symgrad before holds beside nothing of the case itself."""
+    h = np.tanh(a @ b)
+    return np.sum(np.exp(-h * h) @ b.T) + np.sum(np.log(1.0 + (h @ b) ** 2))
+
+
 def case(name: str):
     sys.path.insert(0, HERE)
     import workloads as W
@@ -140,6 +151,8 @@ def case(name: str):
         return L.objective, (0, 1), L.make_inputs(2, 1024)
     if name.startswith("line"):
         return straight_line_function(int(name[4:])), 0, (rng.uniform(-1, 1, 1000),)
+    if name == "warmup":     # what another program compiled before ("warm" mode)
+        return _warmup, (0, 1), (rng.normal(size=(30, 20)), rng.normal(size=(20, 20)))
     raise SystemExit(f"unknown case {name!r}")
 
 
@@ -217,8 +230,11 @@ def measure_one(name: str) -> dict:
 
 
 def run_child(name: str, env: dict, tree: str) -> dict:
-    """``measure_one(name)`` in a fresh process importing symgrad from ``tree``."""
-    cmd = [sys.executable, __file__, "--one", name]
+    """``measure_one(name)`` in a fresh process importing symgrad from ``tree``: with the
+    tree's own virtualenv where it has one (``make .venv/.installed`` there), as an editable
+    install maps ``symgrad.codegen`` to its own checkout whatever PYTHONPATH says."""
+    own = os.path.join(tree, ".venv", "bin", "python")
+    cmd = [own if os.path.exists(own) else sys.executable, __file__, "--one", name]
     env = dict(env, PYTHONPATH=tree)
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if run.returncode != 0:
@@ -239,16 +255,24 @@ def profile(names, runs: int, disk: bool, trees: dict) -> dict:
         with tempfile.TemporaryDirectory() as cache:
             env["SYMGRAD_CACHE_DIR"] = cache
             caches = {label: os.path.join(cache, str(i)) for i, label in enumerate(trees)}
-            modes = [("cold", dict(env, SYMGRAD_NO_CACHE="1"))] + ([("disk", env)] if disk else [])
+            modes = [("cold", dict(env, SYMGRAD_NO_CACHE="1"))]
+            modes += [("warm", env), ("disk", env)] if disk else []
             for mode, menv in modes:
                 rows: dict = {label: [] for label in trees}
                 for label, tree in trees.items():
-                    if mode == "disk":     # fill this tree's cache first
-                        run_child(name, dict(menv, SYMGRAD_CACHE_DIR=caches[label]), tree)
+                    fill = "warmup" if mode == "warm" else name if mode == "disk" else None
+                    if fill is not None:     # fill this tree's cache first
+                        shutil.rmtree(caches[label], ignore_errors=True)
+                        run_child(fill, dict(menv, SYMGRAD_CACHE_DIR=caches[label]), tree)
                 for _ in range(runs):
                     for label, tree in trees.items():
-                        rows[label].append(run_child(
-                            name, dict(menv, SYMGRAD_CACHE_DIR=caches[label]), tree))
+                        where = caches[label]
+                        if mode == "warm":   # a copy: the run would leave its own entries
+                            where = caches[label] + ".run"
+                            shutil.rmtree(where, ignore_errors=True)
+                            shutil.copytree(caches[label], where)
+                        rows[label].append(run_child(name, dict(menv, SYMGRAD_CACHE_DIR=where),
+                                                     tree))
                 for label in trees:
                     results[name, mode, label] = r = _median(rows[label])
                     print(f"  {_fmt_row(name, mode, label, r)}", file=sys.stderr, flush=True)
@@ -309,7 +333,8 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--tree", action="append", metavar="LABEL=DIR",
-                    help="a checkout to measure (symgrad imported from DIR; repeatable, runs "
+                    help="a checkout to measure (symgrad imported from DIR, run by DIR's "
+                         ".venv: `make .venv/.installed` there first; repeatable, runs "
                          "alternate); default: this one")
     args = ap.parse_args(argv)
     if args.one:
@@ -319,6 +344,9 @@ def main(argv=None):
         cprofile(args.cprofile, args.top)
         return
     trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": ROOT}
+    import startup
+    for root in trees.values():    # as installed copies are (see startup.byte_compile)
+        startup.byte_compile(root)
     print(f"Machine: {machine()}; medians of {args.runs} fresh processes; times in ms "
           "(stages: CPU time of the threads that ran them)")
     names = [s for s in args.cases.split(",") if s]

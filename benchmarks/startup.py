@@ -70,13 +70,16 @@ def run(code: str, args=(), env=None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def byte_compile():
+def byte_compile(root: str | None = None):
+    """Byte-compile symgrad and codegen of the checkout at ``root`` (default: the imported
+    one), as ``pip install`` does for an installed copy."""
     import compileall
 
-    import symgrad
-    from symgrad import codegen
-    for package in (symgrad, codegen):
-        compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
+    if root is None:
+        import symgrad
+        root = os.path.dirname(os.path.dirname(os.path.abspath(symgrad.__file__)))
+    for package in ("symgrad", "codegen"):
+        compileall.compile_dir(os.path.join(root, package), quiet=1)
 
 
 def main():

@@ -5,8 +5,10 @@ calls, read-only or strided arrays). Most calls are none of these: positional, C
 writeable arrays of exactly the signature's dtypes and shapes (and Python floats), on a kernel
 small enough for one thread. For those, the plan does only what such a call needs: check each
 argument (type, dtype, shape, and that its buffer is C-contiguous and writeable), fill the
-pointer table and scalar cells, allocate the outputs and call the kernel. Anything else returns ``MISS`` before native code
-runs, and the API takes the full path, which raises the clear errors (wrong dtype or shape)
+pointer table and scalar cells, allocate the outputs and call the kernel (and, for a
+signature with guards, ``symgrad.guards``, check their flags: a true one returns ``MISS``,
+the full path raising the error or growing the cap). Anything else returns ``MISS`` before
+native code runs, and the API takes the full path, which raises the clear errors (wrong dtype or shape)
 or copies what needs copying. Caller arrays are never written: outputs are always fresh (a
 call with ``out=`` is the native entry's, which writes only there, or the full path's).
 
@@ -59,7 +61,9 @@ def argument_specs(native, kinds: tuple):
     parameter that is neither (a static int, a pytree, a NumPy scalar), one the kernel does
     not read (a plan could not check it), or work a plan leaves out (index checks, repeated
     outputs, threads)."""
-    if native.flag is not None or native.repeats or native.parallel:
+    results = len(native.outs) - native.guard_flags     # (repeated guard flags are read
+    if native.flag is not None or native.parallel or any(   # where their first one is)
+            t < results for t, _ in native.repeats):
         return None
     arrays = {i: (buf, node.shape, dt, None, 0) for i, buf, node, dt in native.array_args}
     _, _, _, _, scalar_in, _ = native.cached
@@ -96,7 +100,8 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
     params_addr = native.params_addr
     run = _RUN_HOLDING_GIL(ctypes.cast(native.run, ctypes.c_void_p).value) if holding_gil \
         else native.run
-    pick = native.pick
+    pick = native.pick_result
+    guards = native.guard_outputs   # the outputs holding the guard flags: a true one is a MISS
     single = out_specs[0] if (len(out_specs) == 1 and n_results == 1 and not scalar_out
                               and native.graph.out_tree == 0) else None
 
@@ -142,6 +147,8 @@ def call_plan(native, kinds: tuple, holding_gil: bool):
             run(ptrs_addr, params_addr)
             for t, cell, k in scalar_out:
                 results[t] = cell[k]
+            if guards and any(results[t] for t in guards):
+                return MISS       # the full path raises the guard's error or grows its cap
             return pick(results)
         finally:
             lock.release()

@@ -4,7 +4,8 @@ the CPython / NumPy / ctypes object fields it reads (which ``native_entry.availa
 against live objects before any entry is made). Hand-written IR: the function is fixed (no
 part depends on a signature, so its machine code is compiled once and cached like a
 kernel); each block is named for its step, as the module docstring of native_entry lists
-them.
+them. Why this module is long: it is one function's IR, its blocks in the order of those
+steps (a guarded signature's ones beside the rest), which reads best in one place.
 """
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ SLOTS = ("ml_name", "ml_meth", "ml_flags", "ml_doc",
          "nargs", "miss", "tuple_type", "ndarray_type", "float_type",
          "table", "params", "run",
          "array_empty", "incref", "decref", "float_from_double", "tuple_new",
-         "n_outs", "n_scalars", "n_pick", "n_top", "args_at", "outs_at", "scalars_at", "top_at")
+         "n_outs", "n_scalars", "n_pick", "n_top", "args_at", "outs_at", "scalars_at", "top_at",
+         "n_guards", "guards_at", "out_alone")
 SLOT = {name: k for k, name in enumerate(SLOTS)}
 ARG_RECORD = 6      # kind (0 array, 1 float), destination, descr, nd, dims_at, bytes
 OUT_RECORD = 5      # result index, table slot, descr, nd, dims_at
 SCALAR_RECORD = 2   # result index, cell address
 TOP_RECORD = 6      # per top-level result (what out= matches): result index, descr, nd,
                     # dims_at, bytes, kind (0 an array the kernel writes, 1 a 0-d result)
+GUARD_RECORD = 1    # per guard flag (symgrad.guards): the address of its cell (a bool byte)
 MAX_RESULTS = 8     # the entry's results live in fixed stack arrays
 KIND_ARRAY, KIND_FLOAT = 0, 1
 METH_FASTCALL = 0x80
@@ -109,6 +112,9 @@ checked:
   %n.top = call i64 @slot.i64(ptr %d, i64 S_n_top)
   %top.at = call i64 @slot.i64(ptr %d, i64 S_top_at)
   %top.records = getelementptr inbounds i64, ptr %d, i64 %top.at
+  %n.guards = call i64 @slot.i64(ptr %d, i64 S_n_guards)
+  %unguarded = icmp eq i64 %n.guards, 0            ; else out= is written only once the
+  %in.place = and i1 %with.out, %unguarded         ; guards passed, from fresh arrays
   br i1 %with.out, label %out.start, label %alloc.start
 
 out.start:                                     ; out=: a tuple, one array per top-level result,
@@ -124,8 +130,9 @@ out.tuple:
   br i1 %out.size.ok, label %out.items, label %decline
 
 out.alone:
-  %one.top = icmp eq i64 %n.top, 1
-  br i1 %one.top, label %out.items, label %decline
+  %alone.slot = call i64 @slot.i64(ptr %d, i64 S_out_alone)   ; where the full path reads
+  %alone.ok = icmp ne i64 %alone.slot, 0                      ; it as a 1-tuple
+  br i1 %alone.ok, label %out.items, label %decline
 
 out.items:
   %outs = phi ptr [%out.tuple.items, %out.tuple], [%out.at, %out.alone]
@@ -134,7 +141,7 @@ out.items:
 out.cond:
   %q = phi i64 [0, %out.items], [%q.next, %out.next]
   %out.more = icmp ult i64 %q, %n.top
-  br i1 %out.more, label %out.body, label %fill.start
+  br i1 %out.more, label %out.body, label %out.checked
 
 out.body:
   %o.at = getelementptr inbounds ptr, ptr %outs, i64 %q
@@ -153,7 +160,8 @@ out.take:
   %o.given.at = getelementptr inbounds ptr, ptr %given, i64 %o.index
   store ptr %o, ptr %o.given.at
   %o.kind = call i64 @slot.i64(ptr %trec, i64 5)
-  %o.direct = icmp eq i64 %o.kind, KIND_ARRAY
+  %o.array = icmp eq i64 %o.kind, KIND_ARRAY
+  %o.direct = and i1 %o.array, %unguarded        ; (a copy afterwards may overlap anything)
   br i1 %o.direct, label %overlap.start, label %out.next
 
 overlap.start:                                 ; the kernel writes it: it must not overlap an
@@ -195,6 +203,9 @@ out.next:
   %q.next = add i64 %q, 1
   br label %out.cond
 
+out.checked:                                   ; guarded: the kernel writes fresh arrays
+  br i1 %unguarded, label %fill.start, label %alloc.start
+
 alloc.start:
   %empty = call ptr @slot.ptr(ptr %d, i64 S_array_empty)
   br label %alloc.cond
@@ -215,7 +226,7 @@ alloc.body:
   call void %incref(ptr %out.descr)              ; PyArray_Empty steals a reference
   %made = call ptr %empty(i32 %out.nd32, ptr %out.dims, ptr %out.descr, i32 0)
   %made.failed = icmp eq ptr %made, null
-  br i1 %made.failed, label %fail.cond, label %alloc.ok
+  br i1 %made.failed, label %fail, label %alloc.ok
 
 alloc.ok:
   %made.at = getelementptr inbounds ptr, ptr %results, i64 %out.index
@@ -225,7 +236,7 @@ alloc.ok:
 
 fill.start:                                    ; from here on, nothing allocates until the run
   %table = call ptr @slot.ptr(ptr %d, i64 S_table)
-  %written = select i1 %with.out, ptr %given, ptr %results   ; the arrays the kernel writes
+  %written = select i1 %in.place, ptr %given, ptr %results   ; the arrays the kernel writes
   br label %fill.cond
 
 fill.cond:
@@ -280,13 +291,35 @@ run:
   %params = call ptr @slot.ptr(ptr %d, i64 S_params)
   %kernel = call ptr @slot.ptr(ptr %d, i64 S_run)
   call void %kernel(ptr %table, ptr %params)
+  %guards.at = call i64 @slot.i64(ptr %d, i64 S_guards_at)
+  %guard.records = getelementptr inbounds i64, ptr %d, i64 %guards.at
+  br label %guard.cond
+
+guard.cond:                                    ; the guard flags (symgrad.guards), read first
+  %g = phi i64 [0, %run], [%g.next, %guard.body]
+  %guard.more = icmp ult i64 %g, %n.guards
+  br i1 %guard.more, label %guard.body, label %read.start
+
+guard.body:
+  %grec = call ptr @record(ptr %guard.records, i64 %g, i64 GUARD_RECORD)
+  %gcell = call ptr @slot.ptr(ptr %grec, i64 0)
+  %gflag = load i8, ptr %gcell
+  %g.fired = icmp ne i8 %gflag, 0
+  %g.next = add i64 %g, 1
+  br i1 %g.fired, label %guard.fired, label %guard.cond
+
+guard.fired:                                   ; the full path raises the guard's error or
+  call void @release(ptr %results, ptr %decref)   ; grows the loop's cap: the arrays made
+  br label %decline                               ; for this run go, nothing else was written
+
+read.start:
   %n.scalars = call i64 @slot.i64(ptr %d, i64 S_n_scalars)
   %scalars.at = call i64 @slot.i64(ptr %d, i64 S_scalars_at)
   %scalar.records = getelementptr inbounds i64, ptr %d, i64 %scalars.at
   br label %read.cond
 
 read.cond:                                     ; the 0-d results, before any allocation
-  %r = phi i64 [0, %run], [%r.next, %read.body]
+  %r = phi i64 [0, %read.start], [%r.next, %read.body]
   %read.more = icmp ult i64 %r, %n.scalars
   br i1 %read.more, label %read.body, label %read.done
 
@@ -302,10 +335,50 @@ read.body:
   br label %read.cond
 
 read.done:
-  br i1 %with.out, label %store.cond, label %box.start
+  br i1 %with.out, label %out.write, label %box.start
+
+out.write:
+  br i1 %unguarded, label %store.cond, label %copy.cond
+
+copy.cond:                                     ; guarded: each out= entry in order, as
+  %c = phi i64 [0, %out.write], [%c.next, %copy.next]   ; runtime.write_out writes them
+  %copy.more = icmp ult i64 %c, %n.top
+  br i1 %copy.more, label %copy.body, label %copied
+
+copy.body:
+  %crec = call ptr @record(ptr %top.records, i64 %c, i64 TOP_RECORD)
+  %c.index = call i64 @slot.i64(ptr %crec, i64 0)
+  %c.given.at = getelementptr inbounds ptr, ptr %given, i64 %c.index
+  %c.given = load ptr, ptr %c.given.at
+  %c.to = call ptr @field.ptr(ptr %c.given, i64 ARRAY_DATA)
+  %c.kind = call i64 @slot.i64(ptr %crec, i64 5)
+  %c.is.array = icmp eq i64 %c.kind, KIND_ARRAY
+  br i1 %c.is.array, label %copy.array, label %copy.value
+
+copy.array:                                    ; from the fresh array: never overlapping
+  %c.made.at = getelementptr inbounds ptr, ptr %results, i64 %c.index
+  %c.made = load ptr, ptr %c.made.at
+  %c.from = call ptr @field.ptr(ptr %c.made, i64 ARRAY_DATA)
+  %c.bytes = call i64 @slot.i64(ptr %crec, i64 4)
+  call void @llvm.memcpy.p0.p0.i64(ptr %c.to, ptr %c.from, i64 %c.bytes, i1 false)
+  br label %copy.next
+
+copy.value:
+  %c.value.at = getelementptr inbounds double, ptr %values, i64 %c.index
+  %c.value = load double, ptr %c.value.at
+  store double %c.value, ptr %c.to
+  br label %copy.next
+
+copy.next:
+  %c.next = add i64 %c, 1
+  br label %copy.cond
+
+copied:
+  call void @release(ptr %results, ptr %decref)
+  br label %return.out
 
 store.cond:                                    ; 0-d results into their out= arrays, in the
-  %s = phi i64 [0, %read.done], [%s.next, %store.next]   ; order the full path writes them
+  %s = phi i64 [0, %out.write], [%s.next, %store.next]   ; order the full path writes them
   %store.more = icmp ult i64 %s, %n.top
   br i1 %store.more, label %store.body, label %return.out
 
@@ -350,7 +423,7 @@ box.body:
   %bvalue = load double, ptr %bvalue.at
   %boxed = call ptr %from.double(double %bvalue)
   %box.failed = icmp eq ptr %boxed, null
-  br i1 %box.failed, label %fail.cond, label %box.ok
+  br i1 %box.failed, label %fail, label %box.ok
 
 box.ok:
   %boxed.at = getelementptr inbounds ptr, ptr %results, i64 %bindex
@@ -372,7 +445,7 @@ tuple.new:
   %packed = call ptr %tuple.new.fn(i64 %n.pick)
   %pack.failed = icmp eq ptr %packed, null
   %packed.items = getelementptr inbounds i8, ptr %packed, i64 TUPLE_ITEMS
-  br i1 %pack.failed, label %fail.cond, label %pack.cond
+  br i1 %pack.failed, label %fail, label %pack.cond
 
 pack.cond:                                     ; each result moves into the tuple once
   %p = phi i64 [0, %tuple.new], [%p.next, %pack.body]
@@ -397,28 +470,40 @@ decline:                                       ; nothing allocated, nothing writ
   call void %incref(ptr %miss)
   ret ptr %miss
 
-fail.cond:                                     ; an allocation failed: its exception is set
-  %e = phi i64 [0, %alloc.body], [0, %box.body], [0, %tuple.new], [%e.next, %fail.next]
-  %fail.more = icmp ult i64 %e, MAX_RESULTS
-  br i1 %fail.more, label %fail.body, label %fail.return
+fail:                                          ; an allocation failed: its exception is set
+  call void @release(ptr %results, ptr %decref)
+  ret ptr null
+}
 
-fail.body:
+; Drop the references %results holds (what the entry made, by result index; null: none).
+define internal void @release(ptr %results, ptr %decref) {
+entry:
+  br label %cond
+
+cond:
+  %e = phi i64 [0, %entry], [%e.next, %next]
+  %more = icmp ult i64 %e, MAX_RESULTS
+  br i1 %more, label %body, label %done
+
+body:
   %held.at = getelementptr inbounds ptr, ptr %results, i64 %e
   %held = load ptr, ptr %held.at
   %held.null = icmp eq ptr %held, null
-  br i1 %held.null, label %fail.next, label %fail.release
+  br i1 %held.null, label %next, label %drop
 
-fail.release:
+drop:
   call void %decref(ptr %held)
-  br label %fail.next
+  br label %next
 
-fail.next:
+next:
   %e.next = add i64 %e, 1
-  br label %fail.cond
+  br label %cond
 
-fail.return:
-  ret ptr null
+done:
+  ret void
 }
+
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 
 ; Whether %object is an ndarray (exactly) of this descr (the object itself), nd and dims whose
 ; flags include %flags: an argument's check and an out= array's.

@@ -200,7 +200,9 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
     ``compile=False``, ``(key, None)`` instead of compiling what no cache holds.
 
     Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
-    kernel can live in one execution engine.
+    kernel can live in one execution engine. A library the text declares and the math target
+    holds pending (``CPUMath.add_library``) is linked first: compiled in the same pool of
+    threads as the text's own parts, or fetched from the disk cache under its own key.
     """
     st = _init()
     key = key_of(text)
@@ -209,28 +211,72 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
         if hit is not None:
             STATS["memory_hits"] += 1
             return key, hit
-        prefix = f"k{key[:20]}_"
+        libraries = st["math"].pending_in(text)
         st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
         obj = _read_disk(key)
         if obj is None and not compile:
             return key, None
-        if obj is None:
+        jobs = [_Job(lib_text, [local], public) for public, (lib_text, local) in libraries]
+        jobs.append(_Job(text, symbols, obj=obj))
+        todo = [job for job in jobs if job.obj is None]
+        if todo:
             t0 = time.perf_counter()
-            objs = compile_objects(text.replace('@"sg_', f'@"{prefix}'))
-            STATS["compiles"] += 1
+            for job, objs in zip(todo, compile_many([job.renamed() for job in todo])):
+                job.obj = pack(objs)
+                _write_disk(job.key, job.obj)
+            STATS["compiles"] += len(todo)
             STATS["compile_seconds"] += time.perf_counter() - t0
-            _write_disk(key, pack(objs))
-        else:
-            objs = unpack(obj)
-            STATS["disk_hits"] += 1
-        for o in objs:
-            st["engine"].add_object_file(llvm.ObjectFileRef.from_data(o))
-        st["engine"].finalize_object()
-        addrs = {s: st["engine"].get_function_address(prefix + s[3:]) for s in symbols}
-        if not all(addrs.values()):
-            raise RuntimeError(f"internal: symbols missing from compiled kernel {key[:12]}")
-        st["kernels"][key] = addrs
+        STATS["disk_hits"] += len(jobs) - len(todo)
+        for job in jobs:
+            addrs = job.link(st["engine"])
+            st["kernels"][job.key] = addrs
+            if job.public is not None:
+                llvm.add_symbol(job.public, addrs[job.symbols[0]])
+                st["math"].linked(job.public)
         return key, addrs
+
+
+class _Job:
+    """One text jit.load links: its key, its machine code (from the disk or compiled), and
+    for a library the public name its function is bound to."""
+
+    def __init__(self, text: str, symbols: list[str], public: str | None = None, obj=None):
+        self.text, self.symbols, self.public = text, symbols, public
+        self.key = key_of(text)
+        self.prefix = f"k{self.key[:20]}_"
+        self.obj = obj if public is None else _read_disk(self.key)
+
+    def renamed(self) -> str:
+        return self.text.replace('@"sg_', f'@"{self.prefix}')
+
+    def link(self, engine) -> dict:
+        for o in unpack(self.obj):
+            engine.add_object_file(llvm.ObjectFileRef.from_data(o))
+        engine.finalize_object()
+        addrs = {s: engine.get_function_address(self.prefix + s[3:]) for s in self.symbols}
+        if not all(addrs.values()):
+            raise RuntimeError(f"internal: symbols missing from compiled kernel {self.key[:12]}")
+        return addrs
+
+
+def compile_many(texts: list[str]) -> list[list[bytes]]:
+    """compile_objects of each text, all their parts in one pool of threads."""
+    if len(texts) == 1:
+        return [compile_objects(texts[0])]
+    split = [module_split.split(t) for t in texts]
+    flat = [p for parts in split for p in parts]
+    try:
+        objs = _compile_parts(flat, min(len(flat), compile_threads()))
+    except Exception as part_error:
+        for t in texts:
+            compile_objects(t)     # raises the error of the text that fails on its own
+        raise RuntimeError("internal: a part failed to compile although every text compiles "
+                           "on its own") from part_error
+    out, k = [], 0
+    for parts in split:
+        out.append(objs[k:k + len(parts)])
+        k += len(parts)
+    return out
 
 
 def compile_objects(text: str) -> list[bytes]:

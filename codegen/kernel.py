@@ -33,6 +33,7 @@ from llvmlite import ir
 from symgrad.ir import Node, is_float
 
 from . import matmul_kernel, wide_stage
+from .libraries import library_function
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
@@ -88,10 +89,22 @@ def _compile_light(fn: ir.Function):
 
 
 def all_stages_light(schedule: Schedule, light: int) -> bool:
-    """Is every stage compiled light (no region, no blocked matmul, none above the bound)?"""
-    return bool(schedule.stages) and all(
-        st.region is None and st.size <= light and not matmul_kernel.applies(st, schedule.buffers)
-        for st in schedule.stages)
+    """Is every stage compiled light (see _light_stage)?"""
+    return bool(schedule.stages) and all(_light_stage(st, light, schedule.buffers)
+                                         for st in schedule.stages)
+
+
+def _light_stage(st: Stage, light: int, buffers) -> bool:
+    """Is the stage's body compiled light? A region's never (its body is a module of its
+    own); a blocked matmul's without epilogue always, whatever its size: the body only loops
+    over the batch and calls the library kernel, which is compiled optimised once; one with
+    an epilogue never (its kernel is the module's own and would be light too); any other up to
+    ``light`` iterations."""
+    if st.region is not None:
+        return False
+    if matmul_kernel.applies(st, buffers):
+        return st.epilogue is None
+    return st.size <= light
 
 
 def _module_light(module: ir.Module):
@@ -278,7 +291,7 @@ class KernelModule:
         body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}{suffix}")
         body.linkage = "internal"
         body.attributes.add("nounwind")
-        if st.size <= self.light and not blocked:
+        if self.light >= 0 and _light_stage(st, self.light, self.s.buffers):
             _compile_light(body)
         for a in body.args[:0 if wide else len(pointers) + 1]:
             a.add_attribute("noalias")
@@ -340,47 +353,9 @@ class KernelModule:
             b.call(helper, ptrs + [params, ir.Constant(I64, extent0_slot)] + slots + [begin, end])
 
     def _copy_helper(self, dtype: str, d: int, mode: str) -> ir.Function:
-        name = f"sg_copy.{dtype}.{d}.{mode}"
-        if name in self.module.globals:
-            return self.module.globals[name]
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [I64] * 5),
-                         name)
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        fn.attributes.add("noinline")   # one copy of the loop, however many stages call it
-        dst, src, params, ext_slot, dst_slot, src_slot, begin, end = fn.args
-        for a, nm in zip(fn.args, ("dst", "src", "params", "ext", "dstride", "sstride", "begin", "end")):
-            a.name = nm
-        dst.add_attribute("noalias")
-        src.add_attribute("noalias")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-        def row(slot, name):
-            return [b.load(b.gep(params, [b.add(slot, ir.Constant(I64, j))], source_etype=I64),
-                           typ=I64, name=f"{name}{j}") for j in range(d)]
-        ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
-        ty = memory_type(dtype)
-        levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
-                            tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
-                  for j in range(d)]
-        idx = [loop.index for loop in levels]
-        offs = []
-        for strides in (ds, ss):
-            off = ir.Constant(I64, 0)
-            for i, s in zip(idx, strides):
-                off = b.add(off, b.mul(i, s))
-            offs.append(off)
-        pd = b.gep(dst, [offs[0]], source_etype=ty)
-        v = b.load(b.gep(src, [offs[1]], source_etype=ty), typ=ty)
-        if mode == "accum":
-            old = b.load(pd, typ=ty)
-            v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
-                 else b.add(old, v))
-        b.store(v, pd)
-        for loop in reversed(levels):
-            close_loop(b, loop)
-        b.ret_void()
-        return fn
+        """The strided copy loop of (dtype, rank, mode): a library function (codegen.libraries)."""
+        return library_function(self, f"symgrad_copy_{dtype}_{d}_{mode}", _declare_copy,
+                                lambda fn: _copy_body(fn, dtype, d, mode))
 
     def _access(self, b, argmap, params, d: int, v: View, name: str) -> Access:
         """View ``v`` of a ``d``-axis loop ready to address: its base (plus offset) and the
@@ -498,3 +473,46 @@ class KernelModule:
             b.call(fns.stage, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
         return fn
+
+
+def _declare_copy(module: ir.Module, name: str) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [I64] * 5), name)
+    fn.attributes.add("nounwind")
+    for a, nm in zip(fn.args, ("dst", "src", "params", "ext", "dstride", "sstride", "begin", "end")):
+        a.name = nm
+    fn.args[0].add_attribute("noalias")
+    fn.args[1].add_attribute("noalias")
+    return fn
+
+
+def _copy_body(fn: ir.Function, dtype: str, d: int, mode: str) -> None:
+    """One loop nest: ``dst[i] = src[i]`` or ``dst[i] += src[i]`` over the extents in the
+    params slots ``ext``, with the strides in slots ``dstride`` and ``sstride``."""
+    dst, src, params, ext_slot, dst_slot, src_slot, begin, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def row(slot, name):
+        return [b.load(b.gep(params, [b.add(slot, ir.Constant(I64, j))], source_etype=I64),
+                       typ=I64, name=f"{name}{j}") for j in range(d)]
+    ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
+    ty = memory_type(dtype)
+    levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
+                        tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
+              for j in range(d)]
+    idx = [loop.index for loop in levels]
+    offs = []
+    for strides in (ds, ss):
+        off = ir.Constant(I64, 0)
+        for i, s in zip(idx, strides):
+            off = b.add(off, b.mul(i, s))
+        offs.append(off)
+    pd = b.gep(dst, [offs[0]], source_etype=ty)
+    v = b.load(b.gep(src, [offs[1]], source_etype=ty), typ=ty)
+    if mode == "accum":
+        old = b.load(pd, typ=ty)
+        v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
+             else b.add(old, v))
+    b.store(v, pd)
+    for loop in reversed(levels):
+        close_loop(b, loop)
+    b.ret_void()

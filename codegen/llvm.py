@@ -116,9 +116,11 @@ class OutputSpec(NamedTuple):
 
 
 class Native:
-    """Everything a call needs for one signature, prepared once."""
+    """Everything a call needs for one signature, prepared once. ``guard_flags``: how many
+    bool guard flags end the graph's outputs (``symgrad.guards``; its ``out_tree`` is then
+    ``(result tree, (flag, ...))``), which the call plans check (``codegen.call_plan``)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, guard_flags: int = 0):
         prog = CpuProgram(graph)
         self.graph = graph = prog.graph
         self.program = prog
@@ -160,14 +162,17 @@ class Native:
         least, nt = parallel_min(), num_threads()   # both read: a bad value fails here
         self.parallel = self.work >= least and nt > 1
         self.top = top_level(graph.out_tree)
+        self.guard_flags = guard_flags
+        # the result without the guard flags: its tree, and the outputs holding each flag
+        self.result_tree = graph.out_tree[0] if guard_flags else graph.out_tree
+        first = dict(self.repeats)
+        self.guard_outputs = [first.get(t, t) for t in range(len(self.outs) - guard_flags,
+                                                              len(self.outs))]
         self.out_checks = [(o.shape, np.dtype(o.dtype),
                             spec is not None and spec.slot is None)   # an array the kernel writes
                            for o, spec in zip(graph.outputs, self.outs)]
-        tree = graph.out_tree
-        flat_tuple = type(tree) is tuple and len(tree) > 1 and all(isinstance(t, int) for t in tree)
-        self.pick = (operator.itemgetter(tree) if isinstance(tree, int) else
-                     operator.itemgetter(*tree) if flat_tuple else
-                     (lambda results: unflatten_tree(tree, results)))
+        self.pick = _picker(graph.out_tree)              # the full path's result
+        self.pick_result = _picker(self.result_tree)     # the plans': without guard flags
         self.lock = threading.Lock()
         self.cached = self._state(workspace.memory())
         self.plans: dict = {}     # argument kinds -> the hot path's plan (codegen.call_plan)
@@ -342,6 +347,14 @@ class Native:
                 _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
 
 
+def _picker(tree):
+    """``pick(results)``: ``tree`` with each output index replaced by its result."""
+    flat_tuple = type(tree) is tuple and len(tree) > 1 and all(isinstance(t, int) for t in tree)
+    return (operator.itemgetter(tree) if isinstance(tree, int) else
+            operator.itemgetter(*tree) if flat_tuple else
+            (lambda results: unflatten_tree(tree, results)))
+
+
 def _workspace_bytes(tmp) -> int:
     """Bytes of a call's workspace: every temporary 64-byte aligned, plus the alignment slack."""
     return max(sum((size + 63) // 64 * 64 for _, size in tmp), 1) + 64
@@ -494,7 +507,7 @@ class CpuBackend(Backend):
     views = {"llvm_ir": llvm_ir, "asm": assembly}
 
     def prepare(self, signature) -> Native:
-        return Native(signature.graph)
+        return Native(signature.graph, signature.guard_flags)
 
     def run(self, prepared: Native, values, out):
         return prepared(values, out)

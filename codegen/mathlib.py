@@ -120,6 +120,7 @@ class CPUMath(MathTarget):
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
         self._own_loaded: set[tuple] = set()       # (op, fma) of the out-of-line libraries
+        self._pending: dict[str, tuple[str, str]] = {}   # see add_library
         self.libm = _load_library("libm.so.6", "m")
         try:
             self.libmvec = _load_library("libmvec.so.1", "mvec", mode=ctypes.RTLD_GLOBAL)
@@ -147,34 +148,52 @@ class CPUMath(MathTarget):
     def far_library(self) -> None:
         """Compile (or fetch from jit's cache) the far-argument library for this target, once
         per process and reduction, and make its symbols resolvable by the kernels."""
-        import llvmlite.binding as llvm
-
-        from . import jit
         if self.fma in self._far_loaded:
             return
-        text, public = _far_library_text(self)
-        _, addresses = jit.load(text, sorted(public.values()))
-        for name, local in public.items():
-            llvm.add_symbol(name, addresses[local])
-            self.bound.add(name)   # resolved: CPUMath.bind leaves it alone
+        self.link(*_far_library_text(self))
         self._far_loaded.add(self.fma)
 
     def own_library(self, op: str) -> str:
         """The public scalar symbol of our own float64 ``op`` out of line (its SIMD versions
         are the ``_ZGV`` names :meth:`variants` gives), compiled or fetched from jit's cache
         once per process, function and reduction, and bound for the kernels."""
+        if (op, self.fma) not in self._own_loaded:
+            module, public = _own_library_module(op, self)
+            self.link(_own_loops(finish_cpu_module(str(module), module.math_calls, self)), public)
+            self._own_loaded.add((op, self.fma))
+        return _own_name(op, self)
+
+    def add_library(self, public: str, text: str, local: str) -> None:
+        """A library function kernels declare as ``public``, defined as ``local`` (an sg_
+        name) in the module ``text``: linked by jit.load with the first module that declares
+        it, its compile in the same pool of threads as that module's parts."""
+        if public not in self.bound:
+            self._pending[public] = (text, local)
+
+    def has_library(self, public: str) -> bool:
+        return public in self.bound or public in self._pending
+
+    def pending_in(self, text: str) -> list[tuple[str, tuple[str, str]]]:
+        """The pending libraries ``text`` declares, in name order."""
+        return sorted((sym, self._pending[sym]) for sym in set(_PRIVATE_DECLARED.findall(text))
+                      if sym in self._pending and sym not in self.bound)
+
+    def linked(self, public: str) -> None:
+        self.bound.add(public)
+        self._pending.pop(public, None)
+
+    def link(self, text: str, public: dict[str, str]) -> None:
+        """Compile (or fetch from jit's caches) the library module ``text`` and make each of
+        its exported functions resolvable by the kernels linked after it: ``public`` maps the
+        name kernels declare (``symgrad_...``) to its ``sg_`` name in ``text`` (jit.load hands
+        out sg_ symbols)."""
         import llvmlite.binding as llvm
 
         from . import jit
-        if (op, self.fma) not in self._own_loaded:
-            module, public = _own_library_module(op, self)
-            text = _own_loops(finish_cpu_module(str(module), module.math_calls, self))
-            _, addresses = jit.load(text, sorted(public.values()))
-            for name, local in public.items():
-                llvm.add_symbol(name, addresses[local])
-                self.bound.add(name)
-            self._own_loaded.add((op, self.fma))
-        return _own_name(op, self)
+        _, addresses = jit.load(text, sorted(public.values()))
+        for name, local in public.items():
+            llvm.add_symbol(name, addresses[local])
+            self.bound.add(name)   # resolved: CPUMath.bind leaves it alone
 
     def outlined(self) -> "OutlinedMath":
         return OutlinedMath(self)
@@ -193,7 +212,7 @@ class CPUMath(MathTarget):
         (a symbol LLVM cannot resolve crashed the process)."""
         library = None
         for sym in _PRIVATE_DECLARED.findall(text):
-            if sym in self.bound:
+            if sym in self.bound or sym in self._pending:   # (pending: jit.load links it)
                 continue
             library = library or {self.symbol(c, dt) for c in MATH_NAMES.values()
                                   for dt in ("float64", "float32")}

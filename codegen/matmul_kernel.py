@@ -28,17 +28,21 @@ registers, a sum over rows adds the tile's rows one after the other into its row
 (row order, as the loop did), and the loop, which read the product back from memory, is gone.
 
 Exported to ``codegen.kernel``: :func:`applies`, :func:`emit_stage`, :func:`epilogue_views`. The
-2-D kernel is one internal function per (dtype, vector width, layout of b) in each module,
-``sg_mm.<dtype>.<w>``:
+2-D kernel without epilogue is one library function per (dtype, vector width, layout of b)
+(``codegen.libraries``: compiled once per process, not in every module),
+``symgrad_mm_<dtype>_<w>[_bstrided]``:
 
-    void sg_mm(T* a, T* b, T* c, i64 m, i64 n, i64 k, i64 sa_i, i64 sa_k, i64 sb_k, i64 sc_i
-               [, i64 sb_j])     (sb_j only in the ``.bstrided`` variant; strides in elements)
+    void mm(T* a, T* b, T* c, i64 m, i64 n, i64 k, i64 sa_i, i64 sa_k, i64 sb_k, i64 sc_i
+            [, i64 sb_j])     (sb_j only in the ``_bstrided`` variant; strides in elements)
+
+A kernel with an epilogue is an internal function of its module, ``sg_mm<stage>.epilogue``.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
 from .dtypes import memory_type
+from .libraries import library_function
 from .loops import close_loop, open_loop
 from .lower import LOWER, Scalar
 from .loop_body import const_key
@@ -93,11 +97,12 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     dtype = km.s.buffers[dest.buf].dtype
     ty = memory_type(dtype)
     unit_b = bv.strides[-1] == 1
+    w = lanes(host_features(), dtype)
     if stage.epilogue is None:
-        kernel = _kernel(km.module, dtype, lanes(host_features(), dtype), unit_b)
+        kernel = _library_kernel(km, dtype, w, unit_b)
     else:   # a kernel of its own, the epilogue's work after each tile's last k block
-        kernel = _kernel(km.module, dtype, lanes(host_features(), dtype), unit_b,
-                         (stage.epilogue, f"{km.prefix}mm{stage.index}.epilogue"))
+        kernel = _epilogue_kernel(km.module, dtype, w, unit_b, stage.epilogue,
+                                  f"{km.prefix}mm{stage.index}.epilogue")
     d = len(stage.shape)
     nb = d - 3
 
@@ -168,15 +173,20 @@ def epilogue_constants(ep) -> list:
     return out
 
 
-def _kernel(module: ir.Module, dtype: str, w: int, unit_b: bool, epilogue=None) -> ir.Function:
-    """``epilogue``: (Epilogue, function name); its kernel takes, after the usual arguments,
-    a (pointer, row stride) pair per epilogue view and the epilogue's constants."""
-    name = f"sg_mm.{dtype}.{w}" + ("" if unit_b else ".bstrided")
-    ep = None
-    if epilogue is not None:
-        ep, name = epilogue
+def _epilogue_kernel(module: ir.Module, dtype: str, w: int, unit_b: bool, ep, name: str
+                     ) -> ir.Function:
+    """The kernel of a stage with the epilogue ``ep``, in the module as ``name``: after the
+    usual arguments, a (pointer, row stride) pair per epilogue view and ep's constants."""
     if name in module.globals:
         return module.globals[name]
+    fn = _declare(module, name, dtype, unit_b, ep)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    _TileKernel(fn, memory_type(dtype), w, unit_b, ep).emit()
+    return fn
+
+
+def _declare(module: ir.Module, name: str, dtype: str, unit_b: bool, ep=None) -> ir.Function:
     names = ARGS if unit_b else ARGS + ("sb_j",)
     types = [PTR] * 3 + [I64] * (len(names) - 3)
     ty = memory_type(dtype)
@@ -186,22 +196,29 @@ def _kernel(module: ir.Module, dtype: str, w: int, unit_b: bool, epilogue=None) 
             + tuple(f"const{i}" for i in range(len(epilogue_constants(ep))))
         types += [PTR, I64] * count + [ty] * len(epilogue_constants(ep))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name)
-    fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    fn.attributes.add("noinline")   # one copy however many stages call it
     for arg, nm in zip(fn.args, names):
         arg.name = nm
     for arg in fn.args[:3]:
         arg.add_attribute("noalias")
-    _TileKernel(fn, ty, w, unit_b, ep).emit()
     return fn
+
+
+def _library_kernel(km, dtype: str, w: int, unit_b: bool) -> ir.Function:
+    """The kernel without epilogue, the same for every module of a (dtype, vector width,
+    layout of b): a library function (codegen.libraries). It was the largest item of LLVM time
+    of ADBench GMM's gradient (d = 10: 227 of 712 ms CPU for the two variants)."""
+    return library_function(
+        km, f"symgrad_mm_{dtype}_{w}" + ("" if unit_b else "_bstrided"),
+        lambda module, name: _declare(module, name, dtype, unit_b),
+        lambda fn: _TileKernel(fn, memory_type(dtype), w, unit_b).emit())
 
 
 ARGS = ("a", "b", "c", "m", "n", "k", "sa_i", "sa_k", "sb_k", "sc_i")
 
 
 class _TileKernel:
-    """The body of ``sg_mm``: every output element belongs to one register tile.
+    """The body of a matmul kernel: every output element belongs to one register tile.
 
     Columns: tiles of two vectors, then at most one tail tile for the last ``n mod NR``
     columns: two vectors with the second masked, or one masked vector (masked loads and

@@ -10,7 +10,7 @@ exported ones it calls that live elsewhere.
 The split is a function of the text alone (never of the thread count), and it leaves every
 function's code as the whole module would: exported functions are ``noinline``
 (``codegen.kernel``), so no part could inline one that another part defines; roots that
-share an internal function that is not ``alwaysinline`` (the ``sg_mm``/``sg_copy`` helpers)
+share an internal function that is not ``alwaysinline`` (a matmul's epilogue kernel)
 stay in one part, so that function is compiled once and inter-procedural passes see all its
 call sites; ``alwaysinline`` helpers (our own ``exp``) are copied into each part that uses
 them, as they would be inlined into each caller anyway.

@@ -25,10 +25,21 @@ cells). Called as ``entry(args)`` or ``entry(args, out)`` (the plan interface of
    anything is written, and the full path does what it does;
 3. without ``out``, allocates the array outputs (``PyArray_Empty``; a failure propagates its
    MemoryError);
-4. fills the pointer table and scalar cells, runs the kernel, reads the 0-d results;
+4. fills the pointer table and scalar cells, runs the kernel, reads its guard flags (a
+   guarded signature's: ``symgrad.guards``, bools the kernel computes beside the results)
+   and, where one is true, releases what it allocated and returns ``MISS``: the full path
+   then raises the guard's error (NumPy's LinAlgError at the user's line) or grows the
+   loop's cap and runs again; else reads the 0-d results;
 5. only then makes the Python floats and the result tuple; with ``out``, stores the 0-d
    results into their arrays (in the full path's order) and returns ``out`` itself, as the
    full path does, having allocated nothing.
+
+A guarded signature's full path delivers ``out=`` after its guards passed
+(``runtime.write_out``: a bare array only for a single result, no overlap check, each entry
+written in order), so with ``out`` and guards the entry does the same: the kernel writes
+fresh arrays (step 3), and only after step 4 found no guard fired are they copied into
+``out=``'s arrays and the 0-d results stored, entry by entry in order. A call whose guard
+fired writes nothing the caller sees, as on the full path.
 
 Why that order: an allocation can run the garbage collector, and a finalizer can call the same
 function again (re-entering this entry on this thread). Steps 4-5's shared memory (the table,
@@ -53,6 +64,7 @@ import sys
 import numpy as np
 
 from symgrad.backends import MISS
+from symgrad.runtime import top_level
 
 from . import jit
 from .entry_ir import (ARG_RECORD, ARRAY_DATA, ARRAY_DESCR, ARRAY_DIMS, ARRAY_FLAGS, ARRAY_ND,
@@ -166,10 +178,19 @@ class Descriptor(ctypes.Array):
 
 
 def builds(native) -> bool:
-    """Whether an entry can serve this signature: this process has entries, and the results
-    are ones the entry builds (arrays and float64 0-d results, alone or as a flat tuple)."""
+    """Whether an entry can serve this signature: this process has entries, the results are
+    ones the entry builds (arrays and float64 0-d results, alone or as a flat tuple) and its
+    guard flags (if any) are 0-d bools."""
+    results = native.outs[:_results(native)]
     return available() and _result_picks(native) is not None and all(
-        spec.dtype == np.float64 for spec in native.outs if spec is not None and spec.slot is not None)
+        spec.dtype == np.float64 for spec in results if spec is not None and spec.slot is not None
+    ) and all(native.outs[t].slot is not None and native.outs[t].dtype == np.bool_
+              for t in native.guard_outputs)
+
+
+def _results(native) -> int:
+    """How many of the graph's outputs are the result's (the rest are guard flags)."""
+    return len(native.outs) - native.guard_flags
 
 
 def entry_for(native, arg_specs, state):
@@ -179,7 +200,8 @@ def entry_for(native, arg_specs, state):
     if not (loaded() and builds(native)):
         return None
     picks = _result_picks(native)
-    _, _, (_, cells, table), _, scalar_in, scalar_out = state
+    _, scratch, (_, cells, table), _, scalar_in, scalar_out = state
+    n_results = _results(native)
     float_cells = {i: ctypes.addressof(cell) + 8 * k for i, cell, k in scalar_in}
     layout = Layout(len(SLOTS))
     args = [[KIND_FLOAT, float_cells[i], 0, 0, 0, 0] if buf is None else
@@ -187,14 +209,23 @@ def entry_for(native, arg_specs, state):
             for i, (buf, shape, dt, _, _) in enumerate(arg_specs)]
     outs = [[t, buf, id(dt), len(shape), layout.dims(shape)]
             for t, buf, shape, dt in native.array_outs]
-    scalars = [[t, ctypes.addressof(cell) + 8 * k] for t, cell, k in scalar_out]
+    scalars = [[t, ctypes.addressof(cell) + 8 * k] for t, cell, k in scalar_out
+               if t < n_results]
+    # the cell of each guard flag (a bool in its first byte)
+    flags = [[scratch.ctypes.data + 8 * native.outs[t].slot] for t in native.guard_outputs]
     # what out= must hold, per top-level result (a tuple's items, or the single result)
-    tops = [native.outs[t] for t in native.top]
+    top_indices = top_level(native.result_tree)
+    tops = [native.outs[t] for t in top_indices]
     top = [[t, id(spec.dtype), len(spec.shape), layout.dims(spec.shape),
             _bytes(spec.shape, spec.dtype), KIND_ARRAY if spec.slot is None else KIND_FLOAT]
-           for t, spec in zip(native.top, tops)]
+           for t, spec in zip(top_indices, tops)]
     at = dict(args_at=layout.records(args), outs_at=layout.records(outs),
-              scalars_at=layout.records(scalars), top_at=layout.records(top))
+              scalars_at=layout.records(scalars), top_at=layout.records(top),
+              guards_at=layout.records(flags))
+    # a single array as out= stands for a 1-tuple where the full path reads it so: always
+    # for the kernel's own out= (Native._out_arrays), only for a single result where the
+    # result is delivered afterwards (runtime.write_out, a guarded signature's)
+    out_alone = isinstance(native.result_tree, int) if native.guard_flags else len(top) == 1
     name = ctypes.create_string_buffer(f"symgrad_entry_{native.graph.name}".encode())
     rt = _runtime
     descriptor = layout.descriptor(dict(
@@ -205,7 +236,8 @@ def entry_for(native, arg_specs, state):
         run=ctypes.cast(native.run, ctypes.c_void_p).value,
         array_empty=rt["array_empty"], incref=rt["incref"], decref=rt["decref"],
         float_from_double=rt["float_from_double"], tuple_new=rt["tuple_new"],
-        n_outs=len(outs), n_scalars=len(scalars), n_pick=len(picks), n_top=len(top), **at))
+        n_outs=len(outs), n_scalars=len(scalars), n_pick=len(picks), n_top=len(top),
+        n_guards=len(flags), out_alone=int(out_alone), **at))
     # what the slots point into: the Native (params, kernel), the state (table, cells,
     # workspace), the dtype objects, the method's name
     dtypes = tuple(dt for _, _, _, dt in native.array_outs) + tuple(s[2] for s in arg_specs) + \
@@ -221,8 +253,8 @@ def _bytes(shape, dtype) -> int:
 def _result_picks(native) -> list | None:
     """The entry's result: ``[]`` for the single result itself, else the result indices of a
     flat tuple (each result once); ``None`` for what the entry does not build."""
-    tree, n = native.graph.out_tree, len(native.outs)
-    if n > MAX_RESULTS or native.repeats:
+    tree, n = native.result_tree, _results(native)
+    if n > MAX_RESULTS or any(t < n for t, _ in native.repeats):
         return None
     if tree == 0 and n == 1:
         return []

@@ -57,6 +57,7 @@ class Compiled:
     """One signature's graph, what each back end prepared for it (``prepared``: target name
     -> the back end's object) and ``captures``: what the trace read from outside the
     function (see ``captures_current``). Back ends see it as the signature they prepare."""
+    guard_flags = 0   # one with guards is prepared as its ``guarded``: its plan checks them
 
     def __init__(self, graph: Graph, captures: list):
         self.derivable = graph               # what derivatives are taken of (custom rules kept)
@@ -292,8 +293,7 @@ class Function:
             values if backend.signature_values is None else backend.signature_values(list(values))))
         plan = None if key is None or entry.flat_plan is not None else \
             backend.call_plan(prepared, tuple([k.kind for k in key]))
-        self._hot = None if plan is None else (guards.checked_plan(plan, entry.graph, MISS),
-                                               entry.captures, False)   # (out=: guards run after)
+        self._hot = None if plan is None else (plan, entry.captures, "out" not in self.params)
         return deliver(result, out)
 
     def _load_backend(self):

@@ -5,7 +5,9 @@ A back end is an object with
 * ``name``: its target name (``Function(target=name)``);
 * ``prepare(signature) -> prepared``: once per argument signature, whatever a call needs
   (compiled code, a plan). ``signature`` is the API's record of one signature: its
-  ``.graph`` (simplified), and an identity a back end may key its own caches on (weakly);
+  ``.graph`` (simplified), ``.guard_flags`` (how many bool guard flags end the graph's
+  outputs, ``symgrad.guards``: its ``out_tree`` is then ``(result tree, (flag, ...))``),
+  and an identity a back end may key its own caches on (weakly);
 * ``run(prepared, values, out) -> result``: one call, the results as the API returns them
   (``symgrad.runtime.finish``), written into ``out=`` when it is given;
 * ``signature_values(values)``: the values the tracer sees for these arguments, or
@@ -17,7 +19,10 @@ A back end is an object with
   call (with ``out``, written there and returned as ``run`` would), or returns :data:`MISS`,
   with no effect the caller can see, when the arguments (or ``out``) are not exactly of that
   signature (type, dtype, shape, layout) or anything else would make ``run`` do other than
-  the plan does, and the API takes the full path; ``None`` (the default): no plan;
+  the plan does, and the API takes the full path; ``None`` (the default): no plan. For a
+  signature with guard flags the plan returns the result without them, and ``MISS`` (with
+  nothing written into ``out``) when one is true: the full path then raises the guard's
+  error or grows the loop's cap and runs again;
 * ``views``: the texts it can show, ``{view name: fn(signature, **options) -> str}``
   (``Function.llvm_ir``, ``.asm``, ``.ptx``).
 

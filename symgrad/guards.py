@@ -6,8 +6,9 @@ compiled code and the generated source do not depend on how many trips a call ta
 *guard* is a bool node, true when the loop used all ``cap`` trips and the test still held (the
 cap was too small). Guards travel with the graph (``Graph.guards``: while key -> node) through
 every transform; the back ends compute them as hidden extra outputs (:func:`with_guard_outputs`)
-and the API checks them after each call: when one fired, that while's cap grows
-(:data:`GROWTH` times) and the call is traced and run again.
+and the API checks them after each call (a hot call: the back end's call plan, which declines
+when one fired): when one fired, that while's cap grows (:data:`GROWTH` times) and the call
+is traced and run again.
 
 Each while statement's cap lives in :data:`CAPS`, keyed by its location; a trace reads it as a
 *capture* (``symgrad.captures``), so a grown cap makes every cached entry that read it, root
@@ -120,12 +121,14 @@ def fired(graph: Graph, flags) -> list:
 
 
 class GuardedSignature:
-    """What back ends see of a signature with while loops on data (``symgrad.backends``): its
-    graph with the guards as extra outputs."""
-    __slots__ = ("graph", "__weakref__")
+    """What back ends see of a signature with while loops on data or error guards
+    (``symgrad.backends``): its graph with the guards as extra outputs, ``guard_flags`` of
+    them (a back end's call plan checks them itself: see ``Backend.call_plan``)."""
+    __slots__ = ("graph", "guard_flags", "__weakref__")
 
     def __init__(self, graph: Graph):
         self.graph = with_guard_outputs(graph)
+        self.guard_flags = len(graph.guards)
 
 
 def run_guarded(entry, backend, values, retrace):
@@ -142,18 +145,6 @@ def run_guarded(entry, backend, values, retrace):
         raise_errors(keys)
         grow(keys)
         entry = retrace()
-
-
-def checked_plan(plan, graph: Graph, miss):
-    """A back end's call plan for a guarded signature: its results, or ``miss`` (the API then
-    takes the full path, which grows the cap and runs again) when a guard fired."""
-    def run(args):
-        got = plan(args)
-        if got is miss:
-            return miss
-        result, flags = got
-        return miss if fired(graph, flags) else result
-    return run
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ import numpy as np
 import symgrad as sg
 from symgrad.codegen import llvm
 
-def f(x, y):
-    return np.sum(x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(x * y))
+def f(x, y):   # (the matmul links the kernel library: an entry of its own)
+    products = np.sum(np.outer(x, y) @ np.outer(y, x)) * 1e-3
+    return np.sum(x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(x * y)) + products
 
 g = sg.grad(f, wrt=(0, 1))
 x, y = np.linspace(-1, 1, 101), np.linspace(0, 2, 101)
@@ -76,6 +77,23 @@ def test_second_process_loads_from_disk(tmp_path):
     second = run(tmp_path)
     assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] >= 1
     assert second["sum"] == first["sum"]
+
+
+def test_a_library_entry_lost_is_compiled_alone(tmp_path):
+    """The module on disk links a library whose entry is gone (deleted, or never written by
+    another version): the library is compiled on its own, the module still comes from disk."""
+    first = run(tmp_path)
+    before = set(cache_files(tmp_path))
+    for path in before:          # each entry in turn: the library's among them
+        with open(path, "rb") as f:
+            saved = f.read()
+        os.unlink(path)
+        again = run(tmp_path)
+        assert again["sum"] == first["sum"]
+        assert again["stats"]["compiles"] == 1 and again["stats"]["disk_hits"] >= 1
+        assert os.path.exists(path)          # written again
+        with open(path, "rb") as f:
+            assert f.read() == saved         # the same machine code
 
 
 def test_corrupt_and_truncated_entries_recompile(tmp_path):

@@ -172,3 +172,29 @@ def test_loop_bodies_keep_the_full_pipeline():
     region = re.findall(r'define [^\n]*@"(sg_r\d+_\w+)"', cpu.grad.llvm_ir(w, xs))
     assert region, "the loop is a region of its own functions"
     assert not light & set(region)
+
+
+def _rotation(t):
+    c, s = np.cos(t), np.sin(t)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def rotations(angles, p):
+    r = _rotation(angles[0]) @ _rotation(angles[1]) @ _rotation(angles[2])
+    q = r @ p
+    return np.sum(q * q) + np.sum(r @ r.T)
+
+
+def test_small_matmuls_compile_light_and_call_the_library_kernel():
+    """3x3 products in scalar-sized code: the module is light (every function optnone), the
+    products call the matmul library, which is compiled optimised once; both targets agree."""
+    angles, p = np.array([0.1, -0.7, 2.3]), np.array([[1.0], [-2.0], [0.5]])
+    cpu = sg.differentiate(rotations, wrt=(0, 1))
+    ref = sg.differentiate(rotations, wrt=(0, 1), target="python")
+    text = cpu.grad.llvm_ir(angles, p)
+    defined = re.findall(r'^define [^\n]*', text, re.M)
+    assert defined and all("optnone" in line for line in defined)
+    assert re.search(r'^declare void @"symgrad_mm_float64_\d+', text, re.M)
+    assert cpu(angles, p) == pytest.approx(ref(angles, p), rel=1e-13)
+    for got, want in zip(cpu.grad(angles, p), ref.grad(angles, p)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

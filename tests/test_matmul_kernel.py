@@ -1,6 +1,8 @@
 """The blocked matmul kernel (symgrad.codegen.matmul_kernel) against NumPy on target="cpu":
 sizes around the tile, block and vector widths, empty dimensions, transposed and strided
 operands, batches with broadcasting, both float dtypes, one thread and several."""
+import re
+
 import numpy as np
 import pytest
 
@@ -56,12 +58,36 @@ def test_matches_numpy(m, k, n, dtype):
 
 def test_the_blocked_kernel_is_what_runs():
     a = np.ones((8, 8))
-    assert "sg_mm.float64" in sg.differentiate(matmul).llvm_ir(a, a)
-    assert "sg_mm.float32" in sg.differentiate(matmul).llvm_ir(a.astype(np.float32),
-                                                                a.astype(np.float32))
-    assert "sg_mm.float64" in sg.differentiate(matmul_bt).llvm_ir(a, a)   # the .bstrided one
+    assert "symgrad_mm_float64_" in sg.differentiate(matmul).llvm_ir(a, a)
+    assert "symgrad_mm_float32_" in sg.differentiate(matmul).llvm_ir(a.astype(np.float32),
+                                                                     a.astype(np.float32))
+    assert "_bstrided" in sg.differentiate(matmul_bt).llvm_ir(a, a)
     # integers keep the plain loop nest
-    assert "sg_mm" not in sg.differentiate(matmul).llvm_ir(a.astype(np.int64), a.astype(np.int64))
+    assert "symgrad_mm" not in sg.differentiate(matmul).llvm_ir(a.astype(np.int64),
+                                                                a.astype(np.int64))
+
+
+def test_the_kernel_is_a_library_compiled_once_per_process():
+    """A module declares the kernel without epilogue (it is the same for every module of a
+    dtype and layout); the first module that needs it links the library, later ones compile
+    only themselves."""
+    from symgrad.codegen import jit
+
+    def first(a, b):
+        return np.tanh(a @ b)
+
+    def second(a, b):
+        return (a @ b) * 2.0 + 1.0
+
+    a = rand((9, 7), "float64", 1)
+    b = rand((7, 5), "float64", 2)
+    text = sg.differentiate(first).llvm_ir(a, b)
+    assert re.search(r'^declare void @"symgrad_mm_float64_\d+"', text, re.M)
+    assert not re.search(r'^define [^\n]*symgrad_mm', text, re.M)
+    np.testing.assert_allclose(sg.differentiate(first)(a, b), np.tanh(a @ b), rtol=1e-13)
+    before = jit.STATS["compiles"] + jit.STATS["disk_hits"]
+    np.testing.assert_allclose(sg.differentiate(second)(a, b), (a @ b) * 2.0 + 1.0, rtol=1e-13)
+    assert jit.STATS["compiles"] + jit.STATS["disk_hits"] == before + 1
 
 
 @pytest.mark.parametrize("shape_a,shape_b", [((0, 4), (4, 5)), ((3, 0), (0, 5)), ((3, 4), (4, 0)),

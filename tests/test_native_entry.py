@@ -421,7 +421,9 @@ def test_out_none_and_other_keywords_after_hot_calls():
         g(x, out=np.empty(6), extra=1)
 
 
-def test_out_on_a_guarded_signature_takes_the_full_path():
+def test_out_on_a_guarded_signature_through_the_entry():
+    """(More in test_guard_entry.py.) The entry takes out= of a guarded signature too: the
+    kernel writes fresh arrays, copied into out= once no guard fired."""
     def until(x):
         while np.sum(x) < 100.0:
             x = x * 2.0
@@ -429,11 +431,12 @@ def test_out_on_a_guarded_signature_takes_the_full_path():
 
     f = sg.differentiate(until)
     x = np.linspace(1.0, 2.0, 4)
-    for _ in range(3):
-        f(x)
-    assert f._hot is None or f._hot[2] is False
+    entry = hot_entry(f, x)
+    assert f._hot[2] is True
     out = np.empty(4)
     assert f(x, out=out) is out
+    np.testing.assert_allclose(out, reference(until)(x), rtol=1e-13)
+    assert entry((x,), out) is out
     np.testing.assert_allclose(out, reference(until)(x), rtol=1e-13)
 
 
@@ -579,7 +582,9 @@ def test_disk_cache_gives_later_processes_the_entry_at_once(tmp_path):
 
     first_kind, last_kind, hits, compiles = run()
     assert (first_kind, last_kind) == ("function", "builtin_function_or_method")
-    assert (int(hits), int(compiles)) == (0, 2)             # the kernel and the entry
+    # the kernel, the entry and the libraries the kernel calls (the strided copy loop)
+    assert int(hits) == 0 and int(compiles) >= 2
+    compiled = int(compiles)
     first_kind, last_kind, hits, compiles = run()   # loaded from the disk after 1 call
     assert (first_kind, last_kind) == ("function", "builtin_function_or_method")
-    assert (int(hits), int(compiles)) == (2, 0)
+    assert (int(hits), int(compiles)) == (compiled, 0)

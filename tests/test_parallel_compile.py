@@ -19,12 +19,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def stages(x, w):
-    """Several stages of real work, two matmuls sharing the one sg_mm helper."""
+    """Several stages of real work: matmuls calling the matmul library and one with an epilogue
+    kernel of its own, shifted slices whose gradients call the copy library."""
     h = np.tanh(x @ w)
     s = np.sum(np.exp(h) * h, axis=1)
     m = np.max(h, axis=0)
     z = (h - m[None, :]) @ w.T
-    return np.sum(np.log1p(z * z)) + np.sum(s * s) + np.sum(np.sin(x) * np.cos(z))
+    shifted = np.sum(x[1:] * x[:-1]) + np.sum(z[2:] * z[:-2])
+    rows = np.sum(np.square(np.stack([x, 2.0 * x]) @ w - 1.0), axis=1)   # an epilogue kernel
+    return (np.sum(np.log1p(z * z)) + np.sum(s * s) + np.sum(np.sin(x) * np.cos(z)) + shifted
+            + np.sum(rows * rows))
 
 
 def _args():
@@ -58,10 +62,17 @@ def test_parts_define_every_function_once_and_helpers_in_one_part(small_parts):
         rf'^define internal [^@]*@"{re.escape(n)}"', text, re.M)]
     found = [n for p in parts for n in _defined(p) if n in exported]
     assert sorted(found) == sorted(exported)            # each exported function exactly once
-    helpers = [n for n in _defined(text) if n.startswith("sg_mm.")]
+    helpers = [n for n in _defined(text) if re.search(
+        rf'^define internal [^@]*@"{re.escape(n)}"[^\n]*\bnoinline\b', text, re.M)]
     assert helpers
     for h in helpers:                                    # compiled once, all its callers beside it
         assert sum(h in _defined(p) for p in parts) == 1
+    libraries = set(re.findall(r'^declare [^@]*@"(symgrad_(?:mm|copy)_\w+)"', text, re.M))
+    assert {"copy", "mm"} <= {name.split("_")[1] for name in libraries}
+    for p in parts:                                      # a part calling a library declares it
+        for name in libraries:
+            if f'call void @"{name}"' in p:
+                assert re.search(rf'^declare [^@]*@"{name}"', p, re.M)
     assert module_split.split(text) == parts             # a function of the text alone
 
 
