@@ -149,7 +149,8 @@ class Growth:
     vectoriser, whose time grows with the square of the loop."""
 
     def __init__(self, schedule):
-        self.s = schedule
+        from . import schedule as bounds   # (its STAGE_OPS, read when asked: tests set it)
+        self.s, self.bounds = schedule, bounds
         self.grown: set[int] = set()        # loops that took ops past STAGE_OPS
         self._seen: dict[int, tuple] = {}   # loop -> (ops, sinks checked, all wide so far)
         self._memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
@@ -157,13 +158,14 @@ class Growth:
     def takes(self, k: int, joining: Node | None) -> bool:
         """May elementwise node ``joining`` (None: a sink) join loop k? (The schedule's
         callers add a node the answer admits, so a loop admitted past STAGE_OPS is recorded
-        as grown here.)"""
-        from . import schedule
-        st = self.s.stages[k]
-        if len(st.ssa) < schedule.STAGE_OPS:
+        as grown here.) Asked of every full loop a node scans past: the common answers first."""
+        ops = len(self.s.stages[k].ssa)
+        if ops < self.bounds.STAGE_OPS:
             return True
-        if (joining is not None and len(st.ssa) < WIDE_STAGE_OPS and self._stays_wide(k)
-                and self.grows(joining, st)):
+        if joining is None or ops >= WIDE_STAGE_OPS or not self._seen.get(k, (0, 0, True))[2]:
+            return False
+        st = self.s.stages[k]
+        if self.grows(joining, st) and self._stays_wide(k):
             self.grown.add(k)
             return True
         return False
@@ -178,9 +180,10 @@ class Growth:
         unit or zero inner stride)? (Asked once per node and shape: a full loop is asked
         again by every node that scans past it.)"""
         key = (n, st.shape)
-        if key not in self._memo:
-            self._memo[key] = self._node_grows(n, st.shape)
-        return self._memo[key]
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._node_grows(n, st.shape)
+        return found
 
     def _node_grows(self, n: Node, shape) -> bool:
         if not grows(n, prod(shape)):
