@@ -130,6 +130,26 @@ def is_light(text: str) -> bool:
     return defines > 0 and len(_DEFINE_OPTNONE.findall(text)) == defines
 
 
+_DEFINE_LINE = re.compile(r"^define [^\n]*", re.M)
+
+
+def is_prevectorised(text: str) -> bool:
+    """Does ``text`` define an explicitly vectorised stage body (``codegen.wide_stage``, named
+    ``*.wide``) and otherwise only ``optnone`` functions and exported ones (the stages'
+    wrappers and ``sg_run``: loads and calls)? Such a module skips the IR pipeline, as a light
+    one does, but is compiled by the -O3 code generator: its vector code was written for the
+    host's width already, and the loop vectoriser's analysis of a body of hundreds of ops, its
+    scalar remainder copy and the scalar passes over both were most of its compile time. A
+    function of the text alone (the cache key covers the choice)."""
+    wide = False
+    for line in _DEFINE_LINE.findall(text):
+        if '.wide"(' in line:
+            wide = True
+        elif line.startswith("define internal ") and " optnone" not in line:
+            return False
+    return wide
+
+
 def machine_for(text: str):
     """The target machine that compiles ``text`` (see is_light)."""
     st = _init()
@@ -148,7 +168,7 @@ def _optimize(text: str, tm, context=None):
     mod.triple = st["triple"]
     mod.data_layout = str(tm.target_data)
     mod.verify()
-    if is_light(text):
+    if is_light(text) or is_prevectorised(text):
         return mod
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True

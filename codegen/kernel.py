@@ -32,8 +32,8 @@ from llvmlite import ir
 
 from symgrad.ir import Node, is_float
 
-from . import matmul_kernel, tile_run, tiling
-from .libraries import library_function
+from . import matmul_kernel, tile_run, tiling, wide_stage
+from .libraries import copy_body, declare_copy, library_function
 from .dtypes import memory_type, value_type
 from .loops import close_loop, open_loop
 from .lower import Scalar
@@ -283,6 +283,8 @@ class KernelModule:
         blocked = matmul_kernel.applies(st, self.s.buffers)   # keeps its (..., m, k, n) axes
         if not blocked:
             st, loads, gathers = self._merged(st, loads, gathers)
+        wide = (not blocked and st.size > self.light
+                and wide_stage.applies(self, st, loads, gathers))
         views = list(loads.values()) + [sk.dest for sk in st.sinks] + [
             v for sk in st.sinks for v in sk.operands] + [v for g in gathers.values() for v in (g.x, g.index)]
         views += matmul_kernel.epilogue_views(st) if blocked else []
@@ -290,20 +292,30 @@ class KernelModule:
         if gathers or any(sk.kind == "scatter" for sk in st.sinks):
             bufs.add(self.s.flag)
         bufs = sorted(bufs)
-        fty = ir.FunctionType(ir.VoidType(), [PTR] * len(bufs) + [PTR, I64, I64])
-        body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}.body")
+        # A body takes its buffers as noalias arguments (what lets the loop vectoriser widen
+        # without overlap checks); a wide one (no IR passes to inform) reads their addresses
+        # from ptrs itself: ~100 stack-passed arguments a stage were a tenth of its code.
+        pointers = [] if wide else bufs
+        fty = ir.FunctionType(ir.VoidType(), [PTR] * (len(pointers) + 1 + wide) + [I64, I64])
+        suffix = wide_stage.SUFFIX if wide else ".body"   # (jit compiles .wide without IR passes)
+        body = ir.Function(self.module, fty, f"{self.prefix}stage{st.index}{suffix}")
         body.linkage = "internal"
         body.attributes.add("nounwind")
         if self.light >= 0 and _light_stage(st, self.light, self.s.buffers):
             _compile_light(body)
-        for a in body.args[:len(bufs) + 1]:
+        for a in body.args[:0 if wide else len(pointers) + 1]:
             a.add_attribute("noalias")
-        argmap = {buf: body.args[i] for i, buf in enumerate(bufs)}
-        params, begin, end = body.args[len(bufs):]
-        for i, buf in enumerate(bufs):
+        argmap = {buf: body.args[i] for i, buf in enumerate(pointers)}
+        for i, buf in enumerate(pointers):
             body.args[i].name = f"buf{buf}"
+        params, begin, end = body.args[-3:]
         params.name, begin.name, end.name = "params", "begin", "end"
         b = ir.IRBuilder(body.append_basic_block("entry"))
+        if wide:
+            ptrs = body.args[0]
+            ptrs.name = "ptrs"
+            argmap = {buf: b.load(b.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
+                                  name=f"buf{buf}") for buf in bufs}
         d = len(st.shape)
         extents = [self.load_param(b, params, self.param(e), f"n{j}") for j, e in enumerate(st.shape)]
         extent0_slot = len(self.params) - d if d else None
@@ -313,6 +325,13 @@ class KernelModule:
         elif d and not st.ssa and all(sk.kind in ("store", "accum") and sk.node.op not in LEAF_INLINE
                                     for sk in st.sinks):
             self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
+        elif wide:
+            accesses = {x: self._access(b, argmap, params, d, v, f"in{i}")
+                        for i, (x, v) in enumerate(loads.items())}
+            sinks = [self._access(b, argmap, params, d, sk.dest, f"out{i}")
+                     for i, sk in enumerate(st.sinks)]
+            wide_stage.emit(self, b, st, accesses, sinks, self._constants(b, params, st), extents,
+                            begin, end)
         elif (_own_math_calls(st) > OUTLINE_MATH_CALLS and hasattr(self.math, "outlined")
               and not self.all_light):   # light, each function is one called definition anyway
             inline, self.math = self.math, self.math.outlined()
@@ -323,7 +342,7 @@ class KernelModule:
         else:
             self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)
         b.ret_void()
-        return self._wrappers(st, bufs, body, extent0_slot, d)
+        return self._wrappers(st, pointers, body, extent0_slot, d, wide)
 
     def _copies(self, b, st, loads, argmap, params, extent0_slot, begin, end):
         """A stage that only moves data (concatenate pieces, index_add regions, copies) calls
@@ -345,27 +364,41 @@ class KernelModule:
 
     def _copy_helper(self, dtype: str, d: int, mode: str) -> ir.Function:
         """The strided copy loop of (dtype, rank, mode): a library function (codegen.libraries)."""
-        return library_function(self, f"symgrad_copy_{dtype}_{d}_{mode}", _declare_copy,
-                                lambda fn: _copy_body(fn, dtype, d, mode))
+        return library_function(self, f"symgrad_copy_{dtype}_{d}_{mode}", declare_copy,
+                                lambda fn: copy_body(fn, dtype, d, mode))
+
+    def _access(self, b, argmap, params, d: int, v: View, name: str) -> Access:
+        """View ``v`` of a ``d``-axis loop ready to address: its base (plus offset) and the
+        stride values (run-time parameters; None: a broadcast axis; 1: unit inner stride)."""
+        base = argmap[v.buf]
+        if v.offset:
+            off = self.load_param(b, params, self.param(v.offset), f"{name}.off")
+            base = b.gep(base, [off], source_etype=memory_type(self.s.buffers[v.buf].dtype),
+                         name=name)
+        strides = []
+        for j, s in enumerate(v.strides):
+            if s == 0:
+                strides.append(None)
+            elif j == d - 1 and s == 1:
+                strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
+            else:
+                strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
+        return Access(base, strides, self.s.buffers[v.buf].dtype)
+
+    def _constants(self, b, params, st) -> dict:
+        """const_key -> value of every constant the stage's nodes and sinks read."""
+        consts = {}
+        for n in st.ssa + [sk.node for sk in st.sinks]:
+            for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
+                if x.op in LEAF_INLINE and const_key(x) not in consts:
+                    consts[const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
+        return consts
 
     def _loops(self, b, body, st, loads, gathers, argmap, params, extents, begin, end):
         d = len(st.shape)
 
         def prepare(v: View, name):
-            base = argmap[v.buf]
-            if v.offset:
-                off = self.load_param(b, params, self.param(v.offset), f"{name}.off")
-                base = b.gep(base, [off], source_etype=memory_type(self.s.buffers[v.buf].dtype),
-                             name=name)
-            strides = []
-            for j, s in enumerate(v.strides):
-                if s == 0:
-                    strides.append(None)
-                elif j == d - 1 and s == 1:
-                    strides.append(1)   # unit inner stride: a plain `+ i`, vectorisable
-                else:
-                    strides.append(self.load_param(b, params, self.param(s), f"{name}.s{j}"))
-            return Access(base, strides, self.s.buffers[v.buf].dtype)
+            return self._access(b, argmap, params, d, v, name)
 
         acc_loads = {x: prepare(v, f"in{i}") for i, (x, v) in enumerate(loads.items())}
         acc_sinks = [prepare(sk.dest, f"out{i}") for i, sk in enumerate(st.sinks)]
@@ -382,11 +415,7 @@ class KernelModule:
                            self.load_param(b, params, self.param(size), f"g{i}.size"))
                        for i, (n, (vx, vi, stride, size)) in enumerate(gathers.items())}
         flag = argmap.get(self.s.flag)
-        consts = {}
-        for n in st.ssa + [sk.node for sk in st.sinks]:
-            for x in n.inputs + ((n,) if n.op in LEAF_INLINE else ()):
-                if x.op in LEAF_INLINE and const_key(x) not in consts:
-                    consts[const_key(x)] = self.constant(b, params, x.attrs[0], x.dtype)
+        consts = self._constants(b, params, st)
         extra = {n: tuple(self.load_param(b, params, self.param(_bits(v, "float64" if is_float(n.dtype)
                                                                         else "int64")), "arange")
                           for v in n.attrs[:2])
@@ -395,8 +424,9 @@ class KernelModule:
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
 
-    def _wrappers(self, st, bufs, body, extent0_slot, d):
-        """The exported entry points of a stage: load the buffer addresses, call the body."""
+    def _wrappers(self, st, bufs, body, extent0_slot, d, direct=False):
+        """The exported entry points of a stage: load the buffer addresses, call the body
+        (``direct``: the body takes ``ptrs`` itself)."""
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
         self.stage_info.append(StageInfo(extent0_slot, partial, st.serial, st.shape))
@@ -408,7 +438,7 @@ class KernelModule:
         bw = ir.IRBuilder(wrap.append_basic_block("entry"))
         addrs = [bw.load(bw.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
                          name=f"buf{buf}") for buf in bufs]
-        bw.call(body, addrs + [wparams, wb, we])
+        bw.call(body, ([ptrs] if direct else addrs) + [wparams, wb, we])
         bw.ret_void()
 
         init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
@@ -464,46 +494,3 @@ class KernelModule:
             b.call(fns.stage, [ptrs, params, ir.Constant(I64, 0), end])
         b.ret_void()
         return fn
-
-
-def _declare_copy(module: ir.Module, name: str) -> ir.Function:
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [I64] * 5), name)
-    fn.attributes.add("nounwind")
-    for a, nm in zip(fn.args, ("dst", "src", "params", "ext", "dstride", "sstride", "begin", "end")):
-        a.name = nm
-    fn.args[0].add_attribute("noalias")
-    fn.args[1].add_attribute("noalias")
-    return fn
-
-
-def _copy_body(fn: ir.Function, dtype: str, d: int, mode: str) -> None:
-    """One loop nest: ``dst[i] = src[i]`` or ``dst[i] += src[i]`` over the extents in the
-    params slots ``ext``, with the strides in slots ``dstride`` and ``sstride``."""
-    dst, src, params, ext_slot, dst_slot, src_slot, begin, end = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-    def row(slot, name):
-        return [b.load(b.gep(params, [b.add(slot, ir.Constant(I64, j))], source_etype=I64),
-                       typ=I64, name=f"{name}{j}") for j in range(d)]
-    ext, ds, ss = row(ext_slot, "n"), row(dst_slot, "ds"), row(src_slot, "ss")
-    ty = memory_type(dtype)
-    levels = [open_loop(b, begin if j == 0 else ir.Constant(I64, 0), end if j == 0 else ext[j],
-                        tuple(f"copy{j}.{s}" for s in ("head", "body", "exit")), f"i{j}")
-              for j in range(d)]
-    idx = [loop.index for loop in levels]
-    offs = []
-    for strides in (ds, ss):
-        off = ir.Constant(I64, 0)
-        for i, s in zip(idx, strides):
-            off = b.add(off, b.mul(i, s))
-        offs.append(off)
-    pd = b.gep(dst, [offs[0]], source_etype=ty)
-    v = b.load(b.gep(src, [offs[1]], source_etype=ty), typ=ty)
-    if mode == "accum":
-        old = b.load(pd, typ=ty)
-        v = (b.fadd(old, v) if is_float(dtype) else b.or_(old, v) if dtype == "bool"
-             else b.add(old, v))
-    b.store(v, pd)
-    for loop in reversed(levels):
-        close_loop(b, loop)
-    b.ret_void()

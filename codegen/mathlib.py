@@ -346,7 +346,8 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
         for name, lanes in variants:
             vt = f"<{lanes} x {ty}>"
             used.append(f'ptr @"{name}"')
-            decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
+            if f'declare {vt} @"{name}"(' not in text:   # (codegen.wide_stage calls it itself)
+                decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
     text = _mark_math_calls(text, attr_of)
     decls = [_mark_no_caller_saved(line, groups) for line in decls]
     if used:

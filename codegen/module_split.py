@@ -47,6 +47,7 @@ class Function(NamedTuple):
     internal: bool
     inlined: bool      # alwaysinline: copied into each part that calls it
     cost: int
+    cooked: bool       # needs the IR pipeline: internal, neither optnone nor prevectorised
 
 
 def _parse(text: str) -> tuple[list[str], list[Function]] | None:
@@ -72,8 +73,10 @@ def _parse(text: str) -> tuple[list[str], list[Function]] | None:
         cost = len(body) + PHI_COST * body.count(" = phi ")
         if " optnone" in line:
             cost //= OPTNONE_SHARE
-        functions.append(Function(name.group(1), line, body, line.startswith("define internal "),
-                                  " alwaysinline" in line, cost))
+        internal = line.startswith("define internal ")
+        cooked = internal and " optnone" not in line and '.wide"(' not in line
+        functions.append(Function(name.group(1), line, body, internal, " alwaysinline" in line,
+                                  cost, cooked))
         i = end + 1
     return outside, functions
 
@@ -161,17 +164,41 @@ def split(text: str) -> list[str]:
     # a part needs a cluster worth a thread: one large stage and the small ones around it
     # (sg_run, the fills) stay one module
     parts = min(parts, sum(c >= PART_COST // 4 for c in costs))
-    order = sorted(range(len(clusters)), key=lambda k: (-costs[k], k))
-    bins: list[list[int]] = [[] for _ in range(max(1, parts))]
-    loads = [0] * len(bins)
-    for k in order:
-        j = min(range(len(bins)), key=lambda b: (loads[b], b))
-        bins[j].append(k)
-        loads[j] += costs[k]
+    if any('.wide"(' in f.head for f in functions):
+        cooked = [any(by_name[n].cooked for n in m) for m in members]
+    else:   # (one pool: nothing skips the pipeline)
+        cooked = [True] * len(members)
+    bins = _pack(costs, cooked, max(1, parts))
     if len(bins) < 2:
         return [text]
     return [_part_text(outside, functions, set().union(*(members[k] for k in b)))
             for b in bins]
+
+
+def _pack(costs: list[int], cooked: list[bool], parts: int) -> list[list[int]]:
+    """Clusters into ``parts`` bins, longest processing time first (the heaviest cluster to
+    the lightest bin so far). Clusters that need the IR pipeline and those that do not
+    (prevectorised and optnone code, codegen.jit.is_prevectorised) go to separate bins, their
+    counts in proportion to their costs: one cooked function in a part would run the whole
+    part through the pipeline."""
+    pools = [[k for k in range(len(costs)) if cooked[k] == c] for c in (True, False)]
+    pools = [p for p in pools if p]
+    if len(pools) == 2 and parts >= 2:
+        share = sum(costs[k] for k in pools[0]) / max(1, sum(costs))
+        first = min(parts - 1, max(1, round(parts * share)))
+        counts = [first, parts - first]
+    else:
+        pools, counts = [list(range(len(costs)))], [parts]
+    bins: list[list[int]] = []
+    for pool, count in zip(pools, counts):
+        mine: list[list[int]] = [[] for _ in range(count)]
+        loads = [0] * count
+        for k in sorted(pool, key=lambda k: (-costs[k], k)):
+            j = min(range(count), key=lambda b: (loads[b], b))
+            mine[j].append(k)
+            loads[j] += costs[k]
+        bins += [b for b in mine if b]
+    return bins
 
 
 def _part_text(outside: list[str], functions: list[Function], mine: set[str]) -> str:

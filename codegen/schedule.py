@@ -14,12 +14,12 @@ The result is a list of :class:`Stage`\\ s, each one loop nest over a concrete s
   axis of an ``(..., m, k, n)`` loop);
 * a loop or branch (``symgrad.regions``) is one serial *region stage* (``codegen.regions``): its
   body is scheduled as a nested Schedule and runs from a real loop or branch in the kernel;
-* ``codegen.fusion`` joins updates of disjoint regions and matmul epilogues, drops dead loops.
+* ``codegen.fusion`` joins and drops loops, ``codegen.tiling`` runs groups of them by chunks.
 
 Stages are appended in dependency order, and a node joins the *first* compatible loop whose
 inputs are ready, so chains of same-shaped work (a function and its gradient, a reduction of a
-product) share one pass over memory. All sizes, strides and offsets stay concrete numbers here;
-``codegen.kernel`` turns them into run-time parameters so one machine code serves every size.
+product) share one pass over memory. Sizes, strides and offsets stay concrete numbers here;
+``codegen.kernel`` makes them run-time parameters, so one machine code serves every size.
 """
 from __future__ import annotations
 
@@ -30,18 +30,17 @@ import numpy as np
 
 from symgrad.ir import Graph, Node, toposort, use_counts
 
+from . import fusion, tiling, wide_stage
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
 from .opsets import CONSTANTS, REDUCTIONS, VIEWS
-from . import fusion, tiling
 from .views import View, index_view, keepdims_strides
 
 LEAF_INLINE = CONSTANTS               # a constant is the same value at every index
 CLONE_BUDGET = 6                      # elementwise ops a loop may recompute instead of loading
-# Elementwise ops one loop computes at most; more continue in a new loop of the same shape.
-# LLVM's loop vectoriser takes time quadratic in a loop body's size (a 6000-op loop took 22 s
-# to compile, 2000 ops 3.2 s), so bounded loops keep compile time linear in the program; real
-# programs stay far below (the largest loop of the GMM gradient has 8 ops).
+# Elementwise ops one loop computes at most (more continue in a new loop of the same shape):
+# LLVM's loop vectoriser is quadratic in a body's size (6000 ops: 22 s, 2000: 3.2 s); real
+# programs stay far below (GMM gradient: 8). codegen.wide_stage's loops grow further.
 STAGE_OPS = 256
 
 
@@ -91,6 +90,7 @@ class Schedule:
             self.out_of.setdefault(o, k)
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
+        self.growth = wide_stage.Growth(self)   # which loops may pass STAGE_OPS
         self._operands: dict[int, tuple] = {}   # stage -> (nodes seen, their inputs)
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
         self.once = fusion.compared_values(graph.outputs)   # never recomputed in another loop
@@ -164,9 +164,9 @@ class Schedule:
         return self.home[n] + 1
 
     # -- stage selection -------------------------------------------------------------------------
-    def loop_stage(self, shape, lo: int) -> int:
+    def loop_stage(self, shape, lo: int, joining: Node | None = None) -> int:   # (None: a sink)
         for st in self.stages[lo:]:
-            if st.kind == "loop" and st.shape == shape and len(st.ssa) < STAGE_OPS:
+            if st.kind == "loop" and st.shape == shape and self.growth.takes(st.index, joining):
                 return st.index
         self.stages.append(Stage(len(self.stages), tuple(shape)))
         return len(self.stages) - 1
@@ -175,7 +175,7 @@ class Schedule:
         """Add a sink writing ``value`` (broadcast) into ``dest`` at a stage >= lo."""
         shape = dest.shape
         if value in self.home and value.shape == shape and self.home[value] >= lo \
-                and self.stages[self.home[value]].kind == "loop":
+                and self.growth.home_loop(self.home[value], Sink(kind, value, dest.align(shape))):
             k = self.home[value]
         else:
             if value.op not in LEAF_INLINE:
@@ -260,7 +260,7 @@ class Schedule:
         vi = self.ensure_loc(idx)
         self._flag()
         lo = self.ready_at(idx)
-        if g in self.home and self.home[g] >= lo and self.stages[self.home[g]].kind == "loop":
+        if g in self.home and self.home[g] >= lo and self.growth.home_loop(self.home[g]):
             k = self.home[g]
         else:
             if g.op not in LEAF_INLINE:
@@ -319,7 +319,7 @@ class Schedule:
     def _value_stage(self, x: Node, shape) -> int:
         """The stage where a loop over ``shape`` can read ``x`` (its home when it is in
         registers at that shape)."""
-        if x in self.home and x.shape == tuple(shape) and self.stages[self.home[x]].kind == "loop":
+        if x in self.home and x.shape == tuple(shape) and self.growth.home_loop(self.home[x]):
             return self.home[x]
         if x.op not in LEAF_INLINE:
             self.ensure_loc(x)
@@ -334,15 +334,15 @@ class Schedule:
                 ssa_max = max(ssa_max, self.home[x])
             else:
                 lo = max(lo, self.ready_at(x))
-        if ssa_max >= lo and len(self.stages[ssa_max].ssa) < STAGE_OPS:
+        if ssa_max >= lo and self.growth.takes(ssa_max, n):
             k = ssa_max
         else:
-            k = self.loop_stage(n.shape, max(lo, ssa_max))
+            k = self.loop_stage(n.shape, max(lo, ssa_max), n)
         for x in n.inputs:   # inputs computed in another loop: recompute them here, or load
             if x.op in LEAF_INLINE or self._in_stage(x, k):
                 continue
             plan: list = []
-            if self._clonable(x, k, plan):
+            if self._clonable(x, k, plan) and self.growth.may_recompute(plan, k):
                 self._recompute(plan, k)
             if not self._in_stage(x, k):
                 self.ensure_loc(x)

@@ -215,19 +215,22 @@ def make(op: str, inputs: Iterable[Node] = (), attrs: tuple = ()) -> Node:
 
 def toposort(outputs: Iterable[Node], known=()) -> list[Node]:
     """Inputs before users, in a deterministic order (iterative DFS, input order). Nodes in
-    ``known`` (and everything below them) are treated as already visited."""
+    ``known`` (and everything below them) are treated as already visited. (Two C-level
+    membership tests: a set subclass with a Python ``__contains__`` made every visit a Python
+    call, ~25% of toposort's time on a 16000-node gradient.)"""
     order: list[Node] = []
-    done = _Visited(known)
+    done: set[Node] = set()
     for root in outputs:
         stack = [(root, 0)]
         while stack:
             node, i = stack.pop()
-            if node in done:
+            if node in done or node in known:
                 continue
-            if i < len(node.inputs):
+            inputs = node.inputs
+            if i < len(inputs):
                 stack.append((node, i + 1))
-                child = node.inputs[i]
-                if child not in done:
+                child = inputs[i]
+                if child not in done and child not in known:
                     stack.append((child, 0))
             else:
                 done.add(node)
@@ -246,17 +249,6 @@ def label_new(root: Node, table: dict, value, known=()) -> None:
             continue
         table[n] = value
         stack.extend(n.inputs)
-
-
-class _Visited(set):
-    """A visited set that also consults a mapping of nodes handled earlier."""
-
-    def __init__(self, known):
-        super().__init__()
-        self.known = known
-
-    def __contains__(self, node):
-        return set.__contains__(self, node) or node in self.known
 
 
 def substitute(outputs: Iterable[Node], mapping: dict) -> list[Node]:

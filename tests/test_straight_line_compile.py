@@ -11,7 +11,7 @@ import pytest
 
 import symgrad as sg
 from symgrad import gc_pause
-from symgrad.codegen import jit, schedule
+from symgrad.codegen import jit, schedule, wide_stage
 
 STATEMENTS = 120
 
@@ -67,9 +67,11 @@ def test_split_and_unsplit_kernels_agree(line, monkeypatch, dtype, shape):
     derivative: checked against the relative spacing of the dtype instead)."""
     x = _inputs(dtype, shape)
     monkeypatch.setattr(schedule, "STAGE_OPS", 16)
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 16)   # (wide stages may grow past STAGE_OPS)
     split_v, split_g, split = _value_and_grad(line, x)
     split_functions = len(_defines(split.grad.llvm_ir(x)))   # (the IR is built when asked)
     monkeypatch.setattr(schedule, "STAGE_OPS", 10 ** 6)
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 10 ** 6)
     whole_v, whole_g, whole = _value_and_grad(line, x)
     assert split_functions > 4 * len(_defines(whole.grad.llvm_ir(x)))
     ref_v, ref_g, _ = _value_and_grad(line, x, target="python")
@@ -85,15 +87,22 @@ def test_split_and_unsplit_kernels_agree(line, monkeypatch, dtype, shape):
     np.testing.assert_allclose(split_g, ref_g, rtol=rtol, atol=rtol)
 
 
-def test_a_large_kernel_is_split_into_bounded_functions(line):
-    x = _inputs(np.float64, (37,))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_large_kernel_is_split_into_bounded_functions(line, monkeypatch, dtype):
+    """Loops of at most STAGE_OPS ops (float32: the loop vectoriser's), float64 ones of at most
+    WIDE_STAGE_OPS (codegen.wide_stage's SIMD code; set to 300 here, so that 120 statements
+    make several)."""
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 300)
+    bound = schedule.STAGE_OPS if dtype == np.float32 else wide_stage.WIDE_STAGE_OPS
+    x = _inputs(dtype, (37,))
     f = sg.differentiate(line)
     text = f.grad.llvm_ir(x)
-    bodies = [d for d in _defines(text) if ".body" in d]
-    # the gradient has ~10 ops a statement: several stages of at most STAGE_OPS ops
-    assert len(bodies) >= 10 * STATEMENTS // schedule.STAGE_OPS
-    sizes = [len(b.split("\n")) for b in re.findall(r"^define [^\n]*\.body.*?^}", text, re.S | re.M)]
-    assert max(sizes) < 8 * schedule.STAGE_OPS
+    bodies = [d for d in _defines(text) if ".body" in d or ".wide" in d]
+    # the gradient has ~10 ops a statement: several stages of at most `bound` ops
+    assert len(bodies) >= 8 * STATEMENTS // bound
+    sizes = [len(b.split("\n"))
+             for b in re.findall(r"^define [^\n]*\.(?:body|wide).*?^}", text, re.S | re.M)]
+    assert max(sizes) < 8 * bound
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -117,7 +126,7 @@ def test_vector_code_keeps_the_full_pipeline(line):
     x = _inputs(np.float64, (5000,))
     text = sg.differentiate(line).grad.llvm_ir(x)
     assert not jit.is_light(text)
-    assert not any("optnone" in d for d in _defines(text) if ".body" in d)
+    assert not any("optnone" in d for d in _defines(text) if ".body" in d or ".wide" in d)
 
 
 def test_is_light_reads_the_text():

@@ -1,0 +1,372 @@
+"""Large elementwise stages emitted as SIMD code directly, compiled without LLVM's IR pipeline.
+
+A stage of long straight-line elementwise code (hundreds of ops, ``codegen.schedule.STAGE_OPS``
+per loop) cost LLVM's -O3 pipeline ~90 ms a stage: the loop vectoriser's dependence analysis
+over the loop's ~100 memory streams, its cost model, then a scalar copy of the whole body for
+the remainder, and GVN, InstCombine and loop-load elimination over both (straight-line code of
+1000 statements on a vector: 3.5 s of LLVM for its gradient's 44 stages). Such a body needs
+none of that: it is already one loop of independent lanes. So a stage of at least
+``WIDE_MIN_OPS`` ops whose every value, load and store this module can widen is emitted here
+with ``<lanes x double>`` values at the host's widest SIMD width: unit-stride loads and stores
+as masked vector loads and stores (the last, partial step runs the same body with the lanes
+past the end switched off, so there is no scalar remainder copy), broadcast operands as
+splats, math calls as the SIMD versions the loop vectoriser would have called
+(``CPUMath.variants``). Its function is named ``<stage>.wide``; ``codegen.jit`` compiles a module
+(or a part, ``codegen.module_split``) of nothing but such functions and ``optnone`` ones with
+the -O3 code generator alone.
+
+Values are float64 (and bool, from comparisons; one byte in memory). Smaller stages (every
+stage of W1-W3 and ADBench's GMM: at most ~10 ops) keep LLVM's loop vectoriser, which also
+handles what this does not: reductions, gathers, strided inner axes, integer and float32
+values, loops reading what they write. Since their compile time grows only linearly, loops
+made of such code alone may grow to ``WIDE_STAGE_OPS`` ops (``Growth``), four times
+the loop vectoriser's bound: fewer values handed between loops through memory.
+
+Lanes compute the same IEEE operations, in the same order, as the scalar loop; the masked-off
+lanes of the last step compute on zeros and are never stored.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from llvmlite import ir
+
+from symgrad.ir import Node
+
+from .lower import LOWER, Scalar
+from .mathlib import INTRINSICS, MATH_NAMES, OWN_F64, CPUMath
+from .opsets import CONSTANTS as LEAF_INLINE   # (schedule.LEAF_INLINE; schedule imports this)
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F64 = ir.DoubleType()
+MEMORY = ("float64", "bool")   # the dtypes a wide stage loads and stores (bool: one byte)
+
+# Fewer ops than this stay with the loop vectoriser (see the module docstring).
+WIDE_MIN_OPS = 64
+# A loop of such code alone grows to this many ops (schedule.STAGE_OPS for the others). Fewer,
+# longer loops hand fewer values over in memory (straight-line code of 1000 statements on a
+# vector: 2.1 -> 1.5 MB of IR, LLVM 1.24 -> 0.83 s); past ~2000 the code generator's cost
+# per op rises.
+WIDE_STAGE_OPS = 1024
+SUFFIX = ".wide"
+
+_ARITH = {"neg", "add", "sub", "mul", "div", "abs", "sign", "maximum", "minimum", "where",
+          "stop_gradient", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or"}
+_COMPARES = {"lt", "le", "gt", "ge", "eq", "ne"}
+_POW_EXPONENTS = (1, 2, 3, -1, 0.5)   # codegen.lower._pow's arithmetic spellings
+
+
+class _Vector(ir.VectorType):
+    """A vector type that names itself in overloaded intrinsics (``llvm.fabs.v8f64``)."""
+
+    @property
+    def intrinsic_name(self):
+        return f"v{self.count}{self.element.intrinsic_name}"
+
+
+class _Literal(ir.Constant):
+    """A constant spelled as LLVM reads it (``zeroinitializer``, ``poison``): llvmlite spells
+    vector constants lane by lane, which made the printed IR of a wide stage a third longer."""
+
+    def __init__(self, typ, text: str):
+        super().__init__(typ, None)
+        self.text = text
+
+    def get_reference(self):
+        return self.text
+
+    def _to_string(self):
+        return f"{self.type} {self.text}"
+
+    __str__ = _to_string
+
+
+def lanes(math) -> int:
+    """float64 lanes of the host's widest SIMD ISA (0: none, or not the CPU's math)."""
+    isas = getattr(math, "isas", None) if isinstance(math, CPUMath) else None
+    return isas[0][1] if isas else 0
+
+
+def _variant(math: CPUMath, op: str, nargs: int, width: int) -> str | None:
+    """The ``width``-lane float64 SIMD function of math op ``op``, if the host has one."""
+    if math.precise:
+        return None
+    cname = op + "_own" if op in OWN_F64 else MATH_NAMES.get(op)
+    if cname is None:
+        return None
+    for name, count in math.variants(cname, "float64", nargs):
+        if count == width:
+            return name
+    return None
+
+
+def _node_widens(math, n: Node, width: int) -> bool:
+    if n.op == "pow":
+        e = n.inputs[1]
+        return (n.dtype == "float64" and e.dtype == "float64" and e.op in ("const", "full")
+                and e.attrs[0] in _POW_EXPONENTS)
+    if n.op in INTRINSICS:
+        return n.dtype == "float64"
+    if n.op in _ARITH:
+        operands = [x.dtype for x in n.inputs]
+        if n.op in _COMPARES:
+            return all(t == "float64" for t in operands)
+        if n.op in ("logical_and", "logical_or"):
+            return all(t == "bool" for t in operands)
+        if n.op == "where":
+            return operands == ["bool", "float64", "float64"]
+        return n.dtype == "float64" and all(t == "float64" for t in operands)
+    if n.op in MATH_NAMES:
+        return (n.dtype == "float64" and all(x.dtype == "float64" for x in n.inputs)
+                and _variant(math, n.op, len(n.inputs), width) is not None)
+    return False
+
+
+def grows(n: Node, size: int) -> bool:
+    """May elementwise node ``n`` be in a loop of ``size`` iterations grown past
+    ``schedule.STAGE_OPS`` (which only a stage emitted here may be)? A float64 op this module
+    widens on the host, in a loop too large to be compiled light."""
+    if not _HOST:
+        from . import jit
+        from .kernel import LIGHT_MAX_ITERATIONS
+        math = jit.target()["math"]
+        _HOST.update(math=math, lanes=lanes(math), light=LIGHT_MAX_ITERATIONS)
+    return (size > _HOST["light"] and n.dtype in MEMORY and n.op in LOWER
+            and _node_widens(_HOST["math"], n, _HOST["lanes"]))
+
+
+_HOST: dict = {}   # grows' view of the host: its math, lanes and the light bound (read once)
+
+
+class Growth:
+    """Which loops of a ``codegen.schedule.Schedule`` may take more than ``STAGE_OPS`` ops (up
+    to ``WIDE_STAGE_OPS``): those whose every op, load and store this module emits, as they
+    join. A sink this module cannot emit (a reduction) never joins a grown loop: it reads its
+    value from memory in a loop of its own, so no loop past STAGE_OPS ends up with the loop
+    vectoriser, whose time grows with the square of the loop."""
+
+    def __init__(self, schedule):
+        from . import schedule as bounds   # (its STAGE_OPS, read when asked: tests set it)
+        self.s, self.bounds = schedule, bounds
+        self.grown: set[int] = set()        # loops that took ops past STAGE_OPS
+        self._seen: dict[int, tuple] = {}   # loop -> (ops, sinks checked, all wide so far)
+        self._memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
+
+    def takes(self, k: int, joining: Node | None) -> bool:
+        """May elementwise node ``joining`` (None: a sink) join loop k? (The schedule's
+        callers add a node the answer admits, so a loop admitted past STAGE_OPS is recorded
+        as grown here.) Asked of every full loop a node scans past: the common answers first."""
+        ops = len(self.s.stages[k].ssa)
+        if ops < self.bounds.STAGE_OPS:
+            return True
+        if joining is None or ops >= WIDE_STAGE_OPS or not self._seen.get(k, (0, 0, True))[2]:
+            return False
+        st = self.s.stages[k]
+        if self.grows(joining, st) and self._stays_wide(k):
+            self.grown.add(k)
+            return True
+        return False
+
+    def may_recompute(self, nodes, k: int) -> bool:
+        """May loop k recompute ``nodes`` (Schedule._clonable's plan)? In a grown loop, only
+        what grows it."""
+        return k not in self.grown or all(self.grows(n, self.s.stages[k]) for n in nodes)
+
+    def grows(self, n: Node, st) -> bool:
+        """Can a wide loop over ``st.shape`` compute ``n`` (its inputs read from memory at a
+        unit or zero inner stride)? (Asked once per node and shape: a full loop is asked
+        again by every node that scans past it.)"""
+        key = (n, st.shape)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._node_grows(n, st.shape)
+        return found
+
+    def _node_grows(self, n: Node, shape) -> bool:
+        if not grows(n, prod(shape)):
+            return False
+        for x in n.inputs:
+            if x in self.s.loc and x.op not in LEAF_INLINE:
+                view = self.s.loc[x].align(shape)
+                if view.strides[-1] not in (0, 1) or self.s.buffers[view.buf].dtype not in MEMORY:
+                    return False
+        return True
+
+    def _stays_wide(self, k: int) -> bool:
+        """Is every op and sink of loop k one this module emits? (Brought up to date as the
+        loop grows: a scan per question would be quadratic.)"""
+        st = self.s.stages[k]
+        ops, sinks, wide = self._seen.get(k, (0, 0, True))
+        if len(st.ssa) < ops or len(st.sinks) < sinks:
+            ops, sinks, wide = 0, 0, True
+        if wide:
+            size = prod(st.shape)
+            wide = all(grows(n, size) for n in st.ssa[ops:]) and all(
+                self.wide_sink(sk) for sk in st.sinks[sinks:])
+        self._seen[k] = (len(st.ssa), len(st.sinks), wide)
+        return wide
+
+    def wide_sink(self, sk) -> bool:
+        return (sk.kind == "store" and sk.node.dtype in MEMORY and sk.dest.strides[-1] == 1
+                and self.s.buffers[sk.dest.buf].dtype == sk.node.dtype)
+
+    def home_loop(self, k: int, sink=None) -> bool:
+        """Is stage k, the home of a value, a loop that may take ``sink`` of it (None: any)?"""
+        return self.s.stages[k].kind == "loop" and (
+            k not in self.grown or (sink is not None and self.wide_sink(sink)))
+
+
+def applies(km, st, loads: dict, gathers: dict) -> bool:
+    """Is stage ``st`` (its axes merged; ``loads``: node -> view) emitted here?"""
+    width = lanes(km.math)
+    if (width < 2 or len(st.ssa) < WIDE_MIN_OPS or gathers or st.region is not None
+            or not st.shape or km.all_light or km.prefix != "sg_"):
+        return False
+    if any(n.op not in LOWER or not _node_widens(km.math, n, width) for n in st.ssa):
+        return False
+    consts = {x for n in st.ssa for x in n.inputs if x.op in LEAF_INLINE}
+    if any(x.dtype not in ("float64", "bool") for x in consts):
+        return False
+    buffers = km.s.buffers
+    read = set()
+    for v in loads.values():
+        if buffers[v.buf].dtype not in MEMORY or v.strides[-1] not in (0, 1):
+            return False
+        read.add(v.buf)
+    written = set()
+    for sk in st.sinks:
+        if (sk.kind != "store" or sk.node.dtype not in MEMORY or sk.node.op in LEAF_INLINE
+                or buffers[sk.dest.buf].dtype != sk.node.dtype or sk.dest.strides[-1] != 1
+                or sk.dest.buf in written or sk.dest.buf in read):
+            return False   # lanes in one step must not see each other's stores
+        written.add(sk.dest.buf)
+    return True
+
+
+class _WideScalar(Scalar):
+    """The lowering rules' context, with constants as splat vectors."""
+
+    def __init__(self, builder, math, width):
+        super().__init__(builder, math)
+        self.width = width
+
+    def const(self, value, dtype):
+        c = super().const(value, dtype)
+        return _Literal(_Vector(c.type, self.width), f"splat ({c})")
+
+
+class _WideMath:
+    """Math calls on ``width`` lanes: LLVM intrinsics at the vector type, otherwise the SIMD
+    version of the function (ours from ``CPUMath.own_library``, else libmvec's)."""
+
+    def __init__(self, base: CPUMath, width: int):
+        self.base, self.width = base, width
+
+    def call(self, builder, op, dtype, args):
+        module = builder.module
+        vt = args[0].type
+        if op in INTRINSICS:
+            return builder.call(module.declare_intrinsic(INTRINSICS[op], [vt]), args, name=op)
+        if op in OWN_F64:
+            self.base.own_library(op)   # compiled and bound once per process
+        name = _variant(self.base, op, len(args), self.width)
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(vt, [vt] * len(args)),
+                                                     name)
+        return builder.call(fn, args, name=op)
+
+
+def _splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
+    vt = _Vector(x.type, width)
+    one = b.insert_element(_Literal(vt, "poison"), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, _Literal(vt, "poison"),
+                            _Literal(_Vector(I32, width), "zeroinitializer"))
+
+
+def _masked(module: ir.Module, what: str, vt) -> ir.Function:
+    """``llvm.masked.load`` / ``llvm.masked.store`` at ``vt`` (the four-operand form with the
+    alignment operand, which newer LLVM upgrades when it parses it)."""
+    mask = ir.VectorType(ir.IntType(1), vt.count)
+    name = f"llvm.masked.{what}.v{vt.count}{vt.element.intrinsic_name}.p0"
+    if name in module.globals:
+        return module.globals[name]
+    ptr = ir.PointerType()
+    fty = (ir.FunctionType(vt, [ptr, I32, mask, vt]) if what == "load"
+           else ir.FunctionType(ir.VoidType(), [vt, ptr, I32, mask]))
+    return ir.Function(module, fty, name)
+
+
+def _address(b, access, idx, element):
+    base, strides, _ = access
+    off = None
+    for i, s in zip(idx, strides):
+        if s is None:
+            continue
+        term = i if s == 1 else b.mul(i, s)
+        off = term if off is None else b.add(off, term)
+    return base if off is None else b.gep(base, [off], source_etype=element)
+
+
+def emit(km, b: ir.IRBuilder, st, loads: dict, sinks: list, consts: dict, extents,
+         begin, end):
+    """The loop nest of ``st``: scalar loops over its outer axes, the innermost one stepping
+    ``lanes`` at a time. ``loads``/``sinks``: codegen.loop_body.Access per read node / sink;
+    ``consts``: const_key -> scalar value (kernel.KernelModule._loops prepares all three)."""
+    from .loop_body import const_key
+    from .loops import close_loop, open_loop
+    width = lanes(km.math)
+    vt = _Vector(F64, width)
+    d = len(st.shape)
+    splats = {k: _splat(b, v, width) for k, v in consts.items()}
+    outer = []
+    for j in range(d - 1):
+        outer.append(open_loop(b, begin if j == 0 else ir.Constant(I64, 0),
+                               end if j == 0 else extents[j],
+                               tuple(f"loop{j}.{s}" for s in ("head", "body", "exit")), f"i{j}"))
+    start, stop = (begin, end) if d == 1 else (ir.Constant(I64, 0), extents[-1])
+    stops = _splat(b, stop, width)
+    inner = open_loop(b, start, stop, tuple(f"loop{d - 1}.{s}" for s in ("head", "body", "exit")),
+                      f"i{d - 1}")
+    idx = [loop.index for loop in outer] + [inner.index]
+    ramp = ir.Constant(_Vector(I64, width), list(range(width)))
+    on = b.icmp_signed("<", b.add(_splat(b, inner.index, width), ramp), stops, name="lanes")
+    memory = {"float64": (vt, ir.Constant(I32, 8)),        # dtype -> (vector type, alignment)
+              "bool": (_Vector(I8, width), ir.Constant(I32, 1))}
+    cx = _WideScalar(b, _WideMath(km.math, width), width)
+    memo: dict = {}
+
+    def value(x):
+        if x.op in LEAF_INLINE:
+            return splats[const_key(x)]
+        if x not in memo:
+            memo[x] = load(loads[x])
+        return memo[x]
+
+    def load(access):
+        mt, align = memory[access.dtype]
+        if access.strides[-1] is None:     # broadcast along the lanes
+            v = _splat(b, b.load(_address(b, access, idx, mt.element), typ=mt.element), width)
+        else:                              # (masked-off lanes read zeros)
+            v = b.call(_masked(b.module, "load", mt),
+                       [_address(b, access, idx, mt.element), align, on,
+                        _Literal(mt, "zeroinitializer")], name="x")
+        if access.dtype == "bool":
+            v = b.icmp_unsigned("!=", v, _Literal(mt, "zeroinitializer"))
+        return v
+
+    def store(v, access):
+        mt, align = memory[access.dtype]
+        if access.dtype == "bool":
+            v = b.zext(v, mt)
+        b.call(_masked(b.module, "store", mt), [v, _address(b, access, idx, mt.element), align, on])
+
+
+    for n in st.ssa:
+        memo[n] = LOWER[n.op](cx, n, [value(x) for x in n.inputs])
+    for sk, access in zip(st.sinks, sinks):
+        store(value(sk.node), access)
+    close_loop(b, inner, step=ir.Constant(I64, width), next_name=f"i{d - 1}.next")
+    for j in reversed(range(d - 1)):
+        close_loop(b, outer[j], next_name=f"i{j}.next")

@@ -1,0 +1,183 @@
+"""Large elementwise stages are emitted as SIMD code directly (codegen.wide_stage) and compiled
+without LLVM's IR pipeline (jit.is_prevectorised; module_split keeps them apart from code that
+needs the pipeline). Results: those of the loop-vectorised kernel the stage would otherwise be,
+and of the reference back end; every length (a multiple of the SIMD width or not),
+2-d loops with broadcast operands, and ranges split across threads (a stage of at most
+kernel.LIGHT_MAX_ITERATIONS is compiled light instead)."""
+import re
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad.codegen import jit, llvm, module_split, schedule, wide_stage
+
+STATEMENTS = 60
+OPS = ("np.sin({a}) * 0.9 + {b} * 0.1", "{a} * {b} * 0.5 + 0.25",
+       "np.tanh({a}) - {b} * 0.3", "{a} + np.exp(-{b} * {b}) * 0.2",
+       "np.maximum({a}, {b}) * 0.7 + np.sqrt({b} * {b} + 1.0) * 0.1",
+       "np.where({a} > {b}, {a} * 0.5, {b} * 0.25) + np.log1p({a} * {a})",
+       "np.abs({a}) * 0.6 - {b} ** 2 * 0.05 + 1.0 / (2.0 + {b} * {b})")
+
+pytestmark = pytest.mark.skipif(wide_stage.lanes(jit.target()["math"]) < 2,
+                                reason="the host has no SIMD math variants")
+
+
+def _source(n: int, broadcast: bool) -> str:
+    """n statements of the benchmark's shape (each reads the previous value and an earlier
+    one); with ``broadcast``, every statement also adds ``y`` seen along the rows."""
+    head = "def line(x, y):" if broadcast else "def line(x):"
+    lines = ["import numpy as np", "", "", head, "    v0 = x"]
+    state = 12345
+    for i in range(1, n + 1):
+        state = (state * 1103515245 + 12345) % 2 ** 31
+        j = state % i
+        expr = OPS[i % len(OPS)].format(a=f"v{i - 1}", b=f"v{j}")
+        lines.append(f"    v{i} = " + expr + (" + y[:, None] * 0.01" if broadcast else ""))
+    lines.append(f"    return np.sum(v{n})")
+    return "\n".join(lines) + "\n"
+
+
+def _function(tmp_path, broadcast=False, statements=STATEMENTS):
+    path = tmp_path / f"wide_line_{int(broadcast)}_{statements}.py"
+    path.write_text(_source(statements, broadcast))
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace["line"]
+
+
+def _wide_bodies(text: str) -> list[str]:
+    return re.findall(r'^define [^\n]*\.wide"\(.*?^}', text, re.S | re.M)
+
+
+def _results(fn, args, **kwargs):
+    f = sg.differentiate(fn, wrt=0, **kwargs)
+    return f(*args), f.grad(*args), f
+
+
+@pytest.mark.parametrize("size", [17, 24, 37, 1000])   # (up to 16: light stages)
+def test_long_vector_code_is_wide_and_right(tmp_path, monkeypatch, size):
+    fn = _function(tmp_path)
+    x = np.random.default_rng(1).uniform(-1, 1, size)
+    value, grad, f = _results(fn, (x,))
+    bodies = _wide_bodies(f.grad.llvm_ir(x))
+    assert bodies, "the gradient's long stages should be emitted wide"
+    for body in bodies:   # vector values, masked memory, no scalar remainder loop
+        assert "x double>" in body and "llvm.masked.load" in body and "llvm.masked.store" in body
+        assert body.count(" = phi ") == 1
+    monkeypatch.setattr(wide_stage, "WIDE_MIN_OPS", 10 ** 9)   # the loop vectoriser's kernel
+    ref_value, ref_grad, g = _results(fn, (x,))
+    assert not _wide_bodies(g.grad.llvm_ir(x))
+    eps = np.finfo(np.float64).eps   # a SIMD math function may differ from its scalar self
+    np.testing.assert_allclose(value, ref_value, rtol=64 * eps)
+    np.testing.assert_allclose(grad, ref_grad, rtol=64 * eps, atol=64 * eps)
+    py_value, py_grad, _ = _results(fn, (x,), target="python")
+    np.testing.assert_allclose(value, py_value, rtol=1e-11)
+    np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
+
+
+def test_broadcast_operands_and_outer_loops(tmp_path):
+    """A (5, 13) loop reading y along its rows (a stride-0 inner axis: one load, splat)."""
+    fn = _function(tmp_path, broadcast=True)
+    rng = np.random.default_rng(2)
+    x, y = rng.uniform(-1, 1, (5, 13)), rng.uniform(-1, 1, 5)
+    value, grad, f = _results(fn, (x, y))
+    assert _wide_bodies(f.grad.llvm_ir(x, y))
+    py_value, py_grad, _ = _results(fn, (x, y), target="python")
+    np.testing.assert_allclose(value, py_value, rtol=1e-11)
+    np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
+
+
+def test_ranges_split_across_threads(tmp_path, monkeypatch):
+    """Each thread's range of the outer axis ends in its own masked step."""
+    monkeypatch.setattr(llvm, "PARALLEL_MIN", 16)
+    monkeypatch.setenv("SYMGRAD_NUM_THREADS", "3")
+    fn = _function(tmp_path)
+    x = np.random.default_rng(4).uniform(-1, 1, 1001)
+    value, grad, _ = _results(fn, (x,))
+    py_value, py_grad, _ = _results(fn, (x,), target="python")
+    np.testing.assert_allclose(value, py_value, rtol=1e-11)
+    np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
+
+
+def test_short_stages_and_scalar_code_are_not_wide(tmp_path):
+    """Below WIDE_MIN_OPS (every stage of W1-W3) the loop vectoriser stays; scalar code stays
+    light (jit.is_light)."""
+    def small(x):
+        return np.sum(np.sin(x) * np.exp(-x * x))
+    x = np.random.default_rng(5).uniform(-1, 1, 100)
+    f = sg.differentiate(small)
+    assert not _wide_bodies(f.grad.llvm_ir(x))
+    assert not _wide_bodies(sg.differentiate(_function(tmp_path)).grad.llvm_ir(0.3))
+
+
+def test_is_prevectorised_reads_the_text():
+    wide = 'define internal void @"s0.wide"(ptr %"p") nounwind\n{\nret void\n}\n'
+    wrapper = 'define void @"s0"(ptr %"p") noinline nounwind\n{\nret void\n}\n'
+    light = 'define internal void @"s1.body"(ptr %"p") noinline nounwind optnone\n{\nret void\n}\n'
+    cooked = 'define internal void @"s2.body"(ptr %"p") nounwind\n{\nret void\n}\n'
+    assert jit.is_prevectorised(wide + wrapper + light)
+    assert not jit.is_prevectorised(wrapper + light)
+    assert not jit.is_prevectorised(wide + cooked)
+
+
+def test_split_keeps_wide_and_cooked_stages_apart(tmp_path, monkeypatch):
+    """The value's module has wide stages and a loop-vectorised one (the sum): no part mixes
+    the two, so every part with a wide stage skips the pipeline; the parts compile to the
+    reference's results."""
+    monkeypatch.setattr(module_split, "PART_COST", 4000)
+    fn = _function(tmp_path)
+    x = np.random.default_rng(6).uniform(-1, 1, 50)
+    parts = module_split.split(sg.differentiate(fn).llvm_ir(x))
+    wide = [p for p in parts if '.wide"(' in p]
+    assert wide and len(wide) < len(parts)
+    assert all(jit.is_prevectorised(p) for p in wide)
+    assert not any(jit.is_prevectorised(p) for p in parts if p not in wide)
+    monkeypatch.setattr(jit, "COMPILE_THREADS", 2)
+    value, grad, _ = _results(fn, (x,))
+    py_value, py_grad, _ = _results(fn, (x,), target="python")
+    np.testing.assert_allclose(value, py_value, rtol=1e-11)
+    np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
+
+
+def test_wide_loops_grow_and_others_stay_bounded(tmp_path):
+    """A wide loop takes up to wide_stage.WIDE_STAGE_OPS ops; a sink it cannot emit (the
+    value's sum) reads the value in a loop of its own instead of turning a grown loop into
+    one for the loop vectoriser."""
+    fn = _function(tmp_path, statements=200)
+    x = np.random.default_rng(7).uniform(-1, 1, 1000)
+    f = sg.differentiate(fn)
+    text = f.llvm_ir(x)
+    wide = _wide_bodies(text)
+    others = re.findall(r'^define [^\n]*\.body"\(.*?^}', text, re.S | re.M)
+    op = r'= (?:f(?:add|sub|mul|div|neg|cmp) |select |call <\d+ x double> @"(?!llvm\.masked))'
+    ops = [len(re.findall(op, w)) for w in wide]
+    assert max(ops) > schedule.STAGE_OPS
+    assert others and all(len(b.split("\n")) < 8 * schedule.STAGE_OPS for b in others)
+    py_value = sg.differentiate(fn, target="python")(x)
+    np.testing.assert_allclose(f(x), py_value, rtol=1e-11)
+
+
+def test_bool_loads_and_stores(tmp_path):
+    """A bool argument read and a bool result written by a wide loop (one byte each)."""
+    lines = ["import numpy as np", "", "", "def masked(x, m):", "    v0 = x"]
+    for i in range(1, 40):
+        a = f"v{i - 1}"
+        lines.append(f"    v{i} = np.where(m, {a} * 0.9 + 0.1, np.sin({a}) * 0.5) - v0 * 0.01")
+    lines.append("    return v39, v39 > v0")
+    path = tmp_path / "masked.py"
+    path.write_text("\n".join(lines) + "\n")
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    fn = namespace["masked"]
+    rng = np.random.default_rng(8)
+    x, m = rng.uniform(-1, 1, 203), rng.uniform(0, 1, 203) < 0.5
+    f = sg.differentiate(fn)
+    text = f.llvm_ir(x, m)
+    assert _wide_bodies(text) and re.search(r"llvm\.masked\.load\.v\d+i8", text) \
+        and re.search(r"llvm\.masked\.store\.v\d+i8", text)
+    values, above = f(x, m)
+    ref_values, ref_above = sg.differentiate(fn, target="python")(x, m)
+    assert above.dtype == np.bool_
+    np.testing.assert_allclose(values, ref_values, rtol=1e-12)
+    np.testing.assert_array_equal(above, ref_above)
