@@ -213,11 +213,11 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             return key, hit
         libraries = st["math"].pending_in(text)
         st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
-        obj = _read_disk(key)
-        if obj is None and not compile:
+        module = _Job(text, symbols, key=key)
+        if module.obj is None and not compile:
             return key, None
         jobs = [_Job(lib_text, [local], public) for public, (lib_text, local) in libraries]
-        jobs.append(_Job(text, symbols, obj=obj))
+        jobs.append(module)
         todo = [job for job in jobs if job.obj is None]
         if todo:
             t0 = time.perf_counter()
@@ -237,14 +237,15 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
 
 
 class _Job:
-    """One text jit.load links: its key, its machine code (from the disk or compiled), and
-    for a library the public name its function is bound to."""
+    """One text jit.load links: its key, its machine code (read from the disk here, else
+    compiled by jit.load), and for a library the public name its function is bound to."""
 
-    def __init__(self, text: str, symbols: list[str], public: str | None = None, obj=None):
+    def __init__(self, text: str, symbols: list[str], public: str | None = None,
+                 key: str | None = None):
         self.text, self.symbols, self.public = text, symbols, public
-        self.key = key_of(text)
+        self.key = key or key_of(text)
         self.prefix = f"k{self.key[:20]}_"
-        self.obj = obj if public is None else _read_disk(self.key)
+        self.obj = _read_disk(self.key)
 
     def renamed(self) -> str:
         return self.text.replace('@"sg_', f'@"{self.prefix}')
