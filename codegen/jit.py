@@ -231,8 +231,7 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             addrs = job.link(st["engine"])
             st["kernels"][job.key] = addrs
             if job.public is not None:
-                llvm.add_symbol(job.public, addrs[job.symbols[0]])
-                st["math"].linked(job.public)
+                st["math"].linked(job.public, addrs[job.symbols[0]])
         return key, addrs
 
 

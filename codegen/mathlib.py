@@ -197,7 +197,12 @@ class CPUMath(MathTarget):
         return sorted((sym, self._pending[sym]) for sym in set(_PRIVATE_DECLARED.findall(text))
                       if sym in self._pending and sym not in self.bound)
 
-    def linked(self, public: str) -> None:
+    def linked(self, public: str, address: int) -> None:
+        """``public`` now resolves to ``address`` for the kernels linked after it (CPUMath.bind
+        leaves it alone)."""
+        import llvmlite.binding as llvm
+
+        llvm.add_symbol(public, address)
         self.bound.add(public)
         self._pending.pop(public, None)
 
@@ -206,13 +211,10 @@ class CPUMath(MathTarget):
         its exported functions resolvable by the kernels linked after it: ``public`` maps the
         name kernels declare (``symgrad_...``) to its ``sg_`` name in ``text`` (jit.load hands
         out sg_ symbols)."""
-        import llvmlite.binding as llvm
-
         from . import jit
         _, addresses = jit.load(text, sorted(public.values()))
         for name, local in public.items():
-            llvm.add_symbol(name, addresses[local])
-            self.bound.add(name)   # resolved: CPUMath.bind leaves it alone
+            self.linked(name, addresses[local])
 
     def outlined(self) -> "OutlinedMath":
         return OutlinedMath(self)
