@@ -31,6 +31,7 @@ a node has one user is a property of the graph, not of the node.
 from __future__ import annotations
 
 from .ir import FLOAT_DTYPES, Node, make, toposort, use_counts
+from .shape_ops import reshape
 
 
 def pull_sums(outputs: list, forward) -> tuple[list, dict]:
@@ -79,9 +80,17 @@ class _Plans:
         if s in self.forward or s.dtype not in FLOAT_DTYPES:
             return None
         (x,) = s.inputs
-        if not self._single(x) or x.op not in _RULES:
+        if x.op not in _RULES:
             return None
-        return _RULES[x.op](self, s, x)
+        if self._single(x):
+            return _RULES[x.op](self, s, x)
+        if x.op not in _SCALES:
+            return None
+        # a product used elsewhere too is computed anyway; its sum is still worth pulling
+        # when the sum it needs of the varying operand is in the graph already (a softmax's
+        # backward: sum_k(e_k / S) with S = sum_k e_k): the pass over the product is gone
+        plan = _RULES[x.op](self, s, x)
+        return plan if plan is not None and all(o in self.counts for o in plan[0]) else None
 
     def rewrite(self, root: Node) -> Node:
         """The replacement of sum ``root``: its plan built from its operand sums' own
@@ -205,14 +214,21 @@ def _factor_pulls(x: Node, axes) -> bool:
 
 def _scale_rule(plans, s, x):
     """sum(B * q) -> sum(B) * q (and sum(B / q) -> sum(B) / q) over the axes along which q
-    is broadcast: the product is taken on the reduced array."""
+    is broadcast: the product is taken on the reduced array. When that is every axis of the
+    sum, it is s's own sum of B (the node a softmax's backward has already: its sum of the
+    exponentials), and q is reshaped to s's axes."""
     i, axes = _factor_axes(x, s.attrs[0])
     if i is None:
         return None
     varying, other = x.inputs[i], x.inputs[1 - i]
-    whole = other.ndim == 0 and varying.shape == x.shape   # a scalar factor: s's own sum
-    operands = [make("sum", (varying,), s.attrs) if whole else
-                _operand_sum(varying, axes, x.ndim)]
+    whole = len(axes) == len(s.attrs[0]) and varying.shape == x.shape
+    if whole:
+        operands = [make("sum", (varying,), s.attrs)]
+        kept = _aligned(other.shape, x.ndim)
+        if not s.attrs[1]:
+            other = reshape(other, tuple(e for a, e in enumerate(kept) if a not in axes))
+    else:
+        operands = [_operand_sum(varying, axes, x.ndim)]
 
     def build(done):
         pair = (done[0], other) if i == 0 else (other, done[0])
@@ -234,7 +250,8 @@ def _terms_rule(plans, s, x):
     return operands, build
 
 
-_FACTORS = ("matmul", "mul", "div")
+_SCALES = ("mul", "div")
+_FACTORS = ("matmul",) + _SCALES
 _TERMS = ("add", "sub")
 _RULES = {"matmul": _matmul_rule, "mul": _scale_rule, "div": _scale_rule,
           "add": _terms_rule, "sub": _terms_rule}

@@ -50,6 +50,13 @@ def divided(u, s, x):
     return np.sum(np.sin((x + u[None, :]) / s[None, :]))
 
 
+def logsumexp_columns(x):
+    """The max's cotangent 1 - sum_k(e_k / S) is (1 / S) * S with S = sum_k e_k, the node
+    the softmax already has: the product e / S is used elsewhere too, the pass over it goes."""
+    mx = np.max(x, axis=0)
+    return np.sum(np.log(np.sum(np.exp(x - mx[None, :]), axis=0)) + mx)
+
+
 # -- where no rule may apply -----------------------------------------------------------------
 
 def batch_axis_varying_factor(u, a, b):
@@ -97,6 +104,7 @@ def _args(fn, rng):
         divided: [(4,), (4,), (5, 4)],
         scale_varies: [(4,), (5,), (5, 4)],
         user_sum_of_matmul: [(5, 4), (4, 3)],
+        logsumexp_columns: [(5, 6)],
     }[fn]
     args = [rng.uniform(-1, 1, s) for s in shapes]
     if fn is divided:
@@ -104,7 +112,8 @@ def _args(fn, rng):
     return args
 
 
-PULLED = [means_like, row_axis, column_axis, batch_axis_shared_factor, scaled, divided]
+PULLED = [means_like, row_axis, column_axis, batch_axis_shared_factor, scaled, divided,
+          logsumexp_columns]
 KEPT = [batch_axis_varying_factor, scale_varies]
 
 
@@ -120,7 +129,8 @@ def _sums_of(graph, ops) -> list:
 def _work(graph, ops) -> int:
     """Multiply-adds of the ``ops`` nodes in the graph (a matmul's: output size times its
     contraction length)."""
-    return sum(n.size * (n.inputs[0].shape[-1] if n.op == "matmul" else 1)
+    return sum(n.size * n.inputs[0].shape[-1] if n.op == "matmul" else
+               n.inputs[0].size if n.op == "sum" else n.size
                for n in toposort(graph.outputs) if n.op in ops)
 
 
@@ -134,7 +144,8 @@ def _without_pass(monkeypatch, fn, args, wrt=0):
 def test_rule_applies(fn, monkeypatch):
     """Fewer multiplications than without the pass: the product is taken of the sum."""
     args = _args(fn, np.random.default_rng(0))
-    ops = ("mul", "div") if fn in (scaled, divided) else ("matmul",)
+    ops = {scaled: ("mul", "div"), divided: ("mul", "div"), logsumexp_columns: ("sum",)}.get(
+        fn, ("matmul",))
     before = _work(_without_pass(monkeypatch, fn, args), ops)
     after = _work(_graph(fn, args), ops)
     assert after < before, _graph(fn, args).listing()
@@ -165,6 +176,15 @@ def test_rule_does_not_apply_when_the_product_has_another_use():
     args = _args(row_axis, np.random.default_rng(0))
     graph = _graph(row_axis, args, wrt=(0, 1))
     (s,) = _sums_of(graph, ("matmul",))
+    assert s.inputs[0] in toposort([graph.outputs[1]])
+
+
+def test_product_with_another_use_stays_without_the_operands_sum():
+    """wrt (u, x): x's cotangent is g * s itself; sum_0(g) is not in the graph, so u's sum
+    of the product stays (pulling it would add a pass, not remove one)."""
+    args = _args(scaled, np.random.default_rng(0))
+    graph = _graph(scaled, args, wrt=(0, 2))
+    (s,) = _sums_of(graph, ("mul",))
     assert s.inputs[0] in toposort([graph.outputs[1]])
 
 
