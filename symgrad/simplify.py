@@ -377,7 +377,8 @@ def forward_nodes(graph: Graph) -> set[Node]:
 def _pulled_sums(outputs: list, memo: dict, forward) -> list:
     """Derivative sums pulled inside the linear maps they reduce (symgrad.sum_pull), the new
     nodes simplified, until no rule applies; ``memo`` follows the replacements (so names and
-    locations reach the new nodes)."""
+    locations reach the new nodes). It ends: every rewrite moves a sum below the node it
+    reduced (onto that node's operands), and no local rule moves one back up."""
     while True:
         pulled, replaced = pull_sums(outputs, forward)
         if not replaced:

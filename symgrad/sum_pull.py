@@ -30,28 +30,42 @@ a node has one user is a property of the graph, not of the node.
 """
 from __future__ import annotations
 
-from .ir import FLOAT_DTYPES, Node, make, toposort, use_counts
+from .ir import FLOAT_DTYPES, Node, make, toposort
 from .shape_ops import reshape
 
 
 def pull_sums(outputs: list, forward) -> tuple[list, dict]:
     """``outputs`` with every derivative sum pulled inside what it reduces where a rule
     applies, and the map from each rebuilt node to its replacement (for the side tables)."""
-    counts = use_counts(outputs)
-    plans = _Plans(counts, forward)
+    order = toposort(outputs)
+    candidates = [n for n in order if n.op == "sum" and n.inputs[0].op in _RULES]
+    if not candidates:      # the common case: one walk of the graph, nothing else
+        return list(outputs), {}
+    plans = _Plans(_use_counts(order, outputs), forward)
+    rewrite = {n for n in candidates if plans.plan(n) is not None}
+    if not rewrite:
+        return list(outputs), {}
     memo: dict[Node, Node] = {}
-    changed = False
-    for node in toposort(outputs):
+    for node in order:
         inputs = tuple(memo[i] for i in node.inputs)
         new = node if all(a is b for a, b in zip(inputs, node.inputs)) else \
             make(node.op, inputs, node.attrs)
-        if node is new and node.op == "sum" and plans.plan(node) is not None:
+        if node is new and node in rewrite:
             new = plans.rewrite(node)
         memo[node] = new
-        changed |= new is not node
-    if not changed:
-        return list(outputs), {}
     return [memo[o] for o in outputs], {k: v for k, v in memo.items() if k is not v}
+
+
+def _use_counts(order: list, outputs: list) -> dict:
+    """Users of each node of ``order`` (a topological order of ``outputs``), an output
+    counting as one."""
+    counts = dict.fromkeys(order, 0)
+    for node in order:
+        for child in node.inputs:
+            counts[child] += 1
+    for out in outputs:
+        counts[out] += 1
+    return counts
 
 
 class _Plans:
