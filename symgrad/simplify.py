@@ -24,6 +24,7 @@ import numpy as np
 
 from .ir import OPS, Graph, Node, label_new, make, toposort
 from .region_passes import prune_loops, simplify_region
+from .sum_pull import pull_sums
 from .ops import (broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div, where,
                   cast)
 
@@ -373,6 +374,20 @@ def forward_nodes(graph: Graph) -> set[Node]:
     return forward
 
 
+def _pulled_sums(outputs: list, memo: dict, forward) -> list:
+    """Derivative sums pulled inside the linear maps they reduce (symgrad.sum_pull), the new
+    nodes simplified, until no rule applies; ``memo`` follows the replacements (so names and
+    locations reach the new nodes). It ends: every rewrite moves a sum below the node it
+    reduced (onto that node's operands), and no local rule moves one back up."""
+    while True:
+        pulled, replaced = pull_sums(outputs, forward)
+        if not replaced:
+            return outputs
+        for old, new in list(memo.items()):
+            memo[old] = replaced.get(new, new)
+        outputs = simplify_nodes(pulled, memo, forward)
+
+
 def simplify(graph: Graph) -> Graph:
     """A simplified copy of ``graph``; names and locations follow the nodes they describe."""
     memo: dict[Node, Node] = {}
@@ -380,6 +395,7 @@ def simplify(graph: Graph) -> Graph:
     # the guards of while loops (symgrad.guards) are simplified with the outputs: one loop
     # computes both
     outputs = simplify_nodes(list(graph.outputs) + list(graph.guards.values()), memo, forward)
+    outputs = _pulled_sums(outputs, memo, forward)
     for _ in range(8):   # pruning a region's results may let its body simplify further
         pruned = prune_loops(outputs)
         if all(a is b for a, b in zip(pruned, outputs)):
