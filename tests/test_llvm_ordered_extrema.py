@@ -115,7 +115,7 @@ def test_extrema_are_ieee_maximum_minimum_bit_for_bit(fn, ref, shape, dtype, thr
 
 
 @pytest.mark.xfail(strict=True, reason="codegen.llvm._COMBINE folds the threads' partial "
-                   "max/min with np.maximum/np.minimum, which return their first operand for "
+                   "max/min with np.maximum/np.minimum, which return their second operand for "
                    "-0 vs +0: the sign of a zero result depends on the thread split (as on "
                    "main; outside this change)")
 def test_the_thread_split_keeps_the_order_of_signed_zeros(monkeypatch):
