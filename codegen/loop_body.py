@@ -67,8 +67,8 @@ def identity(kind: str, dtype: str):
 # clear and i with every other bit flipped when it is set (negative values in reverse): keys
 # compare as signed integers exactly as maximum/minimum order the values, -0 below +0. A NaN
 # is given the sign that makes its key beat every number's (clear for max, set for min), so a
-# NaN anywhere gives a NaN, as maximum/minimum do (one of the NaNs that came in, with its
-# payload). The key is turned back into a float once, after the loop.
+# NaN anywhere gives a NaN, as maximum/minimum do (one that came in, its payload kept, its
+# sign the winning one). The key is turned back into a float once, after the loop.
 ORDERED_KEY_BITS = {"float64": 64, "float32": 32}
 
 
