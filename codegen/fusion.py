@@ -8,7 +8,11 @@ after the ops have their places:
   does arithmetic on the product and sums it over the rows or stores it, runs on the
   matmul's tiles in registers (``codegen.matmul_kernel``);
 * loops left with nothing to write, or that run over no element and only store, are dropped;
-* what must not be fused by recomputing: the values a comparison reads (:func:`compared_values`).
+* what must not be fused by recomputing (:func:`computed_once`): the values a comparison reads,
+  and those of a math-library function (exp, log, sin, ...), which cost more to recompute than
+  to store and load;
+* an output computed from an intermediate that dies in the output's loop writes over that
+  intermediate's buffer (:func:`output_over_intermediate`), so the pair takes one array.
 
 Nothing is reassociated: the sums add the same numbers in the same order as the loops they
 replace.
@@ -19,7 +23,10 @@ from dataclasses import dataclass
 
 from symgrad.ir import Node, is_float, toposort
 
+from .mathlib import MATH_NAMES
+from .buffers import contiguous_strides
 from .opsets import CONSTANTS as LEAF_INLINE
+from .tiling import stage_accesses
 from .views import View, views_overlap
 
 # Ops that compare float values: a max/min reduction's gradient compares its input with the
@@ -178,6 +185,28 @@ def _sink_value(sk) -> Node:
     return sk.node.inputs[0] if sk.kind == "reduce" else sk.node
 
 
+# Ops a loop never recomputes from the operands another loop computed them from: a math-library
+# function is 20-70 vector instructions an element (exp: ~35 on AVX-512, ~1.7 cycles an element
+# on one core), storing its value and loading it back two memory streams of 8 bytes an element
+# (W2's softmax gradient recomputed exp(x - max) beside the sum that needs it: 0.68 ms a pass
+# over 10^6 elements on one core, 0.32 ms loading it). sqrt is one instruction, but a
+# long-latency one (~1 cycle an element at AVX-512 throughput). Below COSTLY_MIN elements
+# recomputing costs under a microsecond, and storing can keep a loop alive that recomputing
+# lets go (a 0-d log its consumers' scalar loop recomputes: its own loop is dropped).
+COSTLY = frozenset(MATH_NAMES)
+COSTLY_MIN = 1024
+
+
+def computed_once(outputs) -> set:
+    """The nodes no loop recomputes (``Schedule.once``): every loop but its home reads the
+    value from memory. The values comparisons read (:func:`compared_values`: their bits must
+    be the same everywhere) and those of :data:`COSTLY` ops of at least COSTLY_MIN elements
+    (storing is cheaper)."""
+    once = compared_values(outputs)
+    once.update(n for n in toposort(outputs) if n.op in COSTLY and n.size >= COSTLY_MIN)
+    return once
+
+
 def compared_values(outputs) -> set:
     """Float nodes that a comparison or a max/min reduction reads.
 
@@ -193,3 +222,85 @@ def compared_values(outputs) -> set:
         if n.op in COMPARING:
             once.update(x for x in n.inputs if is_float(x.dtype))
     return once
+
+
+def output_buffer(s, o: Node, k: int) -> int:
+    """The buffer output ``k`` (``o``, computed in registers in its home loop) is stored
+    into: an intermediate's (:func:`output_over_intermediate`), else its own."""
+    over = output_over_intermediate(s, o, k)
+    return s.ensure_loc(o).buf if over is None else over
+
+
+def output_over_intermediate(s, o: Node, k: int) -> int | None:
+    """Store output ``k`` (``o``, computed in registers in its home loop) over the scratch
+    buffer of an intermediate that loop reads at its own index, when nothing reads that
+    buffer afterwards; returns the buffer, now output ``k``'s array (None: no such buffer).
+
+    W2's gradient ``c * exp(z) - t``: ``exp(z)`` is stored by the loop of its sum and read
+    back by the gradient's loop, which can write its result in the same place. The pair
+    then takes one array (one 8 MB stream fewer in the cache at 10^6 float64s) and the
+    workspace shrinks by it. Safe because every iteration loads what it reads before the
+    sinks store (``loop_body.StageEmitter.body``) and reads only its own index of that
+    buffer, so the threads splitting the loop and the vector lanes see their own elements."""
+    h = s.home[o]
+    st = s.stages[h]
+    if s.parent is not None or st.kind != "loop" or not o.ndim or (
+            h and s.stages[h - 1].kind == "matmul"):   # (the loop may become its epilogue)
+        return None
+    for buf in _intermediates_read_in_place(s, st):
+        b = s.buffers[buf]
+        if b.kind == "tmp" and b.dtype == o.dtype and b.size == max(o.size, 1) \
+                and not _used_after(s, buf, h) and not _holds_an_output(s, buf):
+            b.kind, b.ref = "out", k
+            s._claimed.add(k)
+            view = View(buf, 0, o.shape, contiguous_strides(o.shape))
+            st.sinks.append(_sink("store", o, view))
+            s._locate(o, view, h + 1)
+            return buf
+    return None
+
+
+def _intermediates_read_in_place(s, st) -> list:
+    """The buffers loop ``st`` reads only at its own index, as whole contiguous arrays of
+    its shape, and only to compute its values (a sink that reads memory reads it after the
+    stores of the sinks before it)."""
+    computed = set(st.ssa)
+    whole = contiguous_strides(st.shape)
+    found, refused = [], set()
+    for n in st.ssa:
+        for x in n.inputs:
+            if x in computed or x.op in LEAF_INLINE:
+                continue
+            v = s.loc[x].align(st.shape)
+            if n.op == "take" or v.offset or any(a != b for a, b, e in zip(v.strides, whole, st.shape)
+                                                 if e > 1):
+                refused.add(v.buf)
+            elif v.buf not in found:
+                found.append(v.buf)
+    for sk in st.sinks:
+        read = [] if sk.kind == "matmul" else [sk.node.inputs[0] if sk.kind in (
+            "reduce", "scatter") else sk.node]
+        refused.update(s.loc[x].buf for x in read if x not in computed and x in s.loc)
+        refused.update(v.buf for v in sk.operands)
+        refused.add(sk.dest.buf)
+    return [buf for buf in found if buf not in refused]
+
+
+def _used_after(s, buf: int, h: int) -> bool:
+    """Does a stage after ``h`` read or write ``buf`` (a region stage may: its bodies' reads
+    are not listed here)?"""
+    for st in s.stages[h + 1:]:
+        if st.region is not None or any(a.buf == buf for a in stage_accesses(s, st)):
+            return True
+    return False
+
+
+def _holds_an_output(s, buf: int) -> bool:
+    """Does a graph output live in ``buf`` (a view of the intermediate, copied into its
+    own array by a loop placed later)?"""
+    return any(v.buf == buf and n in s.out_of for n, v in s.loc.items())
+
+
+def _sink(kind, node, dest):
+    from .schedule import Sink   # (schedule imports this module)
+    return Sink(kind, node, dest)

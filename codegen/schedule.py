@@ -93,7 +93,7 @@ class Schedule:
         self.growth = wide_stage.Growth(self)   # which loops may pass STAGE_OPS
         self._operands: dict[int, tuple] = {}   # stage -> (nodes seen, their inputs)
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
-        self.once = fusion.compared_values(graph.outputs)   # never recomputed in another loop
+        self.once = fusion.computed_once(graph.outputs)   # never recomputed in another loop
         self._claimed: set = set()              # output indices that have their buffer
         self.arg_buffers: dict[Node, int] = {}  # arg node -> buffer (ref: parameter position)
         self.region_writes: dict = {}   # buffer -> its chain of updates (fusion.RegionWrites)
@@ -477,7 +477,7 @@ class Schedule:
                 self.outputs.append(self.loc[o].buf)
                 continue
             if o in self.home and o not in self.loc:
-                self.outputs.append(self.ensure_loc(o).buf)
+                self.outputs.append(fusion.output_buffer(self, o, k))
                 continue
             buf = self._buffer("out", o.dtype, max(o.size, 1), k)
             self._claimed.add(k)
