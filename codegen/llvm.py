@@ -48,7 +48,31 @@ PARALLEL_MIN: int | None = None
 
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _STAGE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-_COMBINE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _signed_zero_extremum(minimum: bool):
+    """IEEE minimum or maximum of two partial results, in place: np.minimum/np.maximum return
+    either operand for -0 vs +0, while the kernel's own reductions order -0 below +0
+    (loop_body.ordered_key), so the sign of a zero result would depend on the thread split."""
+    extremum = np.minimum if minimum else np.maximum
+
+    def combine(mine, other, out):
+        zeros = None
+        if mine.dtype.kind == "f":
+            both_zero = (mine == 0) & (other == 0)
+            if both_zero.any():
+                sign = (np.signbit(mine) | np.signbit(other) if minimum
+                        else np.signbit(mine) & np.signbit(other))
+                zeros = both_zero, np.where(sign, -0.0, 0.0).astype(mine.dtype)
+        extremum(mine, other, out=out)
+        if zeros is not None:
+            np.copyto(out, zeros[1], where=zeros[0])
+        return out
+    return combine
+
+
+_COMBINE = {"add": np.add, "mul": np.multiply, "max": _signed_zero_extremum(False),
+            "min": _signed_zero_extremum(True)}
 _pool = None
 _pool_lock = threading.Lock()
 

@@ -109,21 +109,21 @@ def test_extrema_are_ieee_maximum_minimum_bit_for_bit(fn, ref, shape, dtype, thr
     for case in CASES:
         x = special(rng.normal(size=shape).astype(dtype), case, rng)
         with np.errstate(invalid="ignore"):
-            # the threads' partial results are combined by NumPy's maximum/minimum
-            # (codegen.llvm._COMBINE), which returns either zero: see the xfail below
-            same(f(x), ref(x), zero_signs=threads == 1 or "0" not in case)
+            same(f(x), ref(x))
 
 
-@pytest.mark.xfail(strict=True, reason="codegen.llvm._COMBINE folds the threads' partial "
-                   "max/min with np.maximum/np.minimum, which return their second operand for "
-                   "-0 vs +0: the sign of a zero result depends on the thread split (as on "
-                   "main; outside this change)")
-def test_the_thread_split_keeps_the_order_of_signed_zeros(monkeypatch):
+@pytest.mark.parametrize("fn, fill, other, want_sign", [
+    (total_max, -0.0, 0.0, False), (total_min, 0.0, -0.0, True)])
+@pytest.mark.parametrize("where", [0, -1])
+def test_the_thread_split_keeps_the_order_of_signed_zeros(monkeypatch, fn, fill, other,
+                                                          want_sign, where):
+    """The threads' partial max/min fold as IEEE maximum/minimum (codegen.llvm._COMBINE):
+    the zero that wins is the same whichever thread's half holds it."""
     monkeypatch.setenv("SYMGRAD_NUM_THREADS", "2")
     monkeypatch.setattr(llvm, "PARALLEL_MIN", 1)
-    x = np.full(4099, -0.0)
-    x[0] = 0.0                      # the +0 is in the first thread's half
-    assert not np.signbit(sg.differentiate(total_max)(x))
+    x = np.full(4099, fill)
+    x[where] = other
+    assert np.signbit(sg.differentiate(fn)(x)) == want_sign
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
