@@ -5,7 +5,7 @@ Each row is a fresh ``python`` process, the rows interleaved run by run, medians
 * ``import numpy`` and ``import symgrad`` (numpy included; also after numpy), wall clock and
   CPU time of the importing process and the subprocesses it waited for (CPU time is less
   disturbed by other processes' load);
-* W4: decorator -> first gradient of W2 and W3 (``run_all.COMPILE_SNIPPET``'s code, timed
+* W4: decorator -> first gradient of W1, W2 and W3 (``run_all.COMPILE_SNIPPET``'s code, timed
   after ``import symgrad``), with the machine code on disk (a warm ``SYMGRAD_CACHE_DIR``) and
   cold (``SYMGRAD_NO_CACHE=1``), and the same plus the import.
 
@@ -55,7 +55,9 @@ t = np.full(1000, 1e-3)
 w, c = time.perf_counter(), cpu()
 import symgrad as sg
 w1, c1 = time.perf_counter(), cpu()
-if sys.argv[1] == "w2":
+if sys.argv[1] == "w1":
+    sg.grad(W.w1, wrt=(0, 1))(x, x)
+elif sys.argv[1] == "w2":
     sg.grad(W.w2_symgrad)(x, t)
 else:
     sg.grad(W.w3)(x)
@@ -94,11 +96,11 @@ def main():
         warm = dict(os.environ, SYMGRAD_CACHE_DIR=cache)
         warm.pop("SYMGRAD_NO_CACHE", None)
         cold = dict(warm, SYMGRAD_NO_CACHE="1")
-        for which in ("w2", "w3"):      # fill the cache: kernels and the native entry
+        for which in ("w1", "w2", "w3"):      # fill the cache: kernels and the native entry
             run(w4, [which], warm)
         for _ in range(runs):
             rows = {f"import: {k}": v for k, v in run(IMPORT).items()}
-            for which in ("w2", "w3"):
+            for which in ("w1", "w2", "w3"):
                 for label, env in (("machine code on disk", warm), ("cold", cold)):
                     for k, v in run(w4, [which], env).items():
                         rows[f"W4 {which.upper()} {label}: {k}"] = v

@@ -23,16 +23,15 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
 import time
 
-import llvmlite.binding as llvm
-
 from symgrad import gc_pause, settings
 
-from . import diskcache, module_split
+from . import diskcache, elf_load, module_split
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-7"   # (-7: compiled with symbolic-stride versioning again)
@@ -42,40 +41,118 @@ PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: EL
 # set a number here. Any value gives the same machine code.
 COMPILE_THREADS: int | None = None
 
-_lock = threading.RLock()     # LLVM and the kernel table; see _fork_* below
-_state: dict = {}
+_lock = threading.RLock()     # LLVM, the loader and the kernel table; see _fork_* below
+_state: dict = {}             # the host (target()), then LLVM's machines (_init())
+_symbols: dict[str, int] = {}     # global symbols of the objects elf_load loaded
+_pushed: set[str] = set()         # names given to LLVM's engine (llvm.add_symbol)
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
-         "disk_rejects": 0, "compile_seconds": 0.0}
+         "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0}
+
+# Load machine code with codegen.elf_load (False: always with LLVM's MCJIT engine, as
+# tests do to compare the two).
+USE_ELF_LOADER = True
+HOST_FORMAT = "symgrad-host-1"    # the disk-cache entry of LLVM's view of the host CPU
+
+
+def _binding():
+    """llvmlite.binding, imported on first use: a disk hit needs neither it (22 ms of a fresh
+    process) nor LLVM's engine."""
+    import llvmlite.binding as llvm
+    return llvm
+
+
+def target() -> dict:
+    """The host as LLVM compiles for it (triple, cpu, features), its math target and the
+    kernel table: without importing llvmlite.binding when the disk cache knows the CPU."""
+    if "math" in _state:
+        return _state
+    with _lock:
+        if "math" not in _state:
+            triple, cpu, features = _host()
+            math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
+            _state.update(triple=triple, cpu=cpu, features=features, math=math, kernels={})
+        return _state
+
+
+def _host() -> tuple[str, str, str]:
+    """(triple, CPU name, feature string) as LLVM detects them: from the disk cache, under
+    the CPU's identity (codegen.host_cpu) and the LLVM library's, else asked of LLVM (and
+    stored). An identity that cannot be read means asking LLVM every time."""
+    key = _host_key()
+    root = _disk_root() if key is not None else None
+    if root is not None:
+        data, rejected = diskcache.read(root, key, ".host")
+        if data is not None:
+            try:
+                triple, cpu, features = json.loads(data)["host"]
+                return triple, cpu, features
+            except (ValueError, KeyError, TypeError):
+                rejected = True
+        if rejected:
+            STATS["disk_rejects"] += 1
+    llvm = _binding()
+    host = (llvm.get_process_triple(), llvm.get_host_cpu_name(),
+            llvm.get_host_cpu_features().flatten())
+    if root is not None:
+        diskcache.write(root, key, json.dumps({"host": host}).encode(), ".host")
+    return host
+
+
+def _host_key() -> str | None:
+    """The cache key of LLVM's view of this CPU: the CPU's identity, and the LLVM library's
+    (llvmlite's version, its shared library's path, size and modification time)."""
+    from . import host_cpu
+    identity = host_cpu.identity()
+    if identity is None:
+        return None
+    import llvmlite
+    library = os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
+    try:
+        st = os.stat(library)
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    for part in (HOST_FORMAT, llvmlite.__version__, library, str(st.st_size),
+                 str(st.st_mtime_ns), identity):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 def _init():
-    if _state:
-        return _state
+    """target() and LLVM's target machines (llvmlite.binding imported): what compiling needs."""
+    st = target()
+    if "tm" in st:
+        return st
     with _lock:
-        if _state:
-            return _state
+        if "tm" in st:
+            return st
+        llvm = _binding()
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         # (LLVM's loop versioning on symbolic strides stays on: it vectorises a loop reading
         # a run-time stride only for stride == 1, so ADBench BA's column loops (a vmapped
         # p[:, 6]) run scalar; turning it off process-wide vectorised those with gathers but
         # made W3 Rosenbrock's gradient 1.8x slower, 0.57 -> 1.0 us: measured, reverted.)
-        triple = llvm.get_process_triple()
-        cpu = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
-        target = llvm.Target.from_triple(triple)
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
-                                          reloc="static", codemodel="jitdefault")
-        math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
-        if math.libmvec is not None:
-            llvm.load_library_permanently(math.libmvec._name)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        tm_light = target.create_target_machine(cpu=cpu, features=features, opt=0,
-                                                reloc="static", codemodel="jitdefault")
+        machine = llvm.Target.from_triple(st["triple"])
+        tm = machine.create_target_machine(cpu=st["cpu"], features=st["features"], opt=3,
+                                           reloc="static", codemodel="jitdefault")
+        tm_light = machine.create_target_machine(cpu=st["cpu"], features=st["features"], opt=0,
+                                                 reloc="static", codemodel="jitdefault")
         _private.install()
-        _state.update(tm=tm, tm_light=tm_light, math=math, engine=engine, triple=triple,
-                      cpu=cpu, features=features, kernels={})
-        return _state
+        st.update(tm_light=tm_light, tm=tm)
+        return st
+
+
+def _engine():
+    """LLVM's MCJIT engine, made when elf_load first declines an object."""
+    st = _init()
+    if "engine" not in st:
+        llvm = _binding()
+        if st["math"].libmvec is not None:
+            llvm.load_library_permanently(st["math"].libmvec._name)
+        st["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), st["tm"])
+    return st["engine"]
 
 
 def _fork_prepare():
@@ -97,10 +174,6 @@ def _fork_child():
 os.register_at_fork(before=_fork_prepare, after_in_parent=_fork_parent, after_in_child=_fork_child)
 
 
-def target():
-    return _init()
-
-
 def cache_dir() -> str | None:
     if settings.read("SYMGRAD_NO_CACHE"):
         return None
@@ -110,7 +183,7 @@ def cache_dir() -> str | None:
 
 def finish_text(module) -> str:
     """The printed module with SIMD math variants attached (the text that is hashed)."""
-    st = _init()
+    st = target()
     return finish_cpu_module(str(module), module.math_calls, st["math"])
 
 
@@ -164,6 +237,7 @@ def optimize(text: str):
 
 def _optimize(text: str, tm, context=None):
     st = _init()
+    llvm = _binding()
     mod = llvm.parse_assembly(text, context)
     mod.triple = st["triple"]
     mod.data_layout = str(tm.target_data)
@@ -187,7 +261,7 @@ def _optimize(text: str, tm, context=None):
 
 def key_of(text: str) -> str:
     from symgrad import __version__
-    st = _init()
+    st = target()
     h = hashlib.sha256()
     for part in (FORMAT, __version__, st["triple"], st["cpu"], st["features"], text):
         h.update(part.encode())
@@ -200,11 +274,13 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
     ``compile=False``, ``(key, None)`` instead of compiling what no cache holds.
 
     Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
-    kernel can live in one execution engine. A library the text declares and the math target
+    kernel can live in one namespace. A library the text declares and the math target
     holds pending (``CPUMath.add_library``) is linked first: compiled in the same pool of
     threads as the text's own parts, or fetched from the disk cache under its own key.
+    Machine code is loaded by codegen.elf_load (no LLVM at all on a disk hit), else, where
+    that declines an object, by LLVM's MCJIT engine; the symbols of either resolve in both.
     """
-    st = _init()
+    st = target()
     key = key_of(text)
     with _lock:
         hit = st["kernels"].get(key)
@@ -212,7 +288,7 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             STATS["memory_hits"] += 1
             return key, hit
         libraries = st["math"].pending_in(text)
-        st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
+        st["math"].bind(text)      # the C functions it calls, before linking
         module = _Job(text, symbols, key=key)
         if module.obj is None and not compile:
             return key, None
@@ -228,7 +304,7 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             STATS["compile_seconds"] += time.perf_counter() - t0
         STATS["disk_hits"] += len(jobs) - len(todo)
         for job in jobs:
-            addrs = job.link(st["engine"])
+            addrs = job.link()
             st["kernels"][job.key] = addrs
             if job.public is not None:
                 st["math"].linked(job.public, addrs[job.symbols[0]])
@@ -249,18 +325,70 @@ class _Job:
     def renamed(self) -> str:
         return self.text.replace('@"sg_', f'@"{self.prefix}')
 
-    def link(self, engine) -> dict:
-        for o in unpack(self.obj):
-            engine.add_object_file(llvm.ObjectFileRef.from_data(o))
-        engine.finalize_object()
-        addrs = {s: engine.get_function_address(self.prefix + s[3:]) for s in self.symbols}
+    def link(self) -> dict:
+        objs = unpack(self.obj)
+        addrs = None
+        if USE_ELF_LOADER:
+            try:
+                defined = elf_load.load(objs, _resolve)
+            except elf_load.Declined:
+                STATS["loader_declines"] += 1   # (LLVM's engine links it as it always did)
+            else:
+                for name, address in defined.items():
+                    _symbols.setdefault(name, address)
+                addrs = {s: defined.get(self.prefix + s[3:]) for s in self.symbols}
+        if addrs is None:
+            addrs = _link_mcjit(objs, [self.prefix + s[3:] for s in self.symbols])
+            addrs = dict(zip(self.symbols, addrs))
         if not all(addrs.values()):
             raise RuntimeError(f"internal: symbols missing from compiled kernel {self.key[:12]}")
         return addrs
 
 
+def _resolve(name: str) -> int | None:
+    """The address of a symbol an object does not define, found as LLVM's engine finds it:
+    the objects loaded before (by either loader), the addresses codegen bound (C math
+    functions, libraries: CPUMath.addresses), then the process (libc's memset, libmvec)."""
+    address = _symbols.get(name) or target()["math"].addresses.get(name)
+    if not address and "engine" in _state:
+        address = _state["engine"].get_global_value_address(name)
+    if not address:
+        address = _process_symbol(name)
+    return address or None
+
+
+def _process_symbol(name: str) -> int | None:
+    import ctypes
+    if "process" not in _state:
+        _state["process"] = ctypes.CDLL(None)
+    libmvec = target()["math"].libmvec
+    for library in (_state["process"],) + ((libmvec,) if libmvec is not None else ()):
+        try:
+            return ctypes.cast(library[name], ctypes.c_void_p).value
+        except AttributeError:
+            continue
+    return None
+
+
+def _link_mcjit(objs: list[bytes], names: list[str]) -> list[int]:
+    """Link ``objs`` into LLVM's engine (given every address codegen knows first) and return
+    the addresses of ``names``."""
+    engine = _engine()
+    llvm = _binding()
+    for table in (target()["math"].addresses, _symbols):
+        for name, address in list(table.items()):
+            if name not in _pushed:
+                llvm.add_symbol(name, address)
+                _pushed.add(name)
+    for o in objs:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(o))
+    engine.finalize_object()
+    return [engine.get_function_address(name) for name in names]
+
+
 def compile_many(texts: list[str]) -> list[list[bytes]]:
     """compile_objects of each text, all their parts in one pool of threads."""
+    _init()        # (here: the helper threads must find LLVM initialised, not wait for _lock)
     if len(texts) == 1:
         return [compile_objects(texts[0])]
     split = [module_split.split(t) for t in texts]
@@ -284,6 +412,7 @@ def compile_objects(text: str) -> list[bytes]:
     (``module_split``), the parts compiled on up to ``compile_threads()`` threads. A part
     that fails makes the whole text compile on this thread, which raises the error a whole
     module gives (a parse or verifier message with its line in ``text``)."""
+    _init()
     parts = module_split.split(text)
     if len(parts) == 1:
         return [_emit(_optimize(text, machine_for(text)), machine_for(text))]
@@ -312,6 +441,7 @@ def _compile_private(text: str) -> bytes:
     """One part, in an LLVM context and target machine of its own: what lets threads compile
     at the same time (see _PrivateLLVM)."""
     st = _init()
+    llvm = _binding()
     with _private.calls():
         tm = llvm.Target.from_triple(st["triple"]).create_target_machine(
             cpu=st["cpu"], features=st["features"], opt=0 if is_light(text) else 3,
