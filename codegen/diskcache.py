@@ -2,8 +2,9 @@
 
 An entry ``<dir>/<key[:2]>/<key>.o`` is ``MAGIC``, the key (64 hex digits), a tag (64 hex
 digits) and the object code, where the tag is HMAC-SHA256 under a per-user secret of the key
-and the object code (``<key>.host``, jit's view of the host CPU, the same way). Loading an entry runs its bytes as native code, so a checksum anyone can
-compute is not enough: whoever can write the directory (another user of a shared machine, a
+and the object code (``<key>.host``, LLVM's view of the host CPU, ``codegen.host_cpu``, the
+same way). Loading an entry runs its bytes as native code, so a checksum anyone can compute
+is not enough: whoever can write the directory (another user of a shared machine, a
 restored CI cache) could otherwise make this process run their code, or crash it with garbage.
 
 * The secret is 32 random bytes in ``$XDG_CONFIG_HOME/symgrad/cache-key`` (default

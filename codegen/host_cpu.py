@@ -5,6 +5,11 @@ XGETBV), plus a few more. Two processes that read the same words get the same CP
 feature string from the same LLVM, so ``codegen.jit`` keeps LLVM's answer in the disk cache
 under these words and a disk hit never imports ``llvmlite.binding`` to ask again.
 
+:func:`llvm_view` is that cache: LLVM's (triple, CPU name, features) from the disk-cache
+entry ``<key>.host`` (authenticated as machine code is, ``codegen.diskcache``), whose key
+hashes the words with the LLVM library's identity (llvmlite's version and its shared
+library's path, size and modification time); else asked of LLVM and stored.
+
 Only what is the same on every core of a machine is kept: the initial APIC ID in leaf 1 is
 masked, and the per-core leaves (cache topology 4, x2APIC topology 0xB/0x1F, hybrid core type
 0x1A) are not read. Reading more than LLVM reads only makes a key more specific.
@@ -12,8 +17,14 @@ masked, and the per-core leaves (cache topology 4, x2APIC topology 0xB/0x1F, hyb
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import os
 import sys
+
+from . import diskcache
+
+FORMAT = "symgrad-host-1"      # (in the key of the .host entry)
 
 # void cpuid(uint32 leaf, uint32 subleaf, uint32 out[4])  (System V: edi, esi, rdx)
 #   push rbx; mov r8, rdx; mov eax, edi; mov ecx, esi; cpuid
@@ -76,3 +87,45 @@ def _read() -> str | None:
         xgetbv(0, out)
         words += [0xFFFFFFFF, *out]        # (a marker no leaf number uses)
     return "".join(f"{w:08x}" for w in words)
+
+
+def llvm_view(root: str | None) -> tuple[tuple[str, str, str], bool]:
+    """((triple, CPU name, feature string) as LLVM detects them, whether an entry was
+    rejected), from the disk cache directory ``root`` (None: no disk cache) when it holds
+    them, else asked of LLVM (importing llvmlite.binding) and stored there."""
+    key = _key() if root is not None else None
+    rejected = False
+    if key is not None:
+        data, rejected = diskcache.read(root, key, ".host")
+        if data is not None:
+            try:
+                triple, cpu, features = json.loads(data)["host"]
+                if all(isinstance(v, str) for v in (triple, cpu, features)):
+                    return (triple, cpu, features), False
+            except (ValueError, KeyError, TypeError):
+                pass
+            rejected = True
+    import llvmlite.binding as llvm
+    host = (llvm.get_process_triple(), llvm.get_host_cpu_name(),
+            llvm.get_host_cpu_features().flatten())
+    if key is not None:
+        diskcache.write(root, key, json.dumps({"host": host}).encode(), ".host")
+    return host, rejected
+
+
+def _key() -> str | None:
+    words = identity()
+    if words is None:
+        return None
+    import llvmlite
+    library = os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
+    try:
+        st = os.stat(library)
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    for part in (FORMAT, llvmlite.__version__, library, str(st.st_size), str(st.st_mtime_ns),
+                 words):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()

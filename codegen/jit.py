@@ -7,13 +7,16 @@ Cache key: sha256 of the IR text + target triple + CPU name + CPU features + sym
 directory and files this user alone can write (``codegen.diskcache`` has the rules). Files are
 written to a temporary name and renamed (atomic on POSIX), so concurrent processes never read a
 half-written entry; an entry that fails a check is ignored and recompiled.
+The host's triple, CPU name and features in the key are LLVM's, kept in the disk cache too
+(``codegen.host_cpu``), and objects are loaded by ``codegen.linker`` (our own ELF loader,
+else LLVM's MCJIT engine): a disk hit never imports ``llvmlite.binding``.
 ``SYMGRAD_NO_CACHE=1`` disables the disk cache. Clear it with ``rm -rf ~/.cache/symgrad`` (or
 the directory you set).
 
 A large module is compiled as several parts (``codegen.module_split``, a function of the text
 alone) on up to as many threads as the process may use CPUs, each part in its own LLVM
 context and target machine (see :class:`_PrivateLLVM`); the parts' objects are one cache entry
-and are linked into the one engine. The machine code does not depend on the thread count.
+and are linked as one image. The machine code does not depend on the thread count.
 
 ``SYMGRAD_PRECISE_MATH=1`` (read once per process) compiles transcendental functions as calls
 to glibc's scalar libm (< 1 ulp except tanh 2.1; glibc's cos is 8 ulp off at its hardest huge
@@ -23,7 +26,6 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import threading
@@ -31,7 +33,7 @@ import time
 
 from symgrad import gc_pause, settings
 
-from . import diskcache, elf_load, module_split
+from . import diskcache, host_cpu, linker, module_split
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-7"   # (-7: compiled with symbolic-stride versioning again)
@@ -41,17 +43,10 @@ PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: EL
 # set a number here. Any value gives the same machine code.
 COMPILE_THREADS: int | None = None
 
-_lock = threading.RLock()     # LLVM, the loader and the kernel table; see _fork_* below
+_lock = threading.RLock()     # LLVM, the linker and the kernel table; see _fork_* below
 _state: dict = {}             # the host (target()), then LLVM's machines (_init())
-_symbols: dict[str, int] = {}     # global symbols of the objects elf_load loaded
-_pushed: set[str] = set()         # names given to LLVM's engine (llvm.add_symbol)
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
          "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0}
-
-# Load machine code with codegen.elf_load (False: always with LLVM's MCJIT engine, as
-# tests do to compare the two).
-USE_ELF_LOADER = True
-HOST_FORMAT = "symgrad-host-1"    # the disk-cache entry of LLVM's view of the host CPU
 
 
 def _binding():
@@ -68,55 +63,11 @@ def target() -> dict:
         return _state
     with _lock:
         if "math" not in _state:
-            triple, cpu, features = _host()
+            (triple, cpu, features), rejected = host_cpu.llvm_view(_disk_root())
+            STATS["disk_rejects"] += rejected
             math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
             _state.update(triple=triple, cpu=cpu, features=features, math=math, kernels={})
         return _state
-
-
-def _host() -> tuple[str, str, str]:
-    """(triple, CPU name, feature string) as LLVM detects them: from the disk cache, under
-    the CPU's identity (codegen.host_cpu) and the LLVM library's, else asked of LLVM (and
-    stored). An identity that cannot be read means asking LLVM every time."""
-    key = _host_key()
-    root = _disk_root() if key is not None else None
-    if root is not None:
-        data, rejected = diskcache.read(root, key, ".host")
-        if data is not None:
-            try:
-                triple, cpu, features = json.loads(data)["host"]
-                return triple, cpu, features
-            except (ValueError, KeyError, TypeError):
-                rejected = True
-        if rejected:
-            STATS["disk_rejects"] += 1
-    llvm = _binding()
-    host = (llvm.get_process_triple(), llvm.get_host_cpu_name(),
-            llvm.get_host_cpu_features().flatten())
-    if root is not None:
-        diskcache.write(root, key, json.dumps({"host": host}).encode(), ".host")
-    return host
-
-
-def _host_key() -> str | None:
-    """The cache key of LLVM's view of this CPU: the CPU's identity, and the LLVM library's
-    (llvmlite's version, its shared library's path, size and modification time)."""
-    from . import host_cpu
-    identity = host_cpu.identity()
-    if identity is None:
-        return None
-    import llvmlite
-    library = os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
-    try:
-        st = os.stat(library)
-    except OSError:
-        return None
-    h = hashlib.sha256()
-    for part in (HOST_FORMAT, llvmlite.__version__, library, str(st.st_size),
-                 str(st.st_mtime_ns), identity):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 def _init():
@@ -142,17 +93,6 @@ def _init():
         _private.install()
         st.update(tm_light=tm_light, tm=tm)
         return st
-
-
-def _engine():
-    """LLVM's MCJIT engine, made when elf_load first declines an object."""
-    st = _init()
-    if "engine" not in st:
-        llvm = _binding()
-        if st["math"].libmvec is not None:
-            llvm.load_library_permanently(st["math"].libmvec._name)
-        st["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), st["tm"])
-    return st["engine"]
 
 
 def _fork_prepare():
@@ -326,64 +266,14 @@ class _Job:
         return self.text.replace('@"sg_', f'@"{self.prefix}')
 
     def link(self) -> dict:
-        objs = unpack(self.obj)
-        addrs = None
-        if USE_ELF_LOADER:
-            try:
-                defined = elf_load.load(objs, _resolve)
-            except elf_load.Declined:
-                STATS["loader_declines"] += 1   # (LLVM's engine links it as it always did)
-            else:
-                for name, address in defined.items():
-                    _symbols.setdefault(name, address)
-                addrs = {s: defined.get(self.prefix + s[3:]) for s in self.symbols}
-        if addrs is None:
-            addrs = _link_mcjit(objs, [self.prefix + s[3:] for s in self.symbols])
-            addrs = dict(zip(self.symbols, addrs))
+        names = [self.prefix + s[3:] for s in self.symbols]
+        found, declined = linker.link(unpack(self.obj), names, target()["math"],
+                                      lambda: _init()["tm"])
+        STATS["loader_declines"] += declined
+        addrs = dict(zip(self.symbols, found))
         if not all(addrs.values()):
             raise RuntimeError(f"internal: symbols missing from compiled kernel {self.key[:12]}")
         return addrs
-
-
-def _resolve(name: str) -> int | None:
-    """The address of a symbol an object does not define, found as LLVM's engine finds it:
-    the objects loaded before (by either loader), the addresses codegen bound (C math
-    functions, libraries: CPUMath.addresses), then the process (libc's memset, libmvec)."""
-    address = _symbols.get(name) or target()["math"].addresses.get(name)
-    if not address and "engine" in _state:
-        address = _state["engine"].get_global_value_address(name)
-    if not address:
-        address = _process_symbol(name)
-    return address or None
-
-
-def _process_symbol(name: str) -> int | None:
-    import ctypes
-    if "process" not in _state:
-        _state["process"] = ctypes.CDLL(None)
-    libmvec = target()["math"].libmvec
-    for library in (_state["process"],) + ((libmvec,) if libmvec is not None else ()):
-        try:
-            return ctypes.cast(library[name], ctypes.c_void_p).value
-        except AttributeError:
-            continue
-    return None
-
-
-def _link_mcjit(objs: list[bytes], names: list[str]) -> list[int]:
-    """Link ``objs`` into LLVM's engine (given every address codegen knows first) and return
-    the addresses of ``names``."""
-    engine = _engine()
-    llvm = _binding()
-    for table in (target()["math"].addresses, _symbols):
-        for name, address in list(table.items()):
-            if name not in _pushed:
-                llvm.add_symbol(name, address)
-                _pushed.add(name)
-    for o in objs:
-        engine.add_object_file(llvm.ObjectFileRef.from_data(o))
-    engine.finalize_object()
-    return [engine.get_function_address(name) for name in names]
 
 
 def compile_many(texts: list[str]) -> list[list[bytes]]:

@@ -96,12 +96,12 @@ def digest(value):
 
 
 def main():
-    from symgrad.codegen import jit
-    jit.USE_ELF_LOADER = sys.argv[1] == "elf"
+    from symgrad.codegen import jit, linker
+    linker.USE_ELF_LOADER = sys.argv[1] == "elf"
     results = {name: digest(run()) for name, run in programs().items()}
     print(json.dumps({"results": results, "stats": jit.STATS,
                       "binding": "llvmlite.binding" in sys.modules,
-                      "engine": "engine" in jit._state}))
+                      "engine": linker.has_engine()}))
 
 
 if __name__ == "__main__":
