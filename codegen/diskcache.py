@@ -28,7 +28,6 @@ import hashlib
 import hmac
 import os
 import stat
-import tempfile
 import threading
 import warnings
 
@@ -120,6 +119,8 @@ def _write_new(directory: str, path: str, data: bytes, replace: bool) -> None:
     """Write ``data`` to a temporary file in ``directory`` (mode 0600), then move it to
     ``path``: replacing what is there, or (``replace=False``) only if nothing is. Raises
     OSError; the temporary file never stays behind."""
+    import tempfile     # (here: a disk hit writes nothing, and tempfile costs 1-2 ms to import)
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
