@@ -94,7 +94,7 @@ class _Object:
         self.sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * k)
                          for k in range(shnum)]
         for _, kind, _, _, offset, size, _, _, _, _ in self.sections:
-            if kind != _SHT_NOBITS and offset + size > len(data):
+            if kind != _SHT_NOBITS and offset + size > len(data):   # (NOBITS: not loaded)
                 raise Declined("a section runs past the end of the object")
         names = self.sections[shstrndx]
         self.names = [self._string(names, s[0]) for s in self.sections]
@@ -126,7 +126,7 @@ class _Object:
             return False
         if kind == _SHT_X86_64_UNWIND or self.names[k] == ".eh_frame":
             return False              # unwind tables: see the module docstring
-        if kind not in (_SHT_PROGBITS, _SHT_NOBITS) or flags & ~_SHF_KNOWN:
+        if kind != _SHT_PROGBITS or flags & ~_SHF_KNOWN:   # (NOBITS: .bss, writable)
             raise Declined(f"allocated section {self.names[k]} of type {kind}, flags {flags:#x}")
         if align & (align - 1) or align > _PAGE:
             raise Declined(f"section {self.names[k]} aligned to {align}")
@@ -209,8 +209,11 @@ def load(objects: list[bytes], resolve: Callable[[str], int | None]) -> dict[str
     """Load ``objects`` into memory and return the addresses of the global symbols they
     define. An undefined symbol is looked up among those first, then by ``resolve`` (None:
     unknown). Raises Declined (nothing stays mapped) for anything this loader does not know."""
-    parsed = [_Object(o) for o in objects]
-    image = _Image(parsed)
+    try:
+        parsed = [_Object(o) for o in objects]
+        image = _Image(parsed)
+    except (struct.error, IndexError, KeyError, ValueError, OverflowError) as e:
+        raise Declined(f"a malformed object: {e}") from e   # (a loader bug, or not LLVM's)
     base = _mmap(None, image.size, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
     if base in (None, _MAP_FAILED):
         raise Declined(f"mmap failed (errno {ctypes.get_errno()})")
@@ -223,8 +226,10 @@ def load(objects: list[bytes], resolve: Callable[[str], int | None]) -> dict[str
         _relocate(memory, parsed, image, base, addresses)
         ctypes.memmove(base, (ctypes.c_char * image.size).from_buffer(memory), image.size)
         _protect(base, image)
-    except BaseException:
+    except BaseException as e:
         _munmap(base, image.size)
+        if isinstance(e, (struct.error, IndexError, KeyError, ValueError, OverflowError)):
+            raise Declined(f"a malformed object: {e}") from e
         raise
     return defined
 

@@ -157,6 +157,29 @@ def test_truncated_and_foreign_objects_decline():
             elf_load.load([bytes(foreign)], lambda name: None)
 
 
+def test_corrupted_headers_symbols_and_relocations_load_or_decline():
+    """Whatever the bytes outside the code say, the loader either loads (nothing is called
+    here) or declines: never another exception, never a write outside its image."""
+    obj = an_object()
+    parsed = elf_load._Object(obj)
+    shoff = struct.unpack_from("<Q", obj, 40)[0]
+    regions = [(0, 64), (shoff, len(obj) - shoff)] + [
+        (parsed.sections[k][4], parsed.sections[k][5]) for k in [parsed.symtab] + parsed.relocations]
+    rng = np.random.default_rng(7)
+    loaded = 0
+    for _ in range(400):
+        bad = bytearray(obj)
+        start, size = regions[rng.integers(len(regions))]
+        for _ in range(rng.integers(1, 4)):
+            bad[start + rng.integers(size)] = rng.integers(256)
+        try:
+            elf_load.load([bytes(bad)], lambda name: None)
+            loaded += 1
+        except elf_load.Declined:
+            pass
+    assert loaded < 400          # (most corruptions decline; some change nothing that matters)
+
+
 def test_an_unresolved_symbol_declines():
     text = 'declare double @"sgtest_nowhere"(double)\n' + CONSTANT.replace(
         "ret double %z", '%w = call double @"sgtest_nowhere"(double %z)\n  ret double %w')
