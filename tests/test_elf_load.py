@@ -164,7 +164,8 @@ def test_corrupted_headers_symbols_and_relocations_load_or_decline():
     parsed = elf_load._Object(obj)
     shoff = struct.unpack_from("<Q", obj, 40)[0]
     regions = [(0, 64), (shoff, len(obj) - shoff)] + [
-        (parsed.sections[k][4], parsed.sections[k][5]) for k in [parsed.symtab] + parsed.relocations]
+        (parsed.sections[k][4], parsed.sections[k][5])
+        for k in [parsed.symtab] + parsed.relocations]
     rng = np.random.default_rng(7)
     loaded = 0
     for _ in range(400):
@@ -305,7 +306,8 @@ def test_the_small_code_models_relocations_stubs_and_got_slots():
 def test_an_address_out_of_a_fields_range_declines():
     # dso_local data, small code model: addressed rip-relative, as if within 2 GiB of the
     # code; this address is not
-    obj = small_model_object("static", EXTERNAL.replace("external global", "external dso_local global"))
+    obj = small_model_object("static", EXTERNAL.replace("external global",
+                                                        "external dso_local global"))
     assert "S+A-P" in {elf_load._RELOCATIONS[kind][0] for _, kind in relocation_entries(obj)}
     names = {"sgtest_ext_exp": 1 << 40, "sgtest_ext_data": 1 << 45}
     with pytest.raises(elf_load.Declined, match="out of range"):
