@@ -2,8 +2,9 @@
 
 An entry ``<dir>/<key[:2]>/<key>.o`` is ``MAGIC``, the key (64 hex digits), a tag (64 hex
 digits) and the object code, where the tag is HMAC-SHA256 under a per-user secret of the key
-and the object code. Loading an entry runs its bytes as native code, so a checksum anyone can
-compute is not enough: whoever can write the directory (another user of a shared machine, a
+and the object code (``<key>.host``, LLVM's view of the host CPU, ``codegen.host_cpu``, the
+same way). Loading an entry runs its bytes as native code, so a checksum anyone can compute
+is not enough: whoever can write the directory (another user of a shared machine, a
 restored CI cache) could otherwise make this process run their code, or crash it with garbage.
 
 * The secret is 32 random bytes in ``$XDG_CONFIG_HOME/symgrad/cache-key`` (default
@@ -27,7 +28,6 @@ import hashlib
 import hmac
 import os
 import stat
-import tempfile
 import threading
 import warnings
 
@@ -119,6 +119,8 @@ def _write_new(directory: str, path: str, data: bytes, replace: bool) -> None:
     """Write ``data`` to a temporary file in ``directory`` (mode 0600), then move it to
     ``path``: replacing what is there, or (``replace=False``) only if nothing is. Raises
     OSError; the temporary file never stays behind."""
+    import tempfile     # (here: a disk hit writes nothing, and tempfile costs 1-2 ms to import)
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -206,11 +208,12 @@ def _tag(key: str, obj: bytes) -> bytes:
     return hmac.new(secret(), key.encode() + b"\0" + obj, hashlib.sha256).hexdigest().encode()
 
 
-def read(root: str, key: str) -> tuple[bytes | None, bool]:
+def read(root: str, key: str, suffix: str = ".o") -> tuple[bytes | None, bool]:
     """``(object code, rejected)``: the object if a trustworthy entry for ``key`` exists;
-    ``rejected`` when something was there but failed a check."""
+    ``rejected`` when something was there but failed a check. ``suffix``: the kind of entry
+    (``.o`` machine code; ``codegen.jit`` keeps its view of the host CPU as ``.host``)."""
     directory = os.path.join(root, key[:2])
-    path = os.path.join(directory, key + ".o")
+    path = os.path.join(directory, key + suffix)
     if not os.path.lexists(path):
         return None, False
     try:
@@ -228,7 +231,7 @@ def read(root: str, key: str) -> tuple[bytes | None, bool]:
     return obj, False
 
 
-def write(root: str, key: str, obj: bytes) -> bool:
+def write(root: str, key: str, obj: bytes, suffix: str = ".o") -> bool:
     """Store ``obj`` under ``key``; False if it could not be (read-only or full disk, an
     unsafe subdirectory): that only costs a recompile next time."""
     directory = os.path.join(root, key[:2])
@@ -238,7 +241,7 @@ def write(root: str, key: str, obj: bytes) -> bool:
     except Unavailable:
         return False
     try:
-        _write_new(directory, os.path.join(directory, key + ".o"),
+        _write_new(directory, os.path.join(directory, key + suffix),
                    MAGIC + key.encode() + _tag(key, obj) + obj, replace=True)
     except OSError:
         return False

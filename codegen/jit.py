@@ -7,13 +7,16 @@ Cache key: sha256 of the IR text + target triple + CPU name + CPU features + sym
 directory and files this user alone can write (``codegen.diskcache`` has the rules). Files are
 written to a temporary name and renamed (atomic on POSIX), so concurrent processes never read a
 half-written entry; an entry that fails a check is ignored and recompiled.
+The host's triple, CPU name and features in the key are LLVM's, kept in the disk cache too
+(``codegen.host_cpu``), and objects are loaded by ``codegen.linker`` (our own ELF loader,
+else LLVM's MCJIT engine): a disk hit never imports ``llvmlite.binding``.
 ``SYMGRAD_NO_CACHE=1`` disables the disk cache. Clear it with ``rm -rf ~/.cache/symgrad`` (or
 the directory you set).
 
 A large module is compiled as several parts (``codegen.module_split``, a function of the text
 alone) on up to as many threads as the process may use CPUs, each part in its own LLVM
 context and target machine (see :class:`_PrivateLLVM`); the parts' objects are one cache entry
-and are linked into the one engine. The machine code does not depend on the thread count.
+and are linked as one image. The machine code does not depend on the thread count.
 
 ``SYMGRAD_PRECISE_MATH=1`` (read once per process) compiles transcendental functions as calls
 to glibc's scalar libm (< 1 ulp except tanh 2.1; glibc's cos is 8 ulp off at its hardest huge
@@ -28,11 +31,9 @@ import re
 import threading
 import time
 
-import llvmlite.binding as llvm
-
 from symgrad import gc_pause, settings
 
-from . import diskcache, module_split
+from . import diskcache, host_cpu, linker, module_split
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-7"   # (-7: compiled with symbolic-stride versioning again)
@@ -42,40 +43,56 @@ PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: EL
 # set a number here. Any value gives the same machine code.
 COMPILE_THREADS: int | None = None
 
-_lock = threading.RLock()     # LLVM and the kernel table; see _fork_* below
-_state: dict = {}
+_lock = threading.RLock()     # LLVM, the linker and the kernel table; see _fork_* below
+_state: dict = {}             # the host (target()), then LLVM's machines (_init())
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
-         "disk_rejects": 0, "compile_seconds": 0.0}
+         "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0}
+
+
+def _binding():
+    """llvmlite.binding, imported on first use: a disk hit needs neither it (22 ms of a fresh
+    process) nor LLVM's engine."""
+    import llvmlite.binding as llvm
+    return llvm
+
+
+def target() -> dict:
+    """The host as LLVM compiles for it (triple, cpu, features), its math target and the
+    kernel table: without importing llvmlite.binding when the disk cache knows the CPU."""
+    if "math" in _state:
+        return _state
+    with _lock:
+        if "math" not in _state:
+            (triple, cpu, features), rejected = host_cpu.llvm_view(_disk_root())
+            STATS["disk_rejects"] += rejected
+            math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
+            _state.update(triple=triple, cpu=cpu, features=features, math=math, kernels={})
+        return _state
 
 
 def _init():
-    if _state:
-        return _state
+    """target() and LLVM's target machines (llvmlite.binding imported): what compiling needs."""
+    st = target()
+    if "tm" in st:
+        return st
     with _lock:
-        if _state:
-            return _state
+        if "tm" in st:
+            return st
+        llvm = _binding()
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         # (LLVM's loop versioning on symbolic strides stays on: it vectorises a loop reading
         # a run-time stride only for stride == 1, so ADBench BA's column loops (a vmapped
         # p[:, 6]) run scalar; turning it off process-wide vectorised those with gathers but
         # made W3 Rosenbrock's gradient 1.8x slower, 0.57 -> 1.0 us: measured, reverted.)
-        triple = llvm.get_process_triple()
-        cpu = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
-        target = llvm.Target.from_triple(triple)
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
-                                          reloc="static", codemodel="jitdefault")
-        math = CPUMath(features, precise=settings.read("SYMGRAD_PRECISE_MATH"))
-        if math.libmvec is not None:
-            llvm.load_library_permanently(math.libmvec._name)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        tm_light = target.create_target_machine(cpu=cpu, features=features, opt=0,
-                                                reloc="static", codemodel="jitdefault")
+        machine = llvm.Target.from_triple(st["triple"])
+        tm = machine.create_target_machine(cpu=st["cpu"], features=st["features"], opt=3,
+                                           reloc="static", codemodel="jitdefault")
+        tm_light = machine.create_target_machine(cpu=st["cpu"], features=st["features"], opt=0,
+                                                 reloc="static", codemodel="jitdefault")
         _private.install()
-        _state.update(tm=tm, tm_light=tm_light, math=math, engine=engine, triple=triple,
-                      cpu=cpu, features=features, kernels={})
-        return _state
+        st.update(tm_light=tm_light, tm=tm)
+        return st
 
 
 def _fork_prepare():
@@ -97,10 +114,6 @@ def _fork_child():
 os.register_at_fork(before=_fork_prepare, after_in_parent=_fork_parent, after_in_child=_fork_child)
 
 
-def target():
-    return _init()
-
-
 def cache_dir() -> str | None:
     if settings.read("SYMGRAD_NO_CACHE"):
         return None
@@ -110,7 +123,7 @@ def cache_dir() -> str | None:
 
 def finish_text(module) -> str:
     """The printed module with SIMD math variants attached (the text that is hashed)."""
-    st = _init()
+    st = target()
     return finish_cpu_module(str(module), module.math_calls, st["math"])
 
 
@@ -164,6 +177,7 @@ def optimize(text: str):
 
 def _optimize(text: str, tm, context=None):
     st = _init()
+    llvm = _binding()
     mod = llvm.parse_assembly(text, context)
     mod.triple = st["triple"]
     mod.data_layout = str(tm.target_data)
@@ -187,7 +201,7 @@ def _optimize(text: str, tm, context=None):
 
 def key_of(text: str) -> str:
     from symgrad import __version__
-    st = _init()
+    st = target()
     h = hashlib.sha256()
     for part in (FORMAT, __version__, st["triple"], st["cpu"], st["features"], text):
         h.update(part.encode())
@@ -200,11 +214,13 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
     ``compile=False``, ``(key, None)`` instead of compiling what no cache holds.
 
     Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
-    kernel can live in one execution engine. A library the text declares and the math target
+    kernel can live in one namespace. A library the text declares and the math target
     holds pending (``CPUMath.add_library``) is linked first: compiled in the same pool of
     threads as the text's own parts, or fetched from the disk cache under its own key.
+    Machine code is loaded by codegen.elf_load (no LLVM at all on a disk hit), else, where
+    that declines an object, by LLVM's MCJIT engine; the symbols of either resolve in both.
     """
-    st = _init()
+    st = target()
     key = key_of(text)
     with _lock:
         hit = st["kernels"].get(key)
@@ -212,7 +228,7 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             STATS["memory_hits"] += 1
             return key, hit
         libraries = st["math"].pending_in(text)
-        st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
+        st["math"].bind(text)      # the C functions it calls, before linking
         module = _Job(text, symbols, key=key)
         if module.obj is None and not compile:
             return key, None
@@ -228,7 +244,7 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             STATS["compile_seconds"] += time.perf_counter() - t0
         STATS["disk_hits"] += len(jobs) - len(todo)
         for job in jobs:
-            addrs = job.link(st["engine"])
+            addrs = job.link()
             st["kernels"][job.key] = addrs
             if job.public is not None:
                 st["math"].linked(job.public, addrs[job.symbols[0]])
@@ -249,11 +265,12 @@ class _Job:
     def renamed(self) -> str:
         return self.text.replace('@"sg_', f'@"{self.prefix}')
 
-    def link(self, engine) -> dict:
-        for o in unpack(self.obj):
-            engine.add_object_file(llvm.ObjectFileRef.from_data(o))
-        engine.finalize_object()
-        addrs = {s: engine.get_function_address(self.prefix + s[3:]) for s in self.symbols}
+    def link(self) -> dict:
+        names = [self.prefix + s[3:] for s in self.symbols]
+        found, declined = linker.link(unpack(self.obj), names, target()["math"],
+                                      lambda: _init()["tm"])
+        STATS["loader_declines"] += declined
+        addrs = dict(zip(self.symbols, found))
         if not all(addrs.values()):
             raise RuntimeError(f"internal: symbols missing from compiled kernel {self.key[:12]}")
         return addrs
@@ -261,6 +278,7 @@ class _Job:
 
 def compile_many(texts: list[str]) -> list[list[bytes]]:
     """compile_objects of each text, all their parts in one pool of threads."""
+    _init()        # (here: the helper threads must find LLVM initialised, not wait for _lock)
     if len(texts) == 1:
         return [compile_objects(texts[0])]
     split = [module_split.split(t) for t in texts]
@@ -284,6 +302,7 @@ def compile_objects(text: str) -> list[bytes]:
     (``module_split``), the parts compiled on up to ``compile_threads()`` threads. A part
     that fails makes the whole text compile on this thread, which raises the error a whole
     module gives (a parse or verifier message with its line in ``text``)."""
+    _init()
     parts = module_split.split(text)
     if len(parts) == 1:
         return [_emit(_optimize(text, machine_for(text)), machine_for(text))]
@@ -312,6 +331,7 @@ def _compile_private(text: str) -> bytes:
     """One part, in an LLVM context and target machine of its own: what lets threads compile
     at the same time (see _PrivateLLVM)."""
     st = _init()
+    llvm = _binding()
     with _private.calls():
         tm = llvm.Target.from_triple(st["triple"]).create_target_machine(
             cpu=st["cpu"], features=st["features"], opt=0 if is_light(text) else 3,

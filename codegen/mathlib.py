@@ -131,7 +131,10 @@ class CPUMath(MathTarget):
         # 6381956970095103 * 2^797). Otherwise our own float64 code (OWN_F64, <= 1.7 ulp),
         # float32 code (OWN_F32) and libmvec for the rest; SYMGRAD_PRECISE_MATH=1.
         self.precise = precise
-        self.bound: set[str] = set()   # symbols already given to LLVM (CPUMath.bind)
+        # symbol -> address of what kernels call that is not in their own code: C math
+        # functions (bind) and library functions (linked); codegen.jit resolves them
+        self.addresses: dict[str, int] = {}
+        self.bound = self.addresses.keys()    # (the symbols already bound)
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
         self._own_loaded: set[tuple] = set()       # (op, fma) of the out-of-line libraries
@@ -200,10 +203,7 @@ class CPUMath(MathTarget):
     def linked(self, public: str, address: int) -> None:
         """``public`` now resolves to ``address`` for the kernels linked after it (CPUMath.bind
         leaves it alone)."""
-        import llvmlite.binding as llvm
-
-        llvm.add_symbol(public, address)
-        self.bound.add(public)
+        self.addresses[public] = address
         self._pending.pop(public, None)
 
     def link(self, text: str, public: dict[str, str]) -> None:
@@ -227,12 +227,15 @@ class CPUMath(MathTarget):
                                       f"as {sym}): the op cannot run on the CPU")
         return ctypes.cast(fn, ctypes.c_void_p).value
 
-    def bind(self, text: str, add_symbol) -> None:
-        """Give LLVM the address of every library function ``text`` declares, before its
-        machine code is linked: derived from the IR itself, so no list of names can miss one
-        (a symbol LLVM cannot resolve crashed the process)."""
+    def bind(self, text: str, add_symbol=None) -> None:
+        """Record the address of every C math function ``text`` declares, before its machine
+        code is linked: derived from the IR itself, so no list of names can miss one (a
+        symbol LLVM cannot resolve crashed the process). ``add_symbol``: also given every
+        bound symbol ``text`` declares, libraries' included (``llvm.add_symbol``, for a caller
+        that links with an LLVM engine of its own: codegen.ptx_emulate)."""
         library = None
-        for sym in _PRIVATE_DECLARED.findall(text):
+        declared = _PRIVATE_DECLARED.findall(text)
+        for sym in declared:
             if sym in self.bound or sym in self._pending:   # (pending: jit.load links it)
                 continue
             library = library or {self.symbol(c, dt) for c in MATH_NAMES.values()
@@ -241,8 +244,10 @@ class CPUMath(MathTarget):
                 raise NotImplementedError(f"a CPU kernel calls {sym}, which is neither a C math "
                                           "function of codegen.mathlib.MATH_NAMES nor a symbol "
                                           "codegen has bound")
-            add_symbol(sym, self.scalar_address(sym))
-            self.bound.add(sym)
+            self.addresses[sym] = self.scalar_address(sym)
+        for sym in declared if add_symbol is not None else ():
+            if sym in self.addresses:
+                add_symbol(sym, self.addresses[sym])
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""

@@ -249,14 +249,20 @@ def test_every_math_name_is_registered_with_llvm():
     """A C math function LLVM cannot resolve crashed the process at the first call. The JIT
     binds the functions a kernel's IR declares (CPUMath.bind, before linking), so there is no
     list to forget: every name of codegen.mathlib.MATH_NAMES (float64 and float32) resolves
-    once declared."""
+    once declared, for codegen.elf_load (linker._resolve) and for LLVM's engine alike."""
+    import ctypes
+
     import llvmlite.binding as llvm
-    from symgrad.codegen import jit
+    from symgrad.codegen import jit, linker
     from symgrad.codegen.mathlib import MATH_NAMES
     math_target = jit.target()["math"]
     symbols = [math_target.symbol(cname, dtype) for cname in MATH_NAMES.values()
                for dtype in ("float64", "float32")]
-    math_target.bind("".join(f'declare double @"{sym}"(double)\n' for sym in symbols),
-                     llvm.add_symbol)
+    math_target.bind("".join(f'declare double @"{sym}"(double)\n' for sym in symbols))
+    linker._link_mcjit([], [], math_target, lambda: jit._init()["tm"])   # (gives LLVM's
+    # engine every address codegen knows)
     for sym in symbols:
-        assert llvm.address_of_symbol(sym), sym
+        cname = sym[len("symgrad_"):]
+        libm = ctypes.cast(getattr(math_target.libm, cname), ctypes.c_void_p).value
+        assert linker._resolve(sym, math_target) == libm, sym
+        assert llvm.address_of_symbol(sym) == libm, sym

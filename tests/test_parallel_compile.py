@@ -123,7 +123,7 @@ def test_a_broken_part_raises_the_whole_modules_error(small_parts, monkeypatch):
     broken = text[:ret] + '  %"bad" = fadd double %"nowhere", 1.0\n' + text[ret:]
     assert len(module_split.split(broken)) > 1
     with pytest.raises(RuntimeError) as whole:
-        jit._optimize(broken, jit.target()["tm"])
+        jit._optimize(broken, jit._init()["tm"])
     for threads in (1, 2):
         monkeypatch.setattr(jit, "COMPILE_THREADS", threads)
         with pytest.raises(RuntimeError) as parts:
