@@ -35,6 +35,7 @@ from symgrad.ir import Node
 
 from .lower import LOWER, Scalar
 from .mathlib import INTRINSICS, MATH_NAMES, OWN_F64, CPUMath
+from .text_builder import Lines, TextBuilder
 from .opsets import CONSTANTS as LEAF_INLINE   # (schedule.LEAF_INLINE; schedule imports this)
 
 I1 = ir.IntType(1)
@@ -52,6 +53,9 @@ WIDE_MIN_OPS = 64
 # per op rises.
 WIDE_STAGE_OPS = 1024
 SUFFIX = ".wide"
+# The loop body as IR text made line by line (codegen.text_builder) instead of llvmlite objects:
+# the same instructions (tests compare the two), a third of the lowering's time.
+TEXT_BODY = True
 
 _ARITH = {"neg", "add", "sub", "mul", "div", "abs", "sign", "maximum", "minimum", "where",
           "stop_gradient", "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or"}
@@ -314,10 +318,8 @@ def emit(km, b: ir.IRBuilder, st, loads: dict, sinks: list, consts: dict, extent
     """The loop nest of ``st``: scalar loops over its outer axes, the innermost one stepping
     ``lanes`` at a time. ``loads``/``sinks``: codegen.loop_body.Access per read node / sink;
     ``consts``: const_key -> scalar value (kernel.KernelModule._loops prepares all three)."""
-    from .loop_body import const_key
     from .loops import close_loop, open_loop
     width = lanes(km.math)
-    vt = _Vector(F64, width)
     d = len(st.shape)
     splats = {k: _splat(b, v, width) for k, v in consts.items()}
     outer = []
@@ -332,6 +334,21 @@ def emit(km, b: ir.IRBuilder, st, loads: dict, sinks: list, consts: dict, extent
     idx = [loop.index for loop in outer] + [inner.index]
     ramp = ir.Constant(_Vector(I64, width), list(range(width)))
     on = b.icmp_signed("<", b.add(_splat(b, inner.index, width), ramp), stops, name="lanes")
+    text = TextBuilder(b.module) if TEXT_BODY else b   # the step's straight-line code
+    _step(km, text, st, loads, sinks, splats, idx, on, width)
+    if TEXT_BODY:
+        b.block.instructions.append(Lines(text.lines))
+        b.position_at_end(b.block)   # (after the lines: the builder keeps an insertion index)
+    close_loop(b, inner, step=ir.Constant(I64, width), next_name=f"i{d - 1}.next")
+    for j in reversed(range(d - 1)):
+        close_loop(b, outer[j], next_name=f"i{j}.next")
+
+
+def _step(km, b, st, loads: dict, sinks: list, splats: dict, idx: list, on, width: int):
+    """One step of ``width`` lanes: the loads, the stage's ops, the stores, in ``b`` (a
+    TextBuilder, or llvmlite's IRBuilder)."""
+    from .loop_body import const_key
+    vt = _Vector(F64, width)
     memory = {"float64": (vt, ir.Constant(I32, 8)),        # dtype -> (vector type, alignment)
               "bool": (_Vector(I8, width), ir.Constant(I32, 1))}
     cx = _WideScalar(b, _WideMath(km.math, width), width)
@@ -362,11 +379,18 @@ def emit(km, b: ir.IRBuilder, st, loads: dict, sinks: list, consts: dict, extent
             v = b.zext(v, mt)
         b.call(_masked(b.module, "store", mt), [v, _address(b, access, idx, mt.element), align, on])
 
-
+    # Each value is stored as soon as it is computed: stored at the end of the step, the
+    # hundreds of values a gradient's stage writes were all live across every SIMD maths
+    # call after them (each call clobbers every vector register), so each was spilled to the
+    # stack and reloaded for its store. (Lanes of one step never read what it stores:
+    # applies() keeps the stage's read and written buffers apart.)
+    stores: dict = {}
+    for sk, access in zip(st.sinks, sinks):
+        stores.setdefault(sk.node, []).append(access)
     for n in st.ssa:
         memo[n] = LOWER[n.op](cx, n, [value(x) for x in n.inputs])
-    for sk, access in zip(st.sinks, sinks):
-        store(value(sk.node), access)
-    close_loop(b, inner, step=ir.Constant(I64, width), next_name=f"i{d - 1}.next")
-    for j in reversed(range(d - 1)):
-        close_loop(b, outer[j], next_name=f"i{j}.next")
+        for access in stores.pop(n, ()):
+            store(memo[n], access)
+    for node, accesses in stores.items():   # values the step loads or constants
+        for access in accesses:
+            store(value(node), access)
