@@ -276,3 +276,22 @@ def test_codegen_level_reads_the_text():
     assert jit.codegen_level(wide + light) == 1
     assert jit.codegen_level(light) == 0
     assert jit.codegen_level(wide + cooked) == 3
+
+
+def test_addresses_are_read_where_used(tmp_path):
+    """A wide step reads each buffer's address from the stage's table right before the load
+    or store that uses it, not once in the function's entry (hundreds of values live across
+    the loop made register allocation superlinear in the stage's streams)."""
+    fn = _function(tmp_path, broadcast=True)
+    rng = np.random.default_rng(12)
+    x, y = rng.uniform(-1, 1, (5, 13)), rng.uniform(-1, 1, 5)
+    for body in _wide_bodies(sg.differentiate(fn).grad.llvm_ir(x, y)):
+        entry = body.split("\nentry:\n", 1)[1].split("\nloop0.head:\n", 1)[0]
+        assert "= load ptr" not in entry
+        step = body.split("\nloop1.body:\n", 1)[1]
+        masked = re.findall(r'@"llvm\.masked\.(?:load|store)[^(]*\((?:<[^>]+> %\S+, )?ptr (%[^,]+)',
+                            step)
+        assert masked
+        for base in masked:
+            assert re.search(rf"^\s*{re.escape(base)} = getelementptr", step, re.M)
+        assert step.count("= load ptr") >= len(set(masked))
