@@ -27,6 +27,7 @@ lanes of the last step compute on zeros and are never stored.
 """
 from __future__ import annotations
 
+import bisect
 from math import prod
 
 from llvmlite import ir
@@ -159,6 +160,32 @@ class Growth:
         self.grown: set[int] = set()        # loops that took ops past STAGE_OPS
         self._seen: dict[int, tuple] = {}   # loop -> (ops, sinks checked, all wide so far)
         self._memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
+        self._open: dict[tuple, list] = {}  # loop shape -> loops that may take more, in order
+        self._indexed = 0                   # stages filed in _open so far
+
+    def loops(self, shape, lo: int):
+        """The loops over ``shape`` from stage ``lo`` on that may still take work, in order
+        (Schedule.loop_stage asks ``takes`` of each). A loop that can take nothing more
+        (STAGE_OPS ops and either WIDE_STAGE_OPS or not wide: ops only join) leaves the list
+        for good, so a node no longer scans every full loop between its inputs and the end
+        (straight-line code on a vector: 1.6 / 2.1 / 3.2 loops asked per node at 1000 / 2000
+        / 4000 statements)."""
+        stages = self.s.stages
+        for k in range(self._indexed, len(stages)):
+            if stages[k].kind == "loop":
+                self._open.setdefault(stages[k].shape, []).append(k)
+        self._indexed = len(stages)
+        found = self._open.get(shape, []) if isinstance(shape, tuple) else []
+        i = bisect.bisect_left(found, lo)
+        while i < len(found):
+            k = found[i]
+            ops = len(stages[k].ssa)
+            if ops >= self.bounds.STAGE_OPS and (ops >= WIDE_STAGE_OPS
+                                                 or not self._seen.get(k, (0, 0, True))[2]):
+                del found[i]   # (takes would say no to every node and sink from now on)
+                continue
+            yield k
+            i += 1
 
     def takes(self, k: int, joining: Node | None) -> bool:
         """May elementwise node ``joining`` (None: a sink) join loop k? (The schedule's

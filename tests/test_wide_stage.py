@@ -295,3 +295,27 @@ def test_addresses_are_read_where_used(tmp_path):
         for base in masked:
             assert re.search(rf"^\s*{re.escape(base)} = getelementptr", step, re.M)
         assert step.count("= load ptr") >= len(set(masked))
+
+
+def test_loop_search_skips_only_loops_that_take_nothing(tmp_path, monkeypatch):
+    """Schedule.loop_stage asks only the loops Growth.loops lists (a loop leaves the list
+    when it can take no more work): it finds the loop a scan of every later stage finds, and
+    asks far fewer of them in long code."""
+    original = schedule.Schedule.loop_stage
+    asked = {"listed": 0, "all": 0}
+
+    def checked(self, shape, lo, joining=None):
+        scan = next((st.index for st in self.stages[lo:] if st.kind == "loop"
+                     and st.shape == shape and self.growth.takes(st.index, joining)), None)
+        asked["listed"] += len(list(self.growth.loops(shape, lo)))
+        asked["all"] += len(self.stages) - lo
+        k = original(self, shape, lo, joining)
+        assert k == (len(self.stages) - 1 if scan is None else scan)
+        return k
+
+    monkeypatch.setattr(schedule.Schedule, "loop_stage", checked)
+    fn = _function(tmp_path, statements=400)
+    x = np.random.default_rng(13).uniform(-1, 1, 300)
+    f = sg.differentiate(fn)
+    assert _wide_bodies(f.grad.llvm_ir(x))
+    assert asked["listed"] < asked["all"] / 2
