@@ -1,14 +1,21 @@
-"""Straight-line code per compile stage, value and gradient (issue 13's row: <= 1 s per 1000
+"""Straight-line code per compile stage, gradient and value (issue 13's row: <= 1 s per 1000
 statements, linear).
 
-Each case runs in a fresh process (cold: ``SYMGRAD_NO_CACHE=1``): the decorator, the first
-``f(x)`` (value), then the first ``f.grad(x)`` (gradient), with compile_profile's stage timers
-(CPU time of the compiling thread; a stage called inside another is charged to the inner one).
-``x`` is a float (scalar code: every stage one iteration) or a length-1000 vector (elementwise
-code); the program is ``compile_profile.straight_line_source(n)``.
+Each case runs in a fresh process (cold: ``SYMGRAD_NO_CACHE=1``): the decorator and the first
+``f.grad(x)`` (gradient: the issue's row, decorator -> first gradient), then the first ``f(x)``
+(value), with compile_profile's stage timers (CPU time of the thread that runs a stage, summed
+over the threads compiling a large module's parts; a stage called inside another is charged to
+the inner one). **total** is the phase's CPU time (the process's, all threads), **wall** its
+elapsed time, **per call** the median of 15 later calls (wall; **per call cpu**: their CPU
+time, steadier on a loaded machine). ``x`` is a float (scalar code:
+every stage one iteration) or a length-1000 vector (elementwise code); the program is
+``compile_profile.straight_line_source(n)``.
 
     python benchmarks/straight_line_profile.py [--sizes 500,1000,2000,4000] [--shapes 0,1000]
-        [--tree base=/path/to/checkout --tree new=.]
+        [--tree base=/path/to/checkout --tree new=.] [--runs 1]
+
+With several trees, each row's processes alternate between them (so that load touches each
+alike); with ``--runs k``, k processes per tree and row, medians per column.
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PHASES = ("value", "gradient")
+PHASES = ("gradient", "value")
 
 
 def measure_one(n: int, size: int) -> dict:
@@ -37,21 +44,27 @@ def measure_one(n: int, size: int) -> dict:
     fn = P.straight_line_function(n)
     x = np.random.default_rng(0).uniform(-1, 1, size) if size else 0.3
     out = {}
+    before = dict(clock.total)
+    w0, c0 = time.perf_counter(), time.process_time()
     f = sg.differentiate(fn, wrt=0)
-    for phase, call in (("value", f), ("gradient", f.grad)):
-        before = dict(clock.total)
-        c0 = time.thread_time()
-        call(x)
-        cpu = time.thread_time() - c0
+    for phase, call in (("gradient", lambda: f.grad(x)), ("value", lambda: f(x))):
+        if phase != "gradient":
+            before = dict(clock.total)
+            w0, c0 = time.perf_counter(), time.process_time()
+        call()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         stages = {k: clock.total[k] - before[k] for k in clock.total}
         stages["other"] = cpu - sum(stages.values())
         stages["total"] = cpu
-        times = []
-        for _ in range(7):
-            t = time.perf_counter()
-            call(x)
+        stages["wall"] = wall
+        times, cpus = [], []
+        for _ in range(15):
+            t, c = time.perf_counter(), time.process_time()
+            call()
             times.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
         stages["per call"] = float(np.median(times))
+        stages["per call cpu"] = float(np.median(cpus))
         out[phase] = stages
     return out
 
@@ -79,6 +92,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default="0,1000", help="0: a float; k: a length-k vector")
     ap.add_argument("--tree", action="append", metavar="LABEL=DIR")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if args.one:
@@ -87,15 +101,25 @@ def main(argv=None):
         return
     trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": ROOT}
     import compile_profile as P
-    cols = P.STAGES + ["other", "total", "per call"]
-    print(f"Machine: {P.machine()}; one fresh process per row, cold; ms (stages: CPU time)")
+    import startup
+    for root in trees.values():    # as installed copies are (see startup.byte_compile)
+        startup.byte_compile(root)
+    cols = P.STAGES + ["other", "total", "wall", "per call", "per call cpu"]
+    print(f"Machine: {P.machine()}; fresh processes, cold, {args.runs} per tree and row "
+          "(medians); ms (stages and total: CPU time)")
     print("| statements | x | phase | tree | " + " | ".join(cols) + " |")
     print("|" + "---|" * (4 + len(cols)))
     results = {}
     for size in map(int, args.shapes.split(",")):
         for n in map(int, args.sizes.split(",")):
-            for label, tree in trees.items():   # alternated, so that load touches each alike
-                r = results[n, size, label] = run_child(n, size, tree)
+            runs = {label: [] for label in trees}
+            for _ in range(args.runs):
+                for label, tree in trees.items():   # alternated: load touches each alike
+                    runs[label].append(run_child(n, size, tree))
+            for label in trees:
+                r = results[n, size, label] = {
+                    phase: {c: float(np.median([run[phase][c] for run in runs[label]]))
+                            for c in cols} for phase in PHASES}
                 for phase in PHASES:
                     row = [str(n), "float" if not size else f"({size},)", phase, label]
                     print("| " + " | ".join(row + [_ms(r[phase][c]) for c in cols]) + " |",

@@ -294,7 +294,8 @@ class KernelModule:
         bufs = sorted(bufs)
         # A body takes its buffers as noalias arguments (what lets the loop vectoriser widen
         # without overlap checks); a wide one (no IR passes to inform) reads their addresses
-        # from ptrs itself: ~100 stack-passed arguments a stage were a tenth of its code.
+        # from ptrs itself, where it uses them (wide_stage.emit): ~100 stack-passed arguments a
+        # stage were a tenth of its code.
         pointers = [] if wide else bufs
         fty = ir.FunctionType(ir.VoidType(), [PTR] * (len(pointers) + 1 + wide) + [I64, I64])
         suffix = wide_stage.SUFFIX if wide else ".body"   # (jit compiles .wide without IR passes)
@@ -312,10 +313,7 @@ class KernelModule:
         params.name, begin.name, end.name = "params", "begin", "end"
         b = ir.IRBuilder(body.append_basic_block("entry"))
         if wide:
-            ptrs = body.args[0]
-            ptrs.name = "ptrs"
-            argmap = {buf: b.load(b.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
-                                  name=f"buf{buf}") for buf in bufs}
+            body.args[0].name = "ptrs"
         d = len(st.shape)
         extents = [self.load_param(b, params, self.param(e), f"n{j}") for j, e in enumerate(st.shape)]
         extent0_slot = len(self.params) - d if d else None
@@ -326,12 +324,8 @@ class KernelModule:
                                     for sk in st.sinks):
             self._copies(b, st, loads, argmap, params, extent0_slot, begin, end)
         elif wide:
-            accesses = {x: self._access(b, argmap, params, d, v, f"in{i}")
-                        for i, (x, v) in enumerate(loads.items())}
-            sinks = [self._access(b, argmap, params, d, sk.dest, f"out{i}")
-                     for i, sk in enumerate(st.sinks)]
-            wide_stage.emit(self, b, st, accesses, sinks, self._constants(b, params, st), extents,
-                            begin, end)
+            wide_stage.emit(self, b, st, loads, body.args[0], params,
+                            self._constants(b, params, st), extents, begin, end)
         elif (_own_math_calls(st) > OUTLINE_MATH_CALLS and hasattr(self.math, "outlined")
               and not self.all_light):   # light, each function is one called definition anyway
             inline, self.math = self.math, self.math.outlined()

@@ -165,9 +165,9 @@ class Schedule:
 
     # -- stage selection -------------------------------------------------------------------------
     def loop_stage(self, shape, lo: int, joining: Node | None = None) -> int:   # (None: a sink)
-        for st in self.stages[lo:]:
-            if st.kind == "loop" and st.shape == shape and self.growth.takes(st.index, joining):
-                return st.index
+        for k in self.growth.loops(shape, lo):   # (the loops over shape that may take more)
+            if self.growth.takes(k, joining):
+                return k
         self.stages.append(Stage(len(self.stages), tuple(shape)))
         return len(self.stages) - 1
 

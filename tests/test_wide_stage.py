@@ -5,6 +5,7 @@ and of the reference back end; every length (a multiple of the SIMD width or not
 2-d loops with broadcast operands, and ranges split across threads (a stage of at most
 kernel.LIGHT_MAX_ITERATIONS is compiled light instead)."""
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -181,3 +182,140 @@ def test_bool_loads_and_stores(tmp_path):
     assert above.dtype == np.bool_
     np.testing.assert_allclose(values, ref_values, rtol=1e-12)
     np.testing.assert_array_equal(above, ref_above)
+
+
+_LOCAL = re.compile(r'%"[^"]*"|%[-a-zA-Z$._0-9]+')
+
+
+def _normalised(body: str) -> str:
+    """A function's text with its local names numbered in order of appearance, spaces
+    collapsed (llvmlite and codegen.text_builder name values differently)."""
+    names: dict = {}
+    body = _LOCAL.sub(lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), body)
+    return re.sub(r" +", " ", body)
+
+
+ALL_OPS = OPS + ("np.minimum({a}, {b}) * 0.5 + np.sign({b}) * 0.1 - np.cos({a}) * 0.2",
+                 "np.where(({a} < {b}) & ({b} != 0.5) | ({a} >= 0.9), {a}, -{b}) * 0.8"
+                 " + {a} ** 3 * 0.01 + 1.0 / {b} * 1e-3")
+
+
+def test_text_body_is_the_llvmlite_body(tmp_path, monkeypatch):
+    """codegen.text_builder writes a wide loop's body as llvmlite's IRBuilder would (the
+    lowering rules run on it unchanged): the same instructions, types and order, names
+    aside, for every op the statements use (arithmetic, comparisons, logical ops, where,
+    maximum/minimum, sign, abs, pow spellings, SIMD maths), 1-d and 2-d with broadcast rows,
+    the value's module and the gradient's."""
+    monkeypatch.setattr(sys.modules[__name__], "OPS", ALL_OPS)
+    cases = [(_function(tmp_path, statements=80), (np.linspace(-1, 1, 300),)),
+             (_function(tmp_path, broadcast=True), (np.ones((5, 13)), np.ones(5)))]
+    seen = ""
+    for fn, args in cases:
+        bodies = {}
+        for text_body in (True, False):
+            monkeypatch.setattr(wide_stage, "TEXT_BODY", text_body)
+            f = sg.differentiate(fn, wrt=0)
+            bodies[text_body] = [w for ir_text in (f.llvm_ir(*args), f.grad.llvm_ir(*args))
+                                 for w in _wide_bodies(ir_text)]
+        assert bodies[True] and "%_" in bodies[True][0] and "%_" not in bodies[False][0]
+        assert [_normalised(w) for w in bodies[True]] == [_normalised(w) for w in bodies[False]]
+        seen += "".join(bodies[True])
+    for instruction in ("fadd", "fsub", "fmul", "fdiv", "fneg", "fcmp olt", "fcmp une",
+                        "fcmp oge", "select", "and <", "or <", "@\"llvm.maximum", "@\"llvm.minimum",
+                        "@\"llvm.fabs", "@\"llvm.sqrt", "@\"_ZGV", "shufflevector",
+                        "llvm.masked.load", "llvm.masked.store"):
+        assert instruction in seen, instruction
+
+
+def test_every_store_follows_its_value(tmp_path):
+    """A wide step stores each value right after computing it (no SIMD maths call between
+    the two), so the values a stage writes are not live across the calls after them."""
+    fn = _function(tmp_path, statements=200)
+    x = np.random.default_rng(9).uniform(-1, 1, 500)
+    text = sg.differentiate(fn).grad.llvm_ir(x)
+    bodies = _wide_bodies(text)
+    assert bodies
+    checked = 0
+    for body in bodies:
+        lines = body.split("\n")
+        defined = {m.group(1): i for i, line in enumerate(lines)
+                   if (m := re.match(r'\s*(%\S+) = ', line))}
+        for i, line in enumerate(lines):
+            m = re.search(r'@"llvm\.masked\.store[^(]*\(<\d+ x double> (%[^,]+),', line)
+            if m is None or m.group(1) not in defined:
+                continue
+            start = defined[m.group(1)]
+            assert start < i and not any('@"_ZGV' in between for between in lines[start + 1:i])
+            checked += 1
+    assert checked > 10
+
+
+def test_code_generator_level_changes_no_bits(tmp_path, monkeypatch):
+    """A prevectorised module is compiled by the -O1 code generator (jit.codegen_level): the
+    IR fixes every operation and its order, so the results are -O3's to the bit."""
+    fn = _function(tmp_path, statements=120)
+    x = np.random.default_rng(10).uniform(-1, 1, 203)
+    text = sg.differentiate(fn).grad.llvm_ir(x)
+    parts = module_split.split(text)
+    assert any(jit.is_prevectorised(p) and jit.codegen_level(p) == 1 for p in parts)
+    assert jit.machine_for(next(p for p in parts if jit.is_prevectorised(p))) \
+        is jit.target()["tm_wide"]
+    value, grad, _ = _results(fn, (x,))
+    key_of = jit.key_of
+    monkeypatch.setattr(jit, "codegen_level", lambda t: 0 if jit.is_light(t) else 3)
+    monkeypatch.setattr(jit, "key_of", lambda t: key_of(t + "\n; -O3\n"))   # compiled anew
+    ref_value, ref_grad, _ = _results(fn, (x,))
+    assert np.float64(value).tobytes() == np.float64(ref_value).tobytes()
+    assert grad.tobytes() == ref_grad.tobytes()
+
+
+def test_codegen_level_reads_the_text():
+    wide = 'define internal void @"s0.wide"(ptr %"p") nounwind\n{\nret void\n}\n'
+    light = 'define internal void @"s1.body"(ptr %"p") noinline nounwind optnone\n{\nret void\n}\n'
+    cooked = 'define internal void @"s2.body"(ptr %"p") nounwind\n{\nret void\n}\n'
+    assert jit.codegen_level(wide + light) == 1
+    assert jit.codegen_level(light) == 0
+    assert jit.codegen_level(wide + cooked) == 3
+
+
+def test_addresses_are_read_where_used(tmp_path):
+    """A wide step reads each buffer's address from the stage's table right before the load
+    or store that uses it, not once in the function's entry (hundreds of values live across
+    the loop made register allocation superlinear in the stage's streams)."""
+    fn = _function(tmp_path, broadcast=True)
+    rng = np.random.default_rng(12)
+    x, y = rng.uniform(-1, 1, (5, 13)), rng.uniform(-1, 1, 5)
+    for body in _wide_bodies(sg.differentiate(fn).grad.llvm_ir(x, y)):
+        entry = body.split("\nentry:\n", 1)[1].split("\nloop0.head:\n", 1)[0]
+        assert "= load ptr" not in entry
+        step = body.split("\nloop1.body:\n", 1)[1]
+        masked = re.findall(r'@"llvm\.masked\.(?:load|store)[^(]*\((?:<[^>]+> %\S+, )?ptr (%[^,]+)',
+                            step)
+        assert masked
+        for base in masked:
+            assert re.search(rf"^\s*{re.escape(base)} = getelementptr", step, re.M)
+        assert step.count("= load ptr") >= len(set(masked))
+
+
+def test_loop_search_skips_only_loops_that_take_nothing(tmp_path, monkeypatch):
+    """Schedule.loop_stage asks only the loops Growth.loops lists (a loop leaves the list
+    when it can take no more work): it finds the loop a scan of every later stage finds, and
+    asks far fewer of them in long code."""
+    original = schedule.Schedule.loop_stage
+    asked = {"listed": 0, "all": 0}
+
+    def checked(self, shape, lo, joining=None):
+        scan = next((st.index for st in self.stages[lo:] if st.kind == "loop"
+                     and st.shape == shape and self.growth.takes(st.index, joining)), None)
+        asked["listed"] += len(list(self.growth.loops(shape, lo)))
+        asked["all"] += len(self.stages) - lo
+        k = original(self, shape, lo, joining)
+        assert k == (len(self.stages) - 1 if scan is None else scan)
+        return k
+
+    monkeypatch.setattr(schedule.Schedule, "loop_stage", checked)
+    fn = _function(tmp_path, statements=400)
+    x = np.random.default_rng(13).uniform(-1, 1, 300)
+    f = sg.differentiate(fn)
+    assert _wide_bodies(f.grad.llvm_ir(x))
+    assert asked["listed"] < asked["all"] / 2
