@@ -201,8 +201,10 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
 
     Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
     kernel can live in one execution engine. A library the text declares and the math target
-    holds pending (``CPUMath.add_library``) is linked first: compiled in the same pool of
-    threads as the text's own parts, or fetched from the disk cache under its own key.
+    holds pending (``CPUMath.add_library``: the copy loop, the matmul kernels, the far and
+    out-of-line maths), and any the library declares in turn, is linked first: compiled in
+    the same pool of threads as the text's own parts, or fetched from the disk cache under
+    its own key.
     """
     st = _init()
     key = key_of(text)
@@ -211,12 +213,13 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
         if hit is not None:
             STATS["memory_hits"] += 1
             return key, hit
-        libraries = st["math"].pending_in(text)
-        st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
+        libraries = st["math"].pending_in(text)       # each after the libraries it calls
+        for t in [lib.text for lib in libraries] + [text]:
+            st["math"].bind(t, llvm.add_symbol)   # the C functions it calls, before linking
         module = _Job(text, symbols, key=key)
         if module.obj is None and not compile:
             return key, None
-        jobs = [_Job(lib_text, [local], public) for public, (lib_text, local) in libraries]
+        jobs = [_Job(lib.text, sorted(lib.public.values()), lib.public) for lib in libraries]
         jobs.append(module)
         todo = [job for job in jobs if job.obj is None]
         if todo:
@@ -230,18 +233,19 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
         for job in jobs:
             addrs = job.link(st["engine"])
             st["kernels"][job.key] = addrs
-            if job.public is not None:
-                st["math"].linked(job.public, addrs[job.symbols[0]])
+            for public, local in job.public.items():
+                st["math"].linked(public, addrs[local])
         return key, addrs
 
 
 class _Job:
     """One text jit.load links: its key, its machine code (read from the disk here, else
-    compiled by jit.load), and for a library the public name its function is bound to."""
+    compiled by jit.load), and for a library {public name: its sg_ symbol} (each bound to
+    its function once linked)."""
 
-    def __init__(self, text: str, symbols: list[str], public: str | None = None,
+    def __init__(self, text: str, symbols: list[str], public: dict | None = None,
                  key: str | None = None):
-        self.text, self.symbols, self.public = text, symbols, public
+        self.text, self.symbols, self.public = text, symbols, public or {}
         self.key = key or key_of(text)
         self.prefix = f"k{self.key[:20]}_"
         self.obj = _read_disk(self.key)
@@ -330,10 +334,12 @@ def _compile_private(text: str) -> bytes:
 
 def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
     """The parts' objects in part order; ``threads - 1`` helper threads and this one take
-    parts in order. The first failing part (in part order) raises."""
+    parts costliest first (a library and a module's parts share the pool: the longest one
+    starts at once, the short ones fill the other threads). The first failing part (in part
+    order) raises."""
     results: list = [None] * len(parts)
     failures: dict[int, BaseException] = {}
-    queue = iter(range(len(parts)))
+    queue = iter(sorted(range(len(parts)), key=lambda k: (-module_split.cost(parts[k]), k)))
     take = threading.Lock()
 
     def work():
