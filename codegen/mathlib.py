@@ -33,7 +33,7 @@ from llvmlite import ir
 from . import f32math
 from .f32math import OWN_F32
 from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
-    OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved, _own_library_module,
+    OWN_F64, _define, _far_libraries, _far_name, _mark_no_caller_saved, _own_library_module,
     _own_loops, _own_name)
 
 # op name -> C math function name (double version; the float one appends "f"). The one list of
@@ -180,13 +180,14 @@ class CPUMath(MathTarget):
         return super().call(builder, op, dtype, args)
 
     def far_library(self) -> None:
-        """Hold the far-argument library for this target pending (see add_library), once per
-        process and reduction: jit.load compiles (or fetches) it with the first kernel that
-        declares one of its functions, in the same pool of threads as that kernel's parts."""
+        """Hold the far-argument libraries for this target pending (see add_library), once
+        per process and reduction: jit.load compiles (or fetches) the checks of each function
+        a kernel declares, and the code they share, with the first kernel that declares one,
+        in the same pool of threads as that kernel's parts."""
         if self.fma in self._far_loaded:
             return
-        text, public = _far_library_text(self)
-        self.add_library_module(text, public, replace=True)
+        for text, public in _far_libraries(self):
+            self.add_library_module(text, public, replace=True)
         self._far_loaded.add(self.fma)
 
     def own_library(self, op: str) -> str:

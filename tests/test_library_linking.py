@@ -42,12 +42,17 @@ def _kernels(batch):
 
 def test_the_far_library_compiles_with_the_first_kernel_that_calls_it(compiles):
     def f(x):
-        return np.sum(np.sin(x) * 1.375 + np.cos(x) * 0.625)
+        return np.sum(np.sin(x) * 1.375 + x * 0.625)
     x = np.concatenate([np.linspace(-3.0, 3.0, 201), [1e10, -3e15, 7e22]])   # far lanes too
     got = sg.grad(f)(x)
-    with_far = [b for b in compiles if "symgrad_far" in b]
+    with_far = [b for b in compiles if "symgrad_far_core" in b]
     assert len(with_far) == 1, compiles
-    assert _kernels(with_far[0]), "compiled beside the kernel, not on its own before it"
+    batch = with_far[0]
+    assert _kernels(batch), "compiled beside the kernel, not on its own before it"
+    # the checks of the functions the gradient calls (cos; sin's own check is not called),
+    # each after the shared code they call; no tan
+    assert "symgrad_cos_far" in batch and "symgrad_tan_far" not in batch
+    assert batch.index("symgrad_far_core") < batch.index("symgrad_cos_far")
     want = sg.grad(f, target="python")(x)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
 
@@ -60,9 +65,9 @@ def test_an_out_of_line_function_links_after_the_far_library_it_calls(compiles):
     got = sg.grad(many)(x)
     batch = [b for b in compiles if "symgrad_cos_own" in b]     # the gradient's cos
     assert len(batch) == 1, compiles
-    assert "symgrad_far" in batch[0] and _kernels(batch[0])
+    assert "symgrad_cos_far" in batch[0] and _kernels(batch[0])
     # (a batch's texts are linked in its order: the far library before the function calling it)
-    assert batch[0].index("symgrad_far") < batch[0].index("symgrad_cos_own")
+    assert batch[0].index("symgrad_cos_far") < batch[0].index("symgrad_cos_own")
     math = jit.target()["math"]
     assert math.pending_in(f'declare double @"{math.own_library("cos")}"(double)\n') == []
     want = sg.grad(many, target="python")(x)
@@ -115,3 +120,21 @@ def test_the_pool_takes_the_costliest_text_first_and_keeps_their_order(monkeypat
     objects = jit._compile_parts(texts, 1)
     assert taken[0] == "m1"
     assert objects == [jit._compile_private(t) for t in texts]
+
+
+def test_the_shared_far_code_compiles_light_and_the_checks_with_the_pipeline():
+    """The Payne-Hanek code only far lanes reach is a library of optnone functions (the -O0
+    code generator, codegen.jit.is_light); the checks every call runs are optimised."""
+    from symgrad.codegen.f64math import _far_libraries
+    math = jit.target()["math"]
+    libraries = _far_libraries(math)
+    names = [_module_id(text) for text, _ in libraries]
+    assert names == ["symgrad_far_core", "symgrad_sin_far", "symgrad_cos_far", "symgrad_tan_far"]
+    core, checks = libraries[0], libraries[1:]
+    assert jit.is_light(core[0]) and jit.machine_for(core[0]) is jit.target()["tm_light"]
+    for text, public in checks:
+        assert not jit.is_light(text)
+        for name in core[1]:       # the checks call the shared code by its public names
+            if f'@"{name}"(' in text:
+                assert re.search(rf'^declare [^\n]*@"{name}"\(', text, re.M)
+        assert len(public) == 1 + len(math.isas)
