@@ -138,3 +138,19 @@ def test_the_shared_far_code_compiles_light_and_the_checks_with_the_pipeline():
             if f'@"{name}"(' in text:
                 assert re.search(rf'^declare [^\n]*@"{name}"\(', text, re.M)
         assert len(public) == 1 + len(math.isas)
+
+
+def test_a_reused_target_machine_compiles_what_a_new_one_does(monkeypatch):
+    """The pool's threads reuse target machines (jit._take_machine): a text compiled by a
+    machine that compiled others before gives the object a new machine gives."""
+    x = np.linspace(-1.0, 1.0, 300)
+    g = sg.grad(lambda v: np.sum(np.exp(v) * np.tanh(v * 0.5)))
+    g(x)
+    text = g._inspect_entry(x).prepared["cpu"].program.text
+    monkeypatch.setattr(jit, "_machines", {})
+    fresh = jit._compile_private(text)
+    assert len(jit._machines[3]) == 1
+    other = _library("m", "symgrad_m")
+    jit._compile_private(other)
+    assert len(jit._machines[3]) == 1, "the machine was reused, not a second one made"
+    assert jit._compile_private(text) == fresh
