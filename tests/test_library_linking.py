@@ -154,3 +154,25 @@ def test_a_reused_target_machine_compiles_what_a_new_one_does(monkeypatch):
     jit._compile_private(other)
     assert len(jit._machines[3]) == 1, "the machine was reused, not a second one made"
     assert jit._compile_private(text) == fresh
+
+
+def test_the_ptx_emulation_links_the_pending_far_maths_it_calls():
+    """codegen.ptx_emulate links its machine code itself (not through jit.load): the far
+    libraries its kernels declare are linked before them (CPUMath.link_pending); unlinked,
+    the far check's call went to address 0."""
+    from symgrad import ops
+    from symgrad.codegen import ptx_emulate
+    from symgrad.emit_python import compile_python
+    from symgrad.ir import Graph, make
+    from symgrad.runtime import finish
+    math = ptx_emulate._init()["math"]
+    math._far_loaded.clear()           # its far libraries pending again, as in a new process
+    x = make("arg", (), (0, "x", "float64", (7,)))
+    g = Graph("far", ("x",), (x,), (ops.add(ops.sin(x), ops.cos(x)),), 0)
+    values = [np.array([0.5, -2.0, 1e10, -3e15, 7e22, 3.0, 1e300])]
+    got = ptx_emulate.run(g, values)
+    assert not math.pending_in('declare double @"symgrad_sin_far"(double)\n'
+                               'declare double @"symgrad_sin_far_fma"(double)\n')
+    fn, _ = compile_python(g)
+    want = finish(fn(*values), g, values)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
