@@ -337,7 +337,7 @@ def texts_profile(name: str, runs: int):
             raise RuntimeError(run.stderr[-2000:])
         for row in json.loads(run.stdout.strip().splitlines()[-1]):
             rows.setdefault((row["module"], row["part"]), []).append(row)
-    print(f"| module | part | IR chars | functions | light | llvm opt | llvm codegen |")
+    print("| module | part | IR chars | functions | light | llvm opt | llvm codegen |")
     print("|---|---|---|---|---|---|---|")
     for (module, part), rs in rows.items():
         r = rs[0]

@@ -543,8 +543,8 @@ def _far_value(module: ir.Module, math: "CPUMath", tag: str) -> ir.Function:
 
 
 def _far_lanes(module: ir.Module, lanes: int, math: "CPUMath", tag: str) -> ir.Function:
-    """``symgrad_trig_far_lanes<n>(x, which)``: symgrad_trig_far on each far lane of x (the others are
-    left as they are: the caller selects the near lanes' own result)."""
+    """``symgrad_trig_far_lanes<n>(x, which)``: symgrad_trig_far on each far lane of x (the
+    others are left as they are: the caller selects the near lanes' own result)."""
     name = f"sg_symgrad_trig_far_lanes{lanes}{tag}"
     fn = module.globals.get(name)
     if fn is not None:

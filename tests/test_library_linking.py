@@ -176,3 +176,32 @@ def test_the_ptx_emulation_links_the_pending_far_maths_it_calls():
     fn, _ = compile_python(g)
     want = finish(fn(*values), g, values)
     np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+def test_far_values_are_the_same_whichever_code_generator_compiles_the_shared_code(
+        compiles, monkeypatch):
+    """The shared far code is optnone: the -O0 code generator (light, as it is compiled) and
+    the -O3 one select the same instructions for it, so every far value is bit for bit the
+    same (sin, cos, tan, their gradients; inf and NaN too)."""
+    from symgrad.codegen.f64math import _far_libraries
+
+    def f(v):
+        return np.sin(v) * np.cos(v * 0.5) + np.tan(v * 0.25)
+    x = np.concatenate([[1e10, -3e15, 7e22, 1e300, -5e305, np.inf, np.nan, 0.5],
+                        np.geomspace(1e6, 1e200, 37)])
+    with np.errstate(all="ignore"):
+        light = [sg.differentiate(f)(x), sg.grad(lambda v: np.sum(f(v)))(x)]
+        math = jit.target()["math"]
+        libraries = _far_libraries(math)
+        core_text, core_public = libraries[0]
+        heavy = core_text + 'define void @"sg_not_light"() {\nentry:\n  ret void\n}\n'
+        assert jit.is_light(core_text) and not jit.is_light(heavy)
+        math.add_library_module(heavy, core_public, replace=True)
+        for text, public in libraries[1:]:
+            math.add_library_module(text, public, replace=True)
+        monkeypatch.setitem(jit.target(), "kernels", {})     # compile the kernels again
+        del compiles[:]
+        heavy_results = [sg.differentiate(f)(x), sg.grad(lambda v: np.sum(f(v)))(x)]
+    assert any("symgrad_far_core" in batch for batch in compiles)
+    for a, b in zip(light, heavy_results):
+        assert a.tobytes() == b.tobytes()
