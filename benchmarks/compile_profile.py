@@ -25,6 +25,7 @@ processes per case; the import of symgrad is not counted (its own row).
 
     python benchmarks/compile_profile.py [--cases gmm2,gmm10,w1,line1000] [--runs 3]
     python benchmarks/compile_profile.py --cprofile gmm20     # top functions of one case
+    python benchmarks/compile_profile.py --texts w1 --runs 5  # LLVM's time per module/part
 
 Cases: gmm2, gmm10, gmm20, gmm64 (ADBench GMM, K = 5/25/50/200, n = 1000, written as
 ADBench's definition reads), w1, w2, w3 (benchmarks/workloads.py), lstm (ADBench LSTM, l = 2,
@@ -323,6 +324,70 @@ def cprofile(name: str, top: int):
     pstats.Stats(prof).sort_stats("tottime").print_stats(top)
 
 
+def texts_profile(name: str, runs: int):
+    """LLVM's CPU time per text it compiled (a kernel's module or part, each library) for the
+    first gradient of ``name``, medians of ``runs`` fresh processes: which text costs what,
+    and which are compiled light (no IR pipeline, the -O0 code generator)."""
+    rows: dict = {}
+    for _ in range(runs):
+        env = dict(os.environ, SYMGRAD_NO_CACHE="1")
+        cmd = [sys.executable, __file__, "--one-texts", name]
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        if run.returncode != 0:
+            raise RuntimeError(run.stderr[-2000:])
+        for row in json.loads(run.stdout.strip().splitlines()[-1]):
+            rows.setdefault((row["module"], row["part"]), []).append(row)
+    print("| module | part | IR chars | functions | light | llvm opt | llvm codegen |")
+    print("|---|---|---|---|---|---|---|")
+    for (module, part), rs in rows.items():
+        r = rs[0]
+        opt = float(np.median([x["opt"] for x in rs]))
+        emit = float(np.median([x["codegen"] for x in rs]))
+        print(f"| {module} | {part} | {r['chars']} | {r['functions']} | "
+              f"{'yes' if r['light'] else 'no'} | {_fmt(opt)} | {_fmt(emit)} |")
+
+
+def measure_texts(name: str) -> list:
+    """(in the measuring process) one row per text LLVM compiled for ``name``'s first
+    gradient: its module's name, part number, size, and the CPU time of each step."""
+    import re
+    import symgrad as sg
+    import symgrad.codegen.llvm  # noqa: F401
+    from symgrad.codegen import jit
+    local = threading.local()
+    rows, lock = [], threading.Lock()
+    optimize, emit = jit._optimize, jit._emit
+    parts_of: dict = {}
+
+    def timed_optimize(text, tm, context=None):
+        t0 = time.thread_time()
+        try:
+            return optimize(text, tm, context)
+        finally:
+            m = re.search(r'^; ModuleID = "([^"]*)"', text, re.M)
+            module = m.group(1) if m else "?"
+            with lock:
+                part = parts_of[module] = parts_of.get(module, -1) + 1
+            local.row = dict(module=module, part=part, chars=len(text),
+                             functions=text.count("\ndefine "), light=jit.is_light(text),
+                             opt=time.thread_time() - t0, codegen=0.0)
+
+    def timed_emit(mod, tm):
+        t0 = time.thread_time()
+        try:
+            return emit(mod, tm)
+        finally:
+            row = local.row
+            row["codegen"] = time.thread_time() - t0
+            with lock:
+                rows.append(row)
+
+    jit._optimize, jit._emit = timed_optimize, timed_emit
+    fn, wrt, args = case(name)
+    sg.differentiate(fn, wrt=wrt).grad(*args)
+    return sorted(rows, key=lambda r: (r["module"], r["part"]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="gmm2,gmm10,gmm20,gmm64,w1,w2,w3,lstm,line1000,line2000,line4000")
@@ -330,6 +395,9 @@ def main(argv=None):
     ap.add_argument("--no-disk", action="store_true", help="skip the disk-cache rows")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--cprofile", metavar="CASE")
+    ap.add_argument("--texts", metavar="CASE", help="LLVM's time per compiled text (module, "
+                    "part, library) of one case, no disk cache, medians of --runs processes")
+    ap.add_argument("--one-texts", help=argparse.SUPPRESS)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--tree", action="append", metavar="LABEL=DIR",
@@ -342,6 +410,12 @@ def main(argv=None):
         return
     if args.cprofile:
         cprofile(args.cprofile, args.top)
+        return
+    if args.one_texts:
+        print(json.dumps(measure_texts(args.one_texts)))
+        return
+    if args.texts:
+        texts_profile(args.texts, args.runs)
         return
     trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": ROOT}
     import startup

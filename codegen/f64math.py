@@ -20,12 +20,13 @@ if TYPE_CHECKING:
     from .mathlib import CPUMath
 
 _NO_CALLER_SAVED = re.compile(r'^((define|declare) [^\n]*@"(_ZGV[a-z]N(4|8|16)v_symgrad_\w+_far'
-                              r'(_fma)?|sg_trig_far_lanes(4|8|16)(_fma)?)"\([^\n]*)$', re.M)
+                              r'(_fma)?|(sg_)?symgrad_trig_far_lanes(4|8|16)(_fma)?)"\([^\n]*)$',
+                              re.M)
 NO_CALLER_SAVED_GROUP = 'attributes #899 = { "no_caller_saved_registers" }'
 
 
 def _mark_no_caller_saved(text: str, groups: list[str]) -> str:
-    """Give the 256- and 512-bit far-argument helpers (``_far_library``) the x86
+    """Give the 256- and 512-bit far-argument helpers (``_far_libraries``) the x86
     ``no_caller_saved_registers`` attribute, on their definitions and on the kernels'
     declarations (llvmlite has no string function attributes, hence the text edit). Not the
     scalar and 2-lane ones: LLVM ends a function whose result is narrower than 256 bits with
@@ -396,7 +397,7 @@ FAR_FUNCTIONS = {"sin": 0, "cos": 1, "tan": 2}     # the shared far code's selec
 
 def _far_helper(module: ir.Module, cname: str, math: "CPUMath") -> ir.Function:
     """The declaration of ``symgrad_<cname>_far(x)``: sin, cos or tan where |x| >
-    REDUCE_MAX, else 0, from the far library (``_far_library``, compiled once per process).
+    REDUCE_MAX, else 0, from the far libraries (``_far_libraries``, compiled once per process).
 
     It stays a call with SIMD versions of our own, ``_ZGV<isa>N<lanes>v_...``, that the loop
     vectoriser substitutes like libmvec's, so the loop around stays vectorised. Each tests
@@ -424,28 +425,66 @@ def _far_name(cname: str, math: "CPUMath") -> str:
     return f"symgrad_{cname}_far" + ("_fma" if math.fma else "")
 
 
-def _far_library_text(math: "CPUMath") -> tuple[str, dict[str, str]]:
-    """The far library's module text and {public symbol: its sg_ name in the module}."""
-    d = ir.DoubleType()
-    module = ir.Module(name="symgrad_far")
+def _far_libraries(math: "CPUMath") -> list[tuple[str, dict[str, str]]]:
+    """The far libraries' module texts, each with {public symbol: its sg_ name in the
+    module}: the shared Payne-Hanek code (``_far_core_text``), then per function of
+    FAR_FUNCTIONS its checks (``_far_checks_text``), which call the shared code. A kernel
+    that calls only sin and cos compiles no tan checks."""
+    return [_far_core_text(math)] + [_far_checks_text(math, cname) for cname in FAR_FUNCTIONS]
+
+
+def _far_core_name(lanes: int, math: "CPUMath") -> str:
+    tag = "_fma" if math.fma else ""
+    return f"symgrad_trig_far{tag}" if lanes == 1 else f"symgrad_trig_far_lanes{lanes}{tag}"
+
+
+def _far_core_text(math: "CPUMath") -> tuple[str, dict[str, str]]:
+    """``symgrad_trig_far(x, which)`` and its lane loops, a library of optnone functions
+    only (codegen.jit.is_light: no IR pipeline, the -O0 code generator, a fraction of the
+    -O3 one's time on this long code). Only far lanes get here; optnone, its instructions are
+    selected alike by either code generator, so its results are the same."""
+    module = ir.Module(name="symgrad_far_core")
     tag = "_fma" if math.fma else ""
     public = {}
-    for cname, code in FAR_FUNCTIONS.items():
-        which = ir.Constant(ir.IntType(32), code)
-        scalar = _far_name(cname, math)
-        versions = [(scalar, d, _far_value(module, math, tag))]
-        versions += [(name, ir.VectorType(d, lanes), _far_lanes(module, lanes, math, tag))
-                     for name, lanes in math.variants(cname + "_far", "float64", 1)]
-        for name, ty, slow in versions:
-            local = "sg_" + name            # jit.load hands out sg_ symbols
-            public[name] = local
-            fn = _far_function(module, local, [ty])
-            fn.linkage = ""                  # exported from the library
-            b = ir.IRBuilder(fn.append_basic_block("entry"))
-            x = fn.args[0]
-            zero = ir.Constant(ty, [0.0] * ty.count if isinstance(ty, ir.VectorType) else 0.0)
-            b.ret(_if_far(b, _any_lane(b, _is_far(b, x)),
-                          lambda: b.call(slow, [x, which], name="far"), zero))
+    scalar = _far_value(module, math, tag)
+    fns = [(1, scalar)] + [(lanes, _far_lanes(module, lanes, math, tag))
+                           for lanes in sorted({n for _, n in _far_widths(math)})]
+    for lanes, fn in fns:
+        fn.linkage = ""                      # exported: the checks' libraries call them
+        public[_far_core_name(lanes, math)] = fn.name
+    groups = []
+    text = _mark_no_caller_saved(str(module), groups)
+    return text + "\n" + "\n".join(groups) + "\n", public
+
+
+def _far_widths(math: "CPUMath") -> list[tuple[str, int]]:
+    """(SIMD name of sin's far check, lanes) for this target's vector widths."""
+    return math.variants("sin_far", "float64", 1)
+
+
+def _far_checks_text(math: "CPUMath", cname: str) -> tuple[str, dict[str, str]]:
+    """The far checks of one function, scalar and SIMD: each tests all lanes at once and
+    calls the shared code (``_far_core_text``) only when one lane is far."""
+    d, i32 = ir.DoubleType(), ir.IntType(32)
+    module = ir.Module(name=f"symgrad_{cname}_far")
+    which = ir.Constant(i32, FAR_FUNCTIONS[cname])
+    public = {}
+    scalar = _far_name(cname, math)
+    versions = [(scalar, d, 1)]
+    versions += [(name, ir.VectorType(d, lanes), lanes)
+                 for name, lanes in math.variants(cname + "_far", "float64", 1)]
+    for name, ty, lanes in versions:
+        slow = ir.Function(module, ir.FunctionType(ty, [ty, i32]), _far_core_name(lanes, math))
+        slow.attributes.add("nounwind")
+        local = "sg_" + name            # jit.load hands out sg_ symbols
+        public[name] = local
+        fn = _far_function(module, local, [ty])
+        fn.linkage = ""                  # exported from the library
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        x = fn.args[0]
+        zero = ir.Constant(ty, [0.0] * ty.count if isinstance(ty, ir.VectorType) else 0.0)
+        b.ret(_if_far(b, _any_lane(b, _is_far(b, x)),
+                      lambda: b.call(slow, [x, which], name="far"), zero))
     groups = []
     text = _mark_no_caller_saved(str(module).replace('@"sg__ZGV', '@"_ZGV'), groups)
     text = text.replace('@"_ZGV', '@"sg__ZGV')      # (the mark matches the public names)
@@ -482,9 +521,9 @@ def _any_lane(b, far):
 
 
 def _far_value(module: ir.Module, math: "CPUMath", tag: str) -> ir.Function:
-    """``sg_trig_far(x, which)``: sin, cos or tan (FAR_FUNCTIONS) of a far argument through
+    """``symgrad_trig_far(x, which)``: sin, cos or tan (FAR_FUNCTIONS) of a far argument through
     the Payne-Hanek reduction, NaN for inf; scalar code, one copy in the library."""
-    name = "sg_trig_far" + tag
+    name = "sg_symgrad_trig_far" + tag
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -504,9 +543,9 @@ def _far_value(module: ir.Module, math: "CPUMath", tag: str) -> ir.Function:
 
 
 def _far_lanes(module: ir.Module, lanes: int, math: "CPUMath", tag: str) -> ir.Function:
-    """``sg_trig_far_lanes<n>(x, which)``: sg_trig_far on each far lane of x (the others are
-    left as they are: the caller selects the near lanes' own result)."""
-    name = f"sg_trig_far_lanes{lanes}{tag}"
+    """``symgrad_trig_far_lanes<n>(x, which)``: symgrad_trig_far on each far lane of x (the
+    others are left as they are: the caller selects the near lanes' own result)."""
+    name = f"sg_symgrad_trig_far_lanes{lanes}{tag}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn

@@ -15,7 +15,7 @@ the directory you set).
 
 A large module is compiled as several parts (``codegen.module_split``, a function of the text
 alone) on up to as many threads as the process may use CPUs, each part in its own LLVM
-context and target machine (see :class:`_PrivateLLVM`); the parts' objects are one cache entry
+context and target machine (see codegen.llvm_lock); the parts' objects are one cache entry
 and are linked as one image. The machine code does not depend on the thread count.
 
 ``SYMGRAD_PRECISE_MATH=1`` (read once per process) compiles transcendental functions as calls
@@ -34,6 +34,7 @@ import time
 from symgrad import gc_pause, settings
 
 from . import diskcache, host_cpu, linker, module_split
+from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-8"   # (-8: wide stages store values early, compiled at -O1)
@@ -109,8 +110,9 @@ def _fork_parent():
 
 
 def _fork_child():
-    global _lock
+    global _lock, _machines_lock
     _lock = threading.RLock()
+    _machines_lock = threading.Lock()   # (a thread of the parent may have held it)
 
 
 os.register_at_fork(before=_fork_prepare, after_in_parent=_fork_parent, after_in_child=_fork_child)
@@ -214,7 +216,7 @@ def _optimize(text: str, tm, context=None):
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
-    for obj in (mpm, pb, pto):    # now, while this thread may touch LLVM (_PrivateLLVM)
+    for obj in (mpm, pb, pto):    # now, while this thread may touch LLVM (llvm_lock)
         obj.close()
     return mod
 
@@ -235,10 +237,12 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
 
     Symbols in the text start with ``sg_``; they are renamed to ``k<key>_`` so that every
     kernel can live in one namespace. A library the text declares and the math target
-    holds pending (``CPUMath.add_library``) is linked first: compiled in the same pool of
-    threads as the text's own parts, or fetched from the disk cache under its own key.
-    Machine code is loaded by codegen.elf_load (no LLVM at all on a disk hit), else, where
-    that declines an object, by LLVM's MCJIT engine; the symbols of either resolve in both.
+    holds pending (``CPUMath.add_library``: the copy loop, the matmul kernels, the far and
+    out-of-line maths), and any the library declares in turn, is linked first: compiled in
+    the same pool of threads as the text's own parts, or fetched from the disk cache under
+    its own key. Machine code is loaded by codegen.elf_load (no LLVM at all on a disk hit),
+    else, where that declines an object, by LLVM's MCJIT engine; the symbols of either
+    resolve in both.
     """
     st = target()
     key = key_of(text)
@@ -247,12 +251,13 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
         if hit is not None:
             STATS["memory_hits"] += 1
             return key, hit
-        libraries = st["math"].pending_in(text)
-        st["math"].bind(text)      # the C functions it calls, before linking
+        libraries = st["math"].pending_in(text)       # each after the libraries it calls
+        for t in [lib.text for lib in libraries] + [text]:
+            st["math"].bind(t)      # the C functions it calls, before linking
         module = _Job(text, symbols, key=key)
         if module.obj is None and not compile:
             return key, None
-        jobs = [_Job(lib_text, [local], public) for public, (lib_text, local) in libraries]
+        jobs = [_Job(lib.text, sorted(lib.public.values()), lib.public) for lib in libraries]
         jobs.append(module)
         todo = [job for job in jobs if job.obj is None]
         if todo:
@@ -266,18 +271,19 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
         for job in jobs:
             addrs = job.link()
             st["kernels"][job.key] = addrs
-            if job.public is not None:
-                st["math"].linked(job.public, addrs[job.symbols[0]])
+            for public, local in job.public.items():
+                st["math"].linked(public, addrs[local])
         return key, addrs
 
 
 class _Job:
     """One text jit.load links: its key, its machine code (read from the disk here, else
-    compiled by jit.load), and for a library the public name its function is bound to."""
+    compiled by jit.load), and for a library {public name: its sg_ symbol} (each bound to
+    its function once linked)."""
 
-    def __init__(self, text: str, symbols: list[str], public: str | None = None,
+    def __init__(self, text: str, symbols: list[str], public: dict | None = None,
                  key: str | None = None):
-        self.text, self.symbols, self.public = text, symbols, public
+        self.text, self.symbols, self.public = text, symbols, public or {}
         self.key = key or key_of(text)
         self.prefix = f"k{self.key[:20]}_"
         self.obj = _read_disk(self.key)
@@ -348,32 +354,59 @@ def _emit(mod, tm) -> bytes:
 
 
 def _compile_private(text: str) -> bytes:
-    """One part, in an LLVM context and target machine of its own: what lets threads compile
-    at the same time (see _PrivateLLVM)."""
-    st = _init()
+    """One part, in an LLVM context of its own and a target machine no other thread is
+    using: what lets threads compile at the same time (see codegen.llvm_lock)."""
     llvm = _binding()
+    opt = codegen_level(text)
     with _private.calls():
-        tm = llvm.Target.from_triple(st["triple"]).create_target_machine(
-            cpu=st["cpu"], features=st["features"], opt=codegen_level(text),
-            reloc="static", codemodel="jitdefault")
+        tm = _take_machine(opt)
         context = llvm.create_context()
         mod = None
         try:
             mod = _optimize(text, tm, context)
-            return _emit(mod, tm)
+            obj = _emit(mod, tm)
+        except BaseException:
+            tm.close()
+            raise
         finally:
             if mod is not None:
                 mod.close()
             context.close()
-            tm.close()
+        _give_back(opt, tm)
+        return obj
+
+
+# Target machines the parts' threads compile with, free for the next part: one is made for
+# each thread that needs one at once and then reused (creating one costs ~0.7 ms a part).
+# A machine is used by one thread at a time; its code for a text is the same as a new one's.
+_machines: dict[int, list] = {}
+_machines_lock = threading.Lock()
+
+
+def _take_machine(opt: int):
+    with _machines_lock:
+        free = _machines.setdefault(opt, [])
+        if free:
+            return free.pop()
+    st = _init()
+    return _binding().Target.from_triple(st["triple"]).create_target_machine(
+        cpu=st["cpu"], features=st["features"], opt=opt, reloc="static",
+        codemodel="jitdefault")
+
+
+def _give_back(opt: int, tm) -> None:
+    with _machines_lock:
+        _machines[opt].append(tm)
 
 
 def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
     """The parts' objects in part order; ``threads - 1`` helper threads and this one take
-    parts in order. The first failing part (in part order) raises."""
+    parts costliest first (a library and a module's parts share the pool: the longest one
+    starts at once, the short ones fill the other threads). The first failing part (in part
+    order) raises."""
     results: list = [None] * len(parts)
     failures: dict[int, BaseException] = {}
-    queue = iter(range(len(parts)))
+    queue = iter(sorted(range(len(parts)), key=lambda k: (-module_split.cost(parts[k]), k)))
     take = threading.Lock()
 
     def work():
@@ -427,61 +460,7 @@ def unpack(data: bytes) -> list[bytes]:
     return objs
 
 
-class _PrivateLLVM:
-    """llvmlite serialises every call into LLVM behind one process-wide lock (its objects may
-    live in LLVM's global context, which is not thread-safe), so threads compiling at once
-    would take turns. LLVM itself is thread-safe for work in separate contexts with separate
-    target machines, which is all _compile_private does: inside ``calls()`` this thread's
-    llvmlite calls skip that lock. Every other thread still takes it, so any other use of
-    llvmlite in the process (another library, the engine) is serialised as before. Where
-    llvmlite's lock is not where this expects, the lock stays and parts simply take turns.
-    (Python's cycle collector could run, inside that window, the finalizer of another
-    owner's llvmlite object: _compile_parts turns automatic collection off meanwhile.)"""
-
-    def __init__(self):
-        self.mine = threading.local()
-        self.inner = None
-
-    def install(self):
-        try:
-            from llvmlite.binding import ffi
-            outer = ffi.lib._lock
-            inner = outer._lock
-        except AttributeError:
-            return
-        if self.inner is None and hasattr(inner, "acquire") and hasattr(inner, "release"):
-            self.inner = inner
-            outer._lock = self
-
-    def acquire(self, *args, **kwargs):
-        if getattr(self.mine, "private", False):
-            return True
-        return self.inner.acquire(*args, **kwargs)
-
-    def release(self):
-        if not getattr(self.mine, "private", False):
-            self.inner.release()
-
-    def __enter__(self):
-        self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def calls(self):
-        import contextlib
-
-        @contextlib.contextmanager
-        def scope():
-            self.mine.private = True
-            try:
-                yield
-            finally:
-                self.mine.private = False
-        return scope()
-
-
-_private = _PrivateLLVM()
+_private = PrivateLLVM()     # see codegen.llvm_lock
 
 
 def _disk_root() -> str | None:

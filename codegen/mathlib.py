@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import ctypes
 import re
+from typing import NamedTuple
 
 from llvmlite import ir
 
 from . import f32math
 from .f32math import OWN_F32
 from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
-    OWN_F64, _define, _far_library_text, _far_name, _mark_no_caller_saved, _own_library_module,
+    OWN_F64, _define, _far_libraries, _far_name, _mark_no_caller_saved, _own_library_module,
     _own_loops, _own_name)
 
 # op name -> C math function name (double version; the float one appends "f"). The one list of
@@ -105,6 +106,21 @@ class MathTarget:
 # library by CPUMath.bind.
 PRIVATE_PREFIX = "symgrad_"
 _PRIVATE_DECLARED = re.compile(r'^declare [^@]*@"?(' + PRIVATE_PREFIX + r'\w+)"?\(', re.M)
+# every function a module declares (a pending library's SIMD versions are _ZGV names)
+_DECLARED = re.compile(r'^declare [^@]*@"?([\w.]+)"?\(', re.M)
+
+
+# Every library symbol any CPUMath linked, with its address: the machine code is the
+# process's, so a library another math target linked (codegen.ptx_emulate's) resolves for
+# every kernel (CPUMath.bind copies it into its own addresses).
+_LINKED: dict[str, int] = {}
+
+
+class PendingLibrary(NamedTuple):
+    """A library module jit.load compiles with the first kernel that declares one of its
+    functions: its text and {name kernels declare: its sg_ name in the text}."""
+    text: str
+    public: dict
 
 
 def _load_library(soname: str, short: str, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
@@ -138,7 +154,7 @@ class CPUMath(MathTarget):
         self.fma = "+fma" in features.split(",")     # fused multiply-add in hardware
         self._far_loaded: set[bool] = set()        # far libraries loaded, by self.fma
         self._own_loaded: set[tuple] = set()       # (op, fma) of the out-of-line libraries
-        self._pending: dict[str, tuple[str, str]] = {}   # see add_library
+        self._pending: dict[str, PendingLibrary] = {}   # public name -> see add_library
         self.libm = _load_library("libm.so.6", "m")
         try:
             self.libmvec = _load_library("libmvec.so.1", "mvec", mode=ctypes.RTLD_GLOBAL)
@@ -168,20 +184,24 @@ class CPUMath(MathTarget):
         return super().call(builder, op, dtype, args)
 
     def far_library(self) -> None:
-        """Compile (or fetch from jit's cache) the far-argument library for this target, once
-        per process and reduction, and make its symbols resolvable by the kernels."""
+        """Hold the far-argument libraries for this target pending (see add_library), once
+        per process and reduction: jit.load compiles (or fetches) the checks of each function
+        a kernel declares, and the code they share, with the first kernel that declares one,
+        in the same pool of threads as that kernel's parts."""
         if self.fma in self._far_loaded:
             return
-        self.link(*_far_library_text(self))
+        for text, public in _far_libraries(self):
+            self.add_library_module(text, public, replace=True)
         self._far_loaded.add(self.fma)
 
     def own_library(self, op: str) -> str:
         """The public scalar symbol of our own float64 ``op`` out of line (its SIMD versions
-        are the ``_ZGV`` names :meth:`variants` gives), compiled or fetched from jit's cache
-        once per process, function and reduction, and bound for the kernels."""
+        are the ``_ZGV`` names :meth:`variants` gives); its library is held pending (see
+        add_library) once per process, function and reduction."""
         if (op, self.fma) not in self._own_loaded:
             module, public = _own_library_module(op, self)
-            self.link(_own_loops(finish_cpu_module(str(module), module.math_calls, self)), public)
+            text = _own_loops(finish_cpu_module(str(module), module.math_calls, self))
+            self.add_library_module(text, public, replace=True)
             self._own_loaded.add((op, self.fma))
         return _own_name(op, self)
 
@@ -189,32 +209,71 @@ class CPUMath(MathTarget):
         """A library function kernels declare as ``public``, defined as ``local`` (an sg_
         name) in the module ``text``: linked by jit.load with the first module that declares
         it, its compile in the same pool of threads as that module's parts."""
-        if public not in self.bound:
-            self._pending[public] = (text, local)
+        self.add_library_module(text, {public: local})
+
+    def add_library_module(self, text: str, public: dict[str, str],
+                           replace: bool = False) -> None:
+        """A library module of several functions: ``public`` maps each name kernels declare
+        to its sg_ name in ``text``; the first module that declares any of them links them
+        all. ``replace``: the names rebind even where bound already (a library rebuilt for
+        other vector widths, as tests do), else a bound name keeps its function."""
+        library = PendingLibrary(text, dict(public))
+        for name in public:
+            if replace:
+                self.addresses.pop(name, None)
+            if name not in self.bound:
+                self._pending[name] = library
 
     def has_library(self, public: str) -> bool:
         return public in self.bound or public in self._pending
 
-    def pending_in(self, text: str) -> list[tuple[str, tuple[str, str]]]:
-        """The pending libraries ``text`` declares, in name order."""
-        return sorted((sym, self._pending[sym]) for sym in set(_PRIVATE_DECLARED.findall(text))
-                      if sym in self._pending and sym not in self.bound)
+    def pending_in(self, text: str) -> list["PendingLibrary"]:
+        """The pending libraries ``text`` declares and, before each, those it declares in
+        turn (an out-of-line sin calls the far library): each once, every library after the
+        ones it calls, in the order of the names that first reach them."""
+        order: list[PendingLibrary] = []
+        placed: set[str] = set()                 # by text: a library's identity
+        # an iterative depth-first walk; a library is placed once all it calls are
+        stack = [(None, self._declared_pending(text))]
+        while stack:
+            library, callees = stack[-1]
+            if callees:
+                callee = callees.pop(0)
+                walking = {lib.text for lib, _ in stack if lib is not None}
+                if callee.text not in placed and callee.text not in walking:
+                    stack.append((callee, self._declared_pending(callee.text)))
+                continue
+            stack.pop()
+            if library is not None:
+                placed.add(library.text)
+                order.append(library)
+        return order
+
+    def _declared_pending(self, text: str) -> list["PendingLibrary"]:
+        """The distinct pending libraries of the names ``text`` declares, in name order."""
+        out: dict[str, PendingLibrary] = {}
+        for sym in sorted(set(_DECLARED.findall(text))):
+            library = self._pending.get(sym)
+            if library is not None:
+                out.setdefault(library.text, library)
+        return list(out.values())
 
     def linked(self, public: str, address: int) -> None:
         """``public`` now resolves to ``address`` for the kernels linked after it (CPUMath.bind
         leaves it alone)."""
         self.addresses[public] = address
+        _LINKED[public] = address
         self._pending.pop(public, None)
 
-    def link(self, text: str, public: dict[str, str]) -> None:
-        """Compile (or fetch from jit's caches) the library module ``text`` and make each of
-        its exported functions resolvable by the kernels linked after it: ``public`` maps the
-        name kernels declare (``symgrad_...``) to its ``sg_`` name in ``text`` (jit.load hands
-        out sg_ symbols)."""
+    def link_pending(self, text: str) -> None:
+        """Compile (or fetch from jit's caches) and bind now the pending libraries ``text``
+        declares, each after those it calls: for a caller that links its machine code itself
+        instead of through jit.load (codegen.ptx_emulate)."""
         from . import jit
-        _, addresses = jit.load(text, sorted(public.values()))
-        for name, local in public.items():
-            self.linked(name, addresses[local])
+        for library in self.pending_in(text):
+            _, addresses = jit.load(library.text, sorted(library.public.values()))
+            for public, local in library.public.items():
+                self.linked(public, addresses[local])
 
     def outlined(self) -> "OutlinedMath":
         return OutlinedMath(self)
@@ -237,6 +296,9 @@ class CPUMath(MathTarget):
         declared = _PRIVATE_DECLARED.findall(text)
         for sym in declared:
             if sym in self.bound or sym in self._pending:   # (pending: jit.load links it)
+                continue
+            if sym in _LINKED:          # another CPUMath linked it (codegen.ptx_emulate's)
+                self.addresses[sym] = _LINKED[sym]
                 continue
             library = library or {self.symbol(c, dt) for c in MATH_NAMES.values()
                                   for dt in ("float64", "float32")}

@@ -145,6 +145,13 @@ def _declaration(head: str) -> str:
     return "declare" + head[len("define"):close + 1]
 
 
+def cost(text: str) -> int:
+    """The estimated LLVM cost of ``text`` (the sum of its functions', as above): jit's pool
+    takes the costliest texts first, so that the longest one is not started last."""
+    parsed = _parse(text)
+    return len(text) if parsed is None else sum(f.cost for f in parsed[1])
+
+
 def split(text: str) -> list[str]:
     """The module as one or more texts that compile and link to the same functions."""
     parsed = _parse(text)

@@ -47,6 +47,7 @@ def compile_plan(graph):
     p = ptxmod.plan(graph)
     text = ptxmod.build_module(p, emulate_with=st["math"])
     with _lock:
+        st["math"].link_pending(text)            # the far maths it calls (mathlib)
         st["math"].bind(text, llvm.add_symbol)   # the C functions it calls, before linking
     mod = llvm.parse_assembly(text)
     mod.verify()

@@ -210,11 +210,15 @@ def _run(tmp_path, threads):
 
 def test_a_module_of_parts_is_one_disk_entry(tmp_path):
     first = _run(tmp_path, 2)
-    compiled = first["stats"]["compiles"]     # the gradient (and the sin/cos far library)
+    compiled = first["stats"]["compiles"]     # the gradient and the libraries it calls
     assert compiled >= 1 and first["stats"]["disk_writes"] == compiled
-    entries = [os.path.join(d, f) for d, _, files in os.walk(tmp_path / "cache") for f in files]
-    assert sum(open(e, "rb").read()[diskcache._HEAD:].startswith(jit.PARTS_MAGIC)
-               for e in entries) == 1
+    entries = [os.path.join(d, f) for d, _, files in os.walk(tmp_path / "cache") for f in files
+               if f.endswith(".o")]    # (not the .host entry: codegen.host_cpu)
+    # one entry per compiled text, however many parts it compiled as (at this PART_COST the
+    # far maths' check libraries split too, so the gradient is not the only text of parts)
+    assert len(entries) == compiled
+    assert any(open(e, "rb").read()[diskcache._HEAD:].startswith(jit.PARTS_MAGIC)
+               for e in entries)
     again = _run(tmp_path, 1)        # another thread count reads the same entries
     assert again["stats"]["compiles"] == 0 and again["stats"]["disk_hits"] == compiled
     assert again["x"] == first["x"] and again["w"] == first["w"]
