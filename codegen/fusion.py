@@ -199,16 +199,8 @@ COSTLY_MIN = 1024
 
 def computed_once(outputs) -> set:
     """The nodes no loop recomputes (``Schedule.once``): every loop but its home reads the
-    value from memory. The values comparisons read (:func:`compared_values`: their bits must
-    be the same everywhere) and those of :data:`COSTLY` ops of at least COSTLY_MIN elements
-    (storing is cheaper)."""
-    once = compared_values(outputs)
-    once.update(n for n in toposort(outputs) if n.op in COSTLY and n.size >= COSTLY_MIN)
-    return once
-
-
-def compared_values(outputs) -> set:
-    """Float nodes that a comparison or a max/min reduction reads.
+    value from memory. Those of :data:`COSTLY` ops of at least COSTLY_MIN elements (storing is
+    cheaper), and the float values a comparison or a max/min reduction reads:
 
     Recomputing a value in another loop need not reproduce its bits: LLVM widens each loop by
     its own vector width, and a SIMD libmvec function differs from the scalar one (or another
@@ -218,9 +210,11 @@ def compared_values(outputs) -> set:
     another, so no element matched and the gradient was 1/0. Such values are computed in one
     loop and stored; every other loop loads those very bits."""
     once = set()
-    for n in toposort(outputs):
+    for n in toposort(outputs):     # (one walk of the graph: it is as long as the program)
         if n.op in COMPARING:
             once.update(x for x in n.inputs if is_float(x.dtype))
+        if n.op in COSTLY and n.size >= COSTLY_MIN:
+            once.add(n)
     return once
 
 

@@ -262,10 +262,12 @@ def substitute(outputs: Iterable[Node], mapping: dict) -> list[Node]:
     return [memo[o] for o in outputs]
 
 
-def use_counts(outputs: Iterable[Node]) -> dict[Node, int]:
+def use_counts(outputs: Iterable[Node], order: list[Node] | None = None) -> dict[Node, int]:
+    """Users of each node of the graph of ``outputs``, an output counting as one. ``order``:
+    ``toposort(outputs)``, where the caller has it already."""
     counts: dict[Node, int] = {}
     outputs = list(outputs)
-    for node in toposort(outputs):
+    for node in toposort(outputs) if order is None else order:
         counts.setdefault(node, 0)
         for child in node.inputs:
             counts[child] = counts.get(child, 0) + 1

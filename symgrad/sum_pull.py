@@ -30,7 +30,7 @@ a node has one user is a property of the graph, not of the node.
 """
 from __future__ import annotations
 
-from .ir import FLOAT_DTYPES, Node, make, toposort
+from .ir import FLOAT_DTYPES, Node, make, toposort, use_counts
 from .shape_ops import reshape
 
 
@@ -41,7 +41,7 @@ def pull_sums(outputs: list, forward) -> tuple[list, dict]:
     candidates = [n for n in order if n.op == "sum" and n.inputs[0].op in _RULES]
     if not candidates:      # the common case: one walk of the graph, nothing else
         return list(outputs), {}
-    plans = _Plans(_use_counts(order, outputs), forward)
+    plans = _Plans(use_counts(outputs, order), forward)
     rewrite = {n for n in candidates if plans.plan(n) is not None}
     if not rewrite:
         return list(outputs), {}
@@ -54,18 +54,6 @@ def pull_sums(outputs: list, forward) -> tuple[list, dict]:
             new = plans.rewrite(node)
         memo[node] = new
     return [memo[o] for o in outputs], {k: v for k, v in memo.items() if k is not v}
-
-
-def _use_counts(order: list, outputs: list) -> dict:
-    """Users of each node of ``order`` (a topological order of ``outputs``), an output
-    counting as one."""
-    counts = dict.fromkeys(order, 0)
-    for node in order:
-        for child in node.inputs:
-            counts[child] += 1
-    for out in outputs:
-        counts[out] += 1
-    return counts
 
 
 class _Plans:

@@ -1,5 +1,5 @@
 """max/min of a computed value on target="cpu": the tie mask of the gradient compares the very
-bits that were reduced (codegen.fusion.compared_values), whatever vector width LLVM gives
+bits that were reduced (codegen.fusion.computed_once), whatever vector width LLVM gives
 each loop and whatever SIMD math variant it calls there."""
 import zlib
 
