@@ -331,13 +331,20 @@ def compile_objects(text: str) -> list[bytes]:
     _init()
     parts = module_split.split(text)
     if len(parts) == 1:
-        return [_emit(_optimize(text, machine_for(text)), machine_for(text))]
+        return [_compile_whole(text)]
     try:
         return _compile_parts(parts, min(len(parts), compile_threads()))
     except Exception as part_error:
-        _emit(_optimize(text, machine_for(text)), machine_for(text))   # raises its error
+        _compile_whole(text)      # raises its error
         raise RuntimeError("internal: a part of a split module failed to compile although "
                            "the whole module compiles") from part_error
+
+
+def _compile_whole(text: str) -> bytes:
+    """``text`` as one object, on this thread (its machine chosen once: codegen_level reads
+    the whole text)."""
+    tm = machine_for(text)
+    return _emit(_optimize(text, tm), tm)
 
 
 def compile_threads() -> int:
