@@ -120,7 +120,8 @@ def _expm1_body(b, x, math=None):
     t = _pow2(b, ks)
     near = b.fadd(b.fmul(t, p), b.fsub(t, one))
     far = b.fsub(_scale(b, b.fadd(one, p), k), one)
-    return b.select(small, near, far)
+    # expm1(-0) is -0 (near's sum of zeros is +0)
+    return b.select(b.fcmp_ordered("==", x, ir.Constant(d, 0.0)), x, b.select(small, near, far))
 
 
 

@@ -81,8 +81,9 @@ def _sign(cx, n, args):
     b, one, zero = cx.b, cx.const(1, n.dtype), cx.const(0, n.dtype)
     if n.dtype == "bool":
         return x
-    if is_float(n.dtype):   # NaN and +-0 map to themselves, as np.sign
-        pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
+    if is_float(n.dtype):   # as np.sign: NaN maps to itself, -0 and +0 to +0
+        rest = b.select(b.fcmp_ordered("==", x, zero), zero, x)
+        pos = b.select(b.fcmp_ordered(">", x, zero), one, rest)
         return b.select(b.fcmp_ordered("<", x, zero), cx.const(-1, n.dtype), pos, name="sign")
     gt = b.icmp_unsigned(">", x, zero) if is_unsigned(n.dtype) else b.icmp_signed(">", x, zero)
     out = b.select(gt, one, zero)

@@ -16,6 +16,8 @@ import numpy as np
 from .ir import make
 from .runtime import StaticLeaf, build_tree, map_tree, tree_paths, unflatten_tree, value_leaves
 
+MAX_NDIM = 32
+
 
 def _arg_node(i: int, name: str, value):
     if isinstance(value, bool) or isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
@@ -27,6 +29,9 @@ def _arg_node(i: int, name: str, value):
         if dtype not in ("float32", "float64", "bool") and value.dtype.kind not in "iu":
             raise TypeError(f"argument '{name}': unsupported dtype {value.dtype} "
                             "(use float32, float64, integer or bool arrays)")
+        if value.ndim > MAX_NDIM:
+            raise ValueError(f"argument '{name}': an array of {value.ndim} dimensions; symgrad "
+                             f"takes up to {MAX_NDIM} (NumPy's broadcasting functions stop there)")
         return make("arg", (), (i, name, dtype, tuple(value.shape)))
     if value is None or isinstance(value, (str, tuple, list, dict)) or callable(value):
         return None   # static (a function is called while tracing), or a pytree without data

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from . import ops, regions
+from . import guards as guard_table, ops, regions
 from .aliases import NO_BUFFERS, zero_d_buffers
 from .ir import Node, is_float
 from .while_loops import WhileLoops
@@ -58,38 +58,67 @@ class ControlFlow(WhileLoops):
         has_return = _contains(stmt.body + stmt.orelse, (ast.Return,))
         if has_return and frame.loop_depth:
             self.fail(stmt, "return inside a data-dependent if within a loop")
-        branches, returned, scopes = [], [], []
+        branches, returned, scopes, failed = [], [], [], []
         for body in (stmt.body, stmt.orelse):
             child = fork(frame)
             self.frames.append(child)
             self.open_guards()   # the guards of while loops in this side (symgrad.while_loops)
             try:
-                if has_return:   # run each branch with everything after it, then select
-                    rest = [s for block in cont for s in block]
-                    try:
-                        self.exec_block(body + rest, child, ())
-                        value = None
-                        returned.append(NO_BUFFERS)
-                    except Return as r:
-                        value = r.value
-                        returned.append(r.buffers)
-                    branches.append(value)
-                else:
-                    self.exec_block(body, child, ())
-                    branches.append(child)
+                try:
+                    self.trace_side(body, child, has_return, cont, branches, returned)
+                except (ValueError, TypeError, IndexError, ZeroDivisionError, NameError, KeyError,
+                        AttributeError) as e:
+                    key = guard_table.raised(e)
+                    if key is None or failed:   # not the user's error, or both sides raise
+                        raise
+                    failed.append((len(branches), key))
+                    branches.append(None)
+                    returned += [NO_BUFFERS] if has_return else []
             finally:
                 self.frames.pop()
                 scopes.append(self.close_guards())
             self.frame = frame
+        if failed:   # the other side is the value; taking this one raises (as NumPy, only then)
+            side, key = failed[0]
+            for table in (branches, returned, scopes) if has_return else (branches, scopes):
+                table[side] = table[1 - side]
         if has_return and any(scopes):
             self.fail(stmt, "a while loop on data in a data-dependent if whose branches return",
                       "assign the result to a variable and return it after the if")
         if has_return:
             value = self.merge(cond, branches[0], branches[1], stmt, "return value", frame)
+            self.raise_if_taken(cond, failed)
             raise Return(value, _merged_buffers(returned[0], returned[1], value, frame.source.loc(stmt)))
         keys = self.guards_into_sides(branches, scopes)
         self.join_branches(cond, branches[0], branches[1], stmt, frame)
         self.guards_out_of(frame, keys)
+        self.raise_if_taken(cond, failed)
+
+    def trace_side(self, body, child, has_return, cont, branches, returned):
+        """One side of a data-dependent ``if``: its frame (or, where the sides return, its
+        return value, run with everything after the if) appended to ``branches``."""
+        if not has_return:
+            self.exec_block(body, child, ())
+            branches.append(child)
+            return
+        rest = [s for block in cont for s in block]   # run with everything after it, then select
+        try:
+            self.exec_block(body + rest, child, ())
+            value, buffers = None, NO_BUFFERS
+        except Return as r:
+            value, buffers = r.value, r.buffers
+        branches.append(value)
+        returned.append(buffers)
+
+    def raise_if_taken(self, cond, failed):
+        """The error guard of a side that raised while tracing: true when that side is taken."""
+        if not failed:
+            return
+        side, key = failed[0]
+        taken = cond if cond.dtype == "bool" else ops.cast(cond, "bool")
+        if taken.ndim:
+            taken = ops.reduce("max", taken)
+        self.add_guard(key, taken if side == 0 else ops.logical_not(taken))
 
     def truth_value(self, cond: Node, stmt, what: str) -> Node:
         """``cond`` as one truth value where Python needs one (NumPy's ``bool(a)``): a

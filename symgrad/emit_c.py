@@ -47,7 +47,7 @@ _LIBM = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt":
 
 # Helpers a C compiler does not have, emitted only when used: {T} is the C type, {S} its suffix.
 _HELPERS = {
-    "sign_float": "static {T} sg_sign_{S}({T} x) {{ return x > 0 ? 1 : x < 0 ? -1 : x; }}",
+    "sign_float": "static {T} sg_sign_{S}({T} x) {{ return x > 0 ? 1 : x < 0 ? -1 : x == 0 ? 0 : x; }}",
     "sign_int": "static {T} sg_sign_{S}({T} x) {{ return (x > 0) - (x < 0); }}",
     "abs_int": "static {T} sg_abs_{S}({T} x) {{ return x < 0 ? -x : x; }}",
     # np.maximum / np.minimum propagate NaN (C's fmax does not); ties give the first operand

@@ -7,6 +7,8 @@ Output is deterministic (nodes are visited in topological order, names come from
 """
 from __future__ import annotations
 
+import math
+
 import keyword
 import os
 import re
@@ -114,7 +116,8 @@ class _Emitter:
     def spell_full(self, n: Node) -> tuple[str, int]:
         value, dtype, shape = n.attrs
         like = self.arg_shapes.get(shape)
-        word = {0: "zeros", 1: "ones"}.get(value) if not isinstance(value, bool) else None
+        signed_zero = isinstance(value, float) and math.copysign(1.0, value) < 0 and value == 0
+        word = None if isinstance(value, bool) or signed_zero else {0: "zeros", 1: "ones"}.get(value)
         if like and like[1] == dtype:
             if word:
                 return f"np.{word}_like({like[0]})", sp.ATOM

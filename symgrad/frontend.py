@@ -489,6 +489,7 @@ def _locate(e: Exception, loc: Loc) -> Exception:
     except Exception:
         return e
     new._symgrad_located = True
+    new._symgrad_at = (loc, str(e))   # where, and NumPy's own message (symgrad.guards.raised)
     return new
 
 

@@ -171,10 +171,32 @@ def is_error(key) -> bool:
     return isinstance(key, ErrorKey)
 
 
+# The kind of an error guard for an exception raised while tracing one side of an ``if`` on
+# data (a shape error on a side NumPy may never run): "raised <builtin type>: <message>"
+RAISED = "raised "
+_RAISED_TYPES = {t.__name__: t for t in (ValueError, TypeError, IndexError, ZeroDivisionError,
+                                         NameError, KeyError, AttributeError)}
+
+
+def raised(e: Exception):
+    """The error guard's key for ``e``, a located error of tracing (``_symgrad_at``: its
+    statement and NumPy's message), or None when ``e`` is not one: raised at run time when
+    the side that raised it is taken, as NumPy raises it only then."""
+    at = getattr(e, "_symgrad_at", None)
+    if at is None or type(e).__name__ not in _RAISED_TYPES or _RAISED_TYPES[type(e).__name__] is not type(e):
+        return None
+    loc, message = at
+    return ErrorKey(loc.filename, loc.lineno, loc.col, loc.text, f"{RAISED}{type(e).__name__}: {message}")
+
+
 def error_for(key: ErrorKey) -> Exception:
     """NumPy's exception, its message prefixed with the user's file and line (as the located
     errors of tracing are)."""
-    kind, message = ERRORS[key.kind]
+    if key.kind.startswith(RAISED):
+        name, message = key.kind[len(RAISED):].split(": ", 1)
+        kind = _RAISED_TYPES[name]
+    else:
+        kind, message = ERRORS[key.kind]
     return kind(f"{key.filename}:{key.lineno}: {message}\n    {key.text}")
 
 

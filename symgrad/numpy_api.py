@@ -15,6 +15,7 @@ import numpy as np
 
 from . import ops
 from .ir import Node
+from .op_base import _promote
 
 
 def _traced(values) -> bool:
@@ -106,7 +107,7 @@ def _logaddexp(a, b):
     tie (1/2 to each argument, 1/4 second order; an |a - b| form had abs'(0) = 0 inside), and
     the exp never overflows. Equal infinities give that infinity, as NumPy (their difference
     is nan)."""
-    a, b = ops.lift(a), ops.lift(b)
+    a, b = _promote((a, b), float_only=True)   # a Python number is weak: float32 stays float32
     a_larger = ops.ge(a, b)
     larger = ops.where(a_larger, a, b)
     gap = ops.where(a_larger, ops.sub(b, a), ops.sub(a, b))   # <= 0

@@ -13,6 +13,7 @@ from .ir import Node
 from .numpy_base import _as_array, _axis, unsupported
 from .numpy_layout import moveaxis
 from .numpy_sorting import inclusive_scan
+from .scans import sum_identity
 
 
 def _count(x: Node, axis) -> int:
@@ -320,7 +321,7 @@ UFUNC_METHODS = {
     "multiply.reduce": (np.multiply.reduce, _ufunc_reduce("multiply.reduce", "prod")),
     "maximum.reduce": (np.maximum.reduce, _ufunc_reduce("maximum.reduce", "max")),
     "minimum.reduce": (np.minimum.reduce, _ufunc_reduce("minimum.reduce", "min")),
-    "add.accumulate": (np.add.accumulate, _ufunc_accumulate("add.accumulate", ops.add, lambda d: 0)),
+    "add.accumulate": (np.add.accumulate, _ufunc_accumulate("add.accumulate", ops.add, sum_identity)),
     "multiply.accumulate": (np.multiply.accumulate,
                             _ufunc_accumulate("multiply.accumulate", ops.mul, lambda d: 1)),
     "maximum.accumulate": (np.maximum.accumulate,

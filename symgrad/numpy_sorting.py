@@ -23,7 +23,7 @@ from . import ops
 from .ir import INT_DTYPES, Node
 from .numpy_base import _as_array, _axis, _slice_along, unsupported
 from .numpy_layout import moveaxis
-from .scans import inclusive_scan
+from .scans import inclusive_scan, sum_identity
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,13 +241,14 @@ def _scan(name, combine, identity):
             raise unsupported(f"np.{name}(..., out=...)", "symgrad returns new arrays")
         x = _as_array(a)
         x, ax = _flattened(x, axis)
-        return inclusive_scan(ops.cast(x, _scan_dtype(x, dtype)), ax, combine, identity)
+        y = ops.cast(x, _scan_dtype(x, dtype))
+        return inclusive_scan(y, ax, combine, identity(y.dtype))
     build.__name__ = name
     return build
 
 
-cumsum = _scan("cumsum", ops.add, 0)
-cumprod = _scan("cumprod", ops.mul, 1)
+cumsum = _scan("cumsum", ops.add, sum_identity)
+cumprod = _scan("cumprod", ops.mul, lambda dtype: 1)
 
 # name -> (eager NumPy function, builder), merged into symgrad.numpy_api's tables
 FUNCTIONS = {

@@ -29,6 +29,12 @@ def _shifted(y: Node, axis: int, s: int, identity) -> Node:
     return concatenate([head, getitem(y, _along(y.ndim, axis, slice(0, y.shape[axis] - s)))], axis)
 
 
+def sum_identity(dtype: str):
+    """The additive identity: -0.0 for floats (-0 + x is x for every x; +0 would turn a
+    leading -0 into +0), 0 for integers."""
+    return -0.0 if dtype.startswith("float") else 0
+
+
 def inclusive_scan(y: Node, ax: int, combine, identity) -> Node:
     """y[i] = y[0] (combine) ... (combine) y[i] along ``ax``: ceil(log2 n) passes of
     y[i] = y[i] (combine) y[i - s], the first s entries combined with ``identity``."""

@@ -7,6 +7,10 @@ hash-consing already shares them. Dead code is whatever the outputs no longer re
 
 No ``x * 0 -> 0``: it is wrong for inf and nan, and reverse mode never creates numeric zeros.
 
+Some identities hold except for the sign of a zero result (``x + 0.0 -> x`` at x = -0,
+``-x + -y -> -(x + y)`` at x = -y, ``sum(-x) -> -sum(x)``): they apply to derivative nodes only,
+so the user's own computation keeps NumPy's signed zeros.
+
 Select sinking (derivative nodes only): the cotangent of a select is ``where(c, g, 0)``, and the
 rules of the ops below it would multiply that zero into their own factors, so the side not
 selected leaked in as ``0 * nan`` (``where(x > 0, sqrt(x), 0)`` at 0, Tangent's safe sqrt).
@@ -93,9 +97,9 @@ def _drop_broadcasts(n: Node) -> Node:
     return inner if inner.shape == n.shape else broadcast_to(inner, n.shape)
 
 
-def _sum(n):
+def _sum_of_negations(n):
     (a,) = n.inputs
-    if a.op == "neg":                           # sum(-x) -> -sum(x)
+    if a.op == "neg":                           # sum(-x) -> -sum(x) (a zero sum's sign flips)
         return neg(make("sum", (a.inputs[0],), n.attrs))
     return n
 
@@ -109,18 +113,29 @@ def _adds_leading_ones(r: Node) -> bool:
 
 def _add(n):
     a, b = n.inputs
-    if _is(b, 0) and _same_dtype(a, n):         # x + 0 -> x
-        return _widen(a, n)
-    if _is(a, 0) and _same_dtype(b, n):         # 0 + x -> x
+    if _is(b, 0) and _same_dtype(a, n) and _negative_zero_or_int(b):   # x + -0 -> x
+        return _widen(a, n)                     # (x + +0.0 is not: at x = -0 it is +0)
+    if _is(a, 0) and _same_dtype(b, n) and _negative_zero_or_int(a):   # -0 + x -> x
         return _widen(b, n)
-    if a.op == "neg" and b.op == "neg":         # -x + -y -> -(x + y)
-        return neg(add(a.inputs[0], b.inputs[0]))
     if b.op == "neg":                           # x + -y -> x - y
         return sub(a, b.inputs[0])
     if a.op == "neg":                           # -x + y -> y - x
         return sub(b, a.inputs[0])
     if a is b:                                  # x + x -> 2 * x (exact)
         return mul(2, a)
+    return n
+
+
+def _add_up_to_zero_sign(n):
+    """Rules exact except for the sign of a zero result (derivative nodes only): at x = -0,
+    x + 0.0 is +0 but x is -0; at x = -y, -x + -y is +0 but -(x + y) is -0."""
+    a, b = n.inputs
+    if _is(b, 0) and _same_dtype(a, n):         # x + 0 -> x
+        return _widen(a, n)
+    if _is(a, 0) and _same_dtype(b, n):         # 0 + x -> x
+        return _widen(b, n)
+    if a.op == "neg" and b.op == "neg":         # -x + -y -> -(x + y)
+        return neg(add(a.inputs[0], b.inputs[0]))
     for z, other in ((a, b), (b, a)):           # g + scatter(0, h, i) -> g with h added at i
         if z.op == "index_add" and _is(z.inputs[0], 0) and _same_type(other, n) and _same_type(z, n):
             return index_add(other, z.inputs[1], z.attrs[0])
@@ -135,7 +150,12 @@ def _sub(n):
         return neg(_widen(b, n))   # (+0.0 - x is not: at x = +0 it is +0, -x is -0)
     if b.op == "neg":                           # x - -y -> x + y
         return add(a, b.inputs[0])
-    if a.op == "neg":                           # -x - y -> -(x + y)
+    return n
+
+
+def _sub_up_to_zero_sign(n):
+    a, b = n.inputs
+    if a.op == "neg":                           # -x - y -> -(x + y) (at x = -y: -0, not +0)
         return neg(add(a.inputs[0], b))
     return n
 
@@ -311,9 +331,24 @@ def _sink_reshape(n):
                        for x in w.inputs[1:]))
 
 
-SINK_RULES = {"mul": _sink_product, "div": _sink_product, "add": _sink_sum_of_selects,
-              "sub": _sink_sum_of_selects, "neg": _sink_neg, "cast": _sink_cast,
-              "sum": _sink_sum, "reshape": _sink_reshape}
+def _first(*rules):
+    """The rule that tries ``rules`` in turn and returns the first rewrite."""
+    def rule(n):
+        for r in rules:
+            m = r(n)
+            if m is not n:
+                return m
+        return n
+    return rule
+
+
+# Derivative nodes only: select sinking, and the rules exact up to the sign of a zero result
+# (a derivative's zero has no sign to keep: reverse mode adds cotangents in any order).
+DERIVATIVE_RULES = {"mul": _sink_product, "div": _sink_product,
+                    "add": _first(_add_up_to_zero_sign, _sink_sum_of_selects),
+                    "sub": _first(_sub_up_to_zero_sign, _sink_sum_of_selects),
+                    "neg": _sink_neg, "cast": _sink_cast,
+                    "sum": _first(_sum_of_negations, _sink_sum), "reshape": _sink_reshape}
 
 
 def _region(n):
@@ -321,7 +356,7 @@ def _region(n):
     return simplify_region(n, lambda outputs, forward: simplify_nodes(outputs, None, forward))
 
 
-RULES = {"loop": _region, "cond": _region, "remat": _region, "sum": _sum, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
+RULES = {"loop": _region, "cond": _region, "remat": _region, "add": _add, "sub": _sub, "mul": _mul, "div": _div, "neg": _neg, "pow": _pow,
          "where": _where, "reshape": _reshape, "broadcast_to": _fold_shape,
          "transpose": _fold_shape, "getitem": _fold_shape}
 
@@ -335,8 +370,8 @@ def _rewrite(n: Node, memo: dict, forward, sink: bool) -> Node:
             m = _drop_broadcasts(n)
         if m is n and n.op in RULES:
             m = RULES[n.op](n)
-        if m is n and sink and n.op in SINK_RULES:
-            m = SINK_RULES[n.op](n)
+        if m is n and sink and n.op in DERIVATIVE_RULES:
+            m = DERIVATIVE_RULES[n.op](n)
         if m is n:
             return n
         # A rule may build new nodes above simplified ones; simplify those too (they belong to

@@ -132,7 +132,8 @@ class _Plans:
         for y in reversed(order):     # (a term is walked after the node using it)
             self.pulls[(y, axes)] = any(
                 self.pulls[(t, axes)] if self._is_term(t, y)
-                else self._single(t) and t.op in _FACTORS and _factor_pulls(t, axes)
+                else self._single(t) and t.op in _FACTORS and t.shape == y.shape
+                and _factor_pulls(t, axes)   # (a broadcast term's axes are not the sum's)
                 for t in y.inputs)
         return self.pulls[(x, axes)]
 

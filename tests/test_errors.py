@@ -185,6 +185,8 @@ def test_bad_arguments():
         f({1.0, 2.0}, np.ones(2))
     with pytest.raises(TypeError, match="dtype"):
         f(np.ones(2, dtype=complex), np.ones(2))
+    with pytest.raises(ValueError, match="40 dimensions"):   # not NumPy's RuntimeError inside
+        sg.differentiate(shape_mismatch)(np.ones((1,) * 40), 1.0)
     with pytest.raises(ValueError, match="wrt"):
         sg.differentiate(shape_mismatch, wrt="nope")
     with pytest.raises(ValueError, match="target"):

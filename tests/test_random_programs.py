@@ -54,6 +54,19 @@ def test_program(seed, folder):
         f"sizes {program.sizes})\n{program.text}")
 
 
+# Programs from long runs (make fuzz) that failed once, rerun at the size they were found at:
+# (seed, max statements, max depth)
+FOUND = [(7006536, 5, 2),   # a sum split over terms below which one was broadcast (sum_pull)
+         (7000148, 5, 2), (7005056, 5, 2)]   # a shape error on the side of an if not taken
+
+
+@pytest.mark.parametrize("seed, statements, depth", FOUND)
+def test_program_found_by_a_long_run(seed, statements, depth, folder):
+    program = program_gen.generate(seed, statements, depth)
+    outcome = program_gen.check(program, folder)
+    assert outcome.kind in ACCEPTED, f"{outcome.kind}: {outcome.detail}\n{program.text}"
+
+
 # Constructs the generator must keep producing over the in-suite seed range: (name, pattern in
 # the text, minimum count). Guards against a generator change that quietly narrows the test.
 CONSTRUCTS = [
