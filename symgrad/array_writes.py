@@ -49,9 +49,9 @@ class ArrayWrites:
         """``np.add.at(y, key, v)`` (and ``np.subtract.at``) on a variable ``y``: the unbuffered
         scatter-add, written into ``y`` (and through a row view, the row's array)."""
         name = _callable_name(fn)
-        if fn.__self__ not in (np.add, np.subtract):
-            self.fail(call, f"{name} on traced values",
-                      "np.add.at and np.subtract.at are supported (repeated indices accumulate)")
+        sign = index_writes.UFUNC_AT.get(fn.__self__.__name__)
+        if sign is None:
+            self.fail(call, f"{name} on traced values", index_writes.UFUNC_AT_WHY)
         if kwargs or len(args) != 3:
             self.fail(call, f"{name} with {len(args)} arguments{' and keywords' if kwargs else ''}",
                       f"call it as {name}(y, indices, values)")
@@ -64,7 +64,7 @@ class ArrayWrites:
                       "the first argument must be an array the function made")
         view = self.check_write_into(target.id, frame, call, f"{name} into")
         _check_same_kind(name, container, value)
-        if fn.__self__ is np.subtract:
+        if sign < 0:
             value = -ops.lift(value) if isinstance(value, Node) else -np.asarray(value)
         if _all_constant(container, key, value):
             updated = container.copy()

@@ -35,6 +35,12 @@ from .numpy_base import unsupported
 from .numpy_indexing import advanced_plan, merged_view, unmerged_view
 
 
+# The ufuncs whose unbuffered ``.at`` update is traced: the sign the values are added with.
+UFUNC_AT = {"add": 1.0, "subtract": -1.0}
+UFUNC_AT_WHY = ("an unbuffered update other than a sum would need a scatter of that operation: "
+                "use np.add.at / np.subtract.at, or a loop of y[i] = ... writes")
+
+
 def assign(y: Node, key, value) -> Node:
     """``y`` with ``y[key] = value`` done (functionally), NumPy's semantics."""
     return _through(y, key, value, _assign_merged)

@@ -61,6 +61,12 @@ def assign_mask(x, v):               # a constant mask selecting 3 elements, wri
     return y
 
 
+def assign_traced_mask(x):           # a mask computed from the data, one value: np.where
+    y = x * 1.0
+    y[x > 1.0] = 0.5
+    return y
+
+
 def assign_traced_position(x):       # a traced integer scalar as the index
     y = x * 1.0
     y[np.argmax(x)] = 0.0
@@ -128,6 +134,7 @@ CASES = {   # name: (program, arguments)
     "broadcast": (assign_broadcast, (floats(3), 2.5, REPEATED)),
     "constant": (assign_constant, (floats(5),)),
     "mask": (assign_mask, (floats(6), floats(3))),
+    "traced mask": (assign_traced_mask, (floats(6),)),
     "traced position": (assign_traced_position, (floats(6),)),
     "add buffered": (add_buffered, (floats(6), floats(6), REPEATED)),
     "add.at": (add_at, (floats(6), floats(6), REPEATED)),
