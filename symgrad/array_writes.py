@@ -12,14 +12,17 @@ The view lasts while the loop variable holds the row and ``A`` names the same me
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 
 import numpy as np
 
-from . import ops
+from . import index_writes, ops
 from .aliases import RowView, is_array
+from .errors import UnsupportedSyntaxError
 from .expressions import check_static_key
 from .ir import INT_DTYPES, Node
+from .numpy_indexing import is_advanced
 from .loop_plan import row_view_pairs
 from .scope import Frame, walk_nodes
 
@@ -31,18 +34,56 @@ class ArrayWrites:
         """``container`` with ``container[key] = value`` done (functionally)."""
         if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
             return ops.row_update(container, key, value)   # y[i] = v with i a loop index
-        if _is_mask(key):
+        if _is_mask(key) and (_is_traced_mask(key) or not np.ndim(value)):
             return self.mask_written(container, key, value, node)
-        if any(isinstance(k, (Node, list, np.ndarray)) for k in (key if isinstance(key, tuple) else (key,))):
-            self.fail(node, "assignment through an index array (y[idx] = v, y[idx] += v)",
-                      "reading y[idx] is supported; to scatter values build them with a one-hot "
-                      "sum: y + np.sum((idx[:, None] == np.arange(len(y))) * v[:, None], axis=0)")
-        check_static_key(self, key, node)
-        if isinstance(container, np.ndarray) and not any(True for _ in walk_nodes(value)):
+        if _all_constant(container, key, value):
             updated = container.copy()         # a constant array written with a constant:
             updated[key] = value               # NumPy's own semantics, still a constant
             return updated
+        if is_advanced(key):                   # y[idx] = v, y[rows, cols] = v, y[mask] = v
+            return self.traced(node, index_writes.assign, _lift_constant(container), key, value)
+        check_static_key(self, key, node)
         return ops.setitem(_lift_constant(container), value, key)
+
+    def ufunc_at(self, fn, call, args, kwargs, frame: Frame):
+        """``np.add.at(y, key, v)`` (and ``np.subtract.at``) on a variable ``y``: the unbuffered
+        scatter-add, written into ``y`` (and through a row view, the row's array)."""
+        name = _callable_name(fn)
+        sign = index_writes.UFUNC_AT.get(fn.__self__.__name__)
+        if sign is None:
+            self.fail(call, f"{name} on traced values", index_writes.UFUNC_AT_WHY)
+        if kwargs or len(args) != 3:
+            self.fail(call, f"{name} with {len(args)} arguments{' and keywords' if kwargs else ''}",
+                      f"call it as {name}(y, indices, values)")
+        target = call.args[0]
+        if not isinstance(target, ast.Name):
+            self.fail(call, f"{name} into an expression", f"name the array: {name}(y, indices, values)")
+        container, key, value = args
+        if not isinstance(container, (Node, np.ndarray)) or not is_array(container):
+            self.fail(call, f"{name} into {type(container).__name__} '{target.id}'",
+                      "the first argument must be an array the function made")
+        view = self.check_write_into(target.id, frame, call, f"{name} into")
+        _check_same_kind(name, container, value)
+        if sign < 0:
+            value = -ops.lift(value) if isinstance(value, Node) else -np.asarray(value)
+        if _all_constant(container, key, value):
+            updated = container.copy()
+            np.add.at(updated, key, value)
+        elif is_advanced(key):
+            updated = self.traced(call, index_writes.accumulate, _lift_constant(container), key, value)
+        else:                                  # a basic index: no position repeats
+            check_static_key(self, key, call)
+            updated = ops.index_add(_lift_constant(container), value, key)
+        self.written(target.id, updated, view, frame, call)
+
+    def traced(self, node, build, *args):
+        """``build(*args)``, a refusal raised at the user's line."""
+        try:
+            return build(*args)
+        except UnsupportedSyntaxError as e:
+            if e.lineno:
+                raise
+            self.fail(node, e.construct, e.hint)
 
     def mask_written(self, container, mask, value, node):
         """``y[mask] = v`` with a boolean mask over y's leading axes (``y[y < 0] = 0.0``) and
@@ -106,6 +147,40 @@ class ArrayWrites:
         if buffers and base in frame.env and frame.buffers.get(base) == buffers and \
                 is_array(frame.env.get(name)):
             frame.views[name] = RowView(base, index, frame.env[name], buffers)
+
+
+def is_ufunc_at(fn) -> bool:
+    """``np.add.at``, ``np.multiply.at``, ...: the in-place method of a ufunc."""
+    return isinstance(getattr(fn, "__self__", None), np.ufunc) and getattr(fn, "__name__", "") == "at"
+
+
+def _callable_name(fn) -> str:
+    return f"np.{fn.__self__.__name__}.at"
+
+
+def _all_constant(container, key, value) -> bool:
+    """A constant array, key and value: NumPy's own write gives the result, still a constant."""
+    return isinstance(container, np.ndarray) and not any(
+        True for _ in walk_nodes([key, value]))
+
+
+def _check_same_kind(name: str, container, value):
+    """NumPy's ufunc casting rule for the output of np.add.at: 'same_kind'."""
+    dtype = np.dtype(container.dtype if isinstance(container, Node) else container.dtype)
+    if isinstance(value, Node):
+        operand = np.dtype(value.dtype)
+    elif isinstance(value, (bool, int, float, complex)):
+        operand = value                       # a Python number: weakly typed (NEP 50)
+    else:
+        operand = np.asarray(value).dtype
+    result = np.result_type(dtype, operand)
+    if not np.can_cast(result, dtype, "same_kind"):
+        raise TypeError(f"{name}: cannot cast ufunc output from {result!r} to {dtype!r} with "
+                        "casting rule 'same_kind'")
+
+
+def _is_traced_mask(key) -> bool:
+    return isinstance(key, Node) and key.dtype == "bool" and key.ndim >= 1
 
 
 def _is_mask(key) -> bool:

@@ -20,6 +20,7 @@ from . import ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
+from .array_writes import is_ufunc_at
 from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
 from .expressions import _PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
@@ -151,6 +152,8 @@ class Calls:
                 kwargs.update(self.eval(kw.value, frame))
             else:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
+        if is_ufunc_at(fn) and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
+            return self.ufunc_at(fn, node, args, kwargs, frame)   # np.add.at(y, idx, v): writes y
         if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
             self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
         # an inlined callee's parameters live where these arguments live

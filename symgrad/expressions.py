@@ -453,6 +453,9 @@ def gather_axis(key):
 def check_static_key(tracer, key, node):
     items = key if isinstance(key, tuple) else (key,)
     for k in items:
+        if (isinstance(k, Node) and k.ndim and k.dtype.startswith("float")) or \
+                (isinstance(k, np.ndarray) and k.dtype.kind in "fc"):
+            raise IndexError("arrays used as indices must be of integer (or boolean) type")
         if isinstance(k, Node) or (isinstance(k, (list, np.ndarray)) and not isinstance(k, Node)):
             tracer.fail(node, "advanced indexing with arrays of indices other than a single "
                         "integer index array along one axis (x[idx], x[:, idx])")

@@ -50,6 +50,8 @@ def _body_facts(stmts):
             base = _root_name(node)
             if base is not None:
                 assigned.setdefault(base)
+        elif ufunc_at_target(node) is not None:        # np.add.at(y, idx, v) writes y
+            assigned.setdefault(ufunc_at_target(node))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 isinstance(node.func.value, ast.Name):
             if node.func.attr == "append":
@@ -69,7 +71,19 @@ def written_in_place(stmts) -> set[str]:
             names.add(_root_name(node.target))
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             names.add(_root_name(node))
+        else:
+            names.add(ufunc_at_target(node))
     return names - {None}
+
+
+def ufunc_at_target(node) -> str | None:
+    """The variable ``y`` of a call spelled ``<ufunc>.at(y, ...)`` (``np.add.at(y, idx, v)``,
+    which writes into ``y``), else None. Read from the spelling: a loop's carries are known
+    before its body runs."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr == "at" and isinstance(node.func.value, ast.Attribute) and node.args:
+        return _root_name(node.args[0])
+    return None
 
 
 def _root_name(target):

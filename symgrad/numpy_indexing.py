@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,12 +78,25 @@ def is_advanced(key) -> bool:
     return any(_advanced_kind(k) for k in (key if isinstance(key, tuple) else (key,)))
 
 
-def advanced_index(x: Node, key):
-    """``x[key]`` with advanced items (integer arrays, constant or traced integer data; constant
-    boolean masks, taken as their np.nonzero arrays; integers beside them) among basic ones:
-    basic indexing with every advanced axis kept whole, those axes brought together (in
-    place when the advanced items are adjacent in the key, else first: NumPy's rule) and
-    merged, then one gather at the flat positions. None when the key is basic."""
+@dataclass(frozen=True)
+class AdvancedPlan:
+    """How ``x[key]`` with advanced items reduces to one gather: the basic key that keeps every
+    advanced axis whole (``basic``), the axes of that view the advanced items index
+    (``axes``), whether they stay in place (``adjacent``: NumPy's rule, else they go first),
+    where the merged axis lands (``dest``) and the flat positions along it (a constant array,
+    already checked, or a traced int64 node). A write through the key (symgrad.index_writes)
+    walks the same plan back."""
+    basic: tuple
+    axes: tuple
+    adjacent: bool
+    dest: int
+    positions: object
+
+
+def advanced_plan(x: Node, key):
+    """The :class:`AdvancedPlan` of ``x[key]`` with advanced items (integer arrays, constant or
+    traced integer data; constant boolean masks, taken as their np.nonzero arrays; integers
+    beside them) among basic ones. None when the key is basic."""
     items = list(key) if isinstance(key, tuple) else [key]
     kinds = [_advanced_kind(k) for k in items]
     if not any(kinds):
@@ -107,20 +121,45 @@ def advanced_index(x: Node, key):
             basic.append(item)
             continue
         advanced_items.append(i)
-    y = ops.getitem(x, tuple(basic))
-    axes, axis = [], 0           # the axes of y that the components index
+    shape = ops.getitem(x, tuple(basic)).shape
+    axes, axis = [], 0           # the axes of the basic view that the components index
     for item, was in zip(basic, _origins(items, kinds)):
         if item is not None and was:
             axes.append(axis)
         axis += 1
     adjacent = advanced_items == list(range(advanced_items[0], advanced_items[-1] + 1))
-    sizes = [y.shape[a] for a in axes]
+    positions = _flat_positions(components, [shape[a] for a in axes], axes)
+    return AdvancedPlan(tuple(basic), tuple(axes), adjacent, axes[0] if adjacent else 0, positions)
+
+
+def merged_view(y: Node, plan: AdvancedPlan) -> Node:
+    """The basic view ``y`` (``x[plan.basic]``) with the indexed axes brought together and
+    merged into one, at ``plan.dest``: the array the gather reads."""
+    axes = list(plan.axes)
     rest = [a for a in range(y.ndim) if a not in axes]
-    if not adjacent:
-        y = ops.transpose(y, axes + rest)
-    dest = axes[0] if adjacent else 0
-    merged = ops.reshape(y, y.shape[:dest] + (math.prod(sizes),) + y.shape[dest + len(axes):])
-    return ops.take(merged, _flat_positions(components, sizes, axes), dest)
+    if not plan.adjacent:
+        y = ops.transpose(y, tuple(axes + rest))
+    size = math.prod(y.shape[plan.dest:plan.dest + len(axes)])
+    return ops.reshape(y, y.shape[:plan.dest] + (size,) + y.shape[plan.dest + len(axes):])
+
+
+def unmerged_view(merged: Node, shape: tuple, plan: AdvancedPlan) -> Node:
+    """:func:`merged_view` undone: the merged array back in the basic view's ``shape``."""
+    axes = list(plan.axes)
+    order = axes + [a for a in range(len(shape)) if a not in axes] if not plan.adjacent \
+        else list(range(len(shape)))
+    y = ops.reshape(merged, tuple(shape[a] for a in order))
+    return y if plan.adjacent else ops.transpose(y, tuple(int(i) for i in np.argsort(order)))
+
+
+def advanced_index(x: Node, key):
+    """``x[key]`` with advanced items among basic ones (:func:`advanced_plan`): basic indexing
+    with every advanced axis kept whole, those axes brought together and merged, then one
+    gather at the flat positions. None when the key is basic."""
+    plan = advanced_plan(x, key)
+    if plan is None:
+        return None
+    return ops.take(merged_view(ops.getitem(x, plan.basic), plan), plan.positions, plan.dest)
 
 
 def _spell_out(x: Node, items, kinds):

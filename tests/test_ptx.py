@@ -93,6 +93,9 @@ def _cases():
         ("stack", ([((2, 3), F), ((2, 3), F)], lambda a, b: [o.stack([a, b, a * b], 1)])),
         ("take", ([((5, 4), F), ((3,), "i")], lambda x, k: [o.take(x, np.array([4, 0, -1]), 0),
                                                              o.take(x, k, 1)])),
+        # writes through index arrays (symgrad.index_writes): y[k] = v (the last of a repeated
+        # index wins), np.add.at, a constant index, one traced position
+        ("index_writes", ([((6, 3), F), ((5,), "i"), ((5, 3), F)], _index_writes_case)),
         ("constants", ([((3,), F)], lambda x: [x * o.array_const(np.array([1.0, 2.0, 3.0], x.dtype))
                                                 + o.full((3,), 2.0, x.dtype) + o.arange(0, 3, 1, x.dtype),
                                                 o.full((2,), 1.5, x.dtype)])),
@@ -109,6 +112,13 @@ def _cases():
         ("linalg_cholesky", ([((4, 4), F)], lambda a: [la.cholesky(o.matmul(a, o.transpose(a, (1, 0))))])),
     ])
     return table
+
+
+def _index_writes_case(y, k, v):
+    from symgrad import index_writes as iw, ops as o
+    return [iw.assign(y, k, v * v), iw.accumulate(y, k, v),
+            iw.assign(y, np.array([1, -1, 1]), o.getitem(v, slice(0, 3))),
+            iw.assign(y, o.getitem(k, 0), o.getitem(v, 0))]
 
 
 def _scan_case(xs, x0):

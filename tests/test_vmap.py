@@ -454,3 +454,98 @@ def test_vmap_of_a_custom_rule_with_an_unbatched_argument_sums_its_gradient():
         g_w, g_x = sg.grad(batched, wrt=(0, 1))(w, X)
         assert g_w == pytest.approx(np.sum(X))
         np.testing.assert_allclose(g_x, np.clip(np.full_like(X, w), -0.5, 0.5))
+
+
+# -- in_axes / out_axes as pytree prefixes (JAX) --------------------------------------------------
+def _affine(params, x):
+    return np.tanh(params["w"] @ x + params["b"]) * params["scale"][0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_in_axes_per_leaf_of_a_dict(target):
+    w, B, X = rand(3, 4), rand(5, 3), rand(5, 4)
+    params = {"w": w, "b": B, "scale": (rand(5), "static")}
+    spec = ({"w": None, "b": 0, "scale": (0, None)}, 0)
+    got = sg.vmap(_affine, in_axes=spec, target=target)(params, X)
+    expected = [_affine({"w": w, "b": B[i], "scale": (params["scale"][0][i], "static")}, X[i])
+                for i in range(5)]
+    np.testing.assert_allclose(got, np.stack(expected), rtol=1e-13)
+    # a None leaf of a prefix shares the leaf; the batch axis of another may be any of its axes
+    spec = ({"w": None, "b": 1, "scale": None}, 0)
+    shared = {"w": w, "b": B.T.copy(), "scale": (2.0, "static")}
+    got = sg.vmap(_affine, in_axes=spec, target=target)(shared, X)
+    expected = [_affine({"w": w, "b": B[i], "scale": (2.0, "static")}, X[i]) for i in range(5)]
+    np.testing.assert_allclose(got, np.stack(expected), rtol=1e-13)
+    # per-example gradients with respect to the shared leaf and the batched one
+    def loss(p, x):
+        return np.sum(np.tanh(p["w"] @ x + p["b"]))
+    grads = sg.vmap(sg.grad(loss), in_axes=({"w": None, "b": 1}, 0), target=target)(
+        {"w": w, "b": B.T.copy()}, X)
+    for i in range(5):
+        one = sg.grad(loss, target="python")({"w": w, "b": B[i]}, X[i])
+        # (1 - tanh^2 near saturation: the last digits cancel differently per back end)
+        np.testing.assert_allclose(grads["w"][i], one["w"], rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(grads["b"][i], one["b"], rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_in_axes_nested_tuples_lists_and_namedtuples(target):
+    from collections import namedtuple
+    Layer = namedtuple("Layer", "w b")
+
+    def net(layers, xs):
+        h = xs[0]
+        for layer in layers:
+            h = np.tanh(layer.w @ h + layer.b)
+        return h * xs[1]
+    layers = [Layer(rand(3, 4), rand(6, 3)), Layer(rand(2, 3), rand(2))]
+    xs = (rand(6, 4), rand(2))
+    spec = ([Layer(None, 0), Layer(None, None)], (0, None))
+    got = sg.vmap(net, in_axes=spec, target=target)(layers, xs)
+    expected = [net([Layer(layers[0].w, layers[0].b[i]), layers[1]], (xs[0][i], xs[1]))
+                for i in range(6)]
+    np.testing.assert_allclose(got, np.stack(expected), rtol=1e-13)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_out_axes_as_a_prefix_of_the_result(target):
+    def parts(x, y):
+        return {"scaled": x * y, "stats": (np.sum(x), y * 2.0)}
+    X, y = rand(5, 3), rand(3)
+    got = sg.vmap(parts, in_axes=(0, None), out_axes={"scaled": 1, "stats": (0, None)},
+                  target=target)(X, y)
+    np.testing.assert_allclose(got["scaled"], (X * y).T, rtol=1e-14)
+    np.testing.assert_allclose(got["stats"][0], X.sum(axis=1), rtol=1e-14)
+    np.testing.assert_allclose(got["stats"][1], y * 2.0, rtol=1e-14)   # not batched: once
+
+
+def test_prefix_mismatches_name_the_argument_and_the_key():
+    params, X = {"w": rand(3, 4), "b": rand(5, 3), "scale": (rand(5), "static")}, rand(5, 4)
+    mismatches = [
+        (({"w": None, "b": 0}, 0), r"in_axes for argument 'params' does not match its keys: "
+                                   r"no entry for key 'scale'"),
+        (({"w": None, "b": 0, "scale": 0, "bias": 0}, 0), r"key 'bias' not in argument 'params'"),
+        (((None, 0, 0), 0), r"in_axes for argument 'params' is a tuple, but argument 'params' is a dict"),
+        (({"w": {"a": 0}, "b": 0, "scale": 0}, 0), r"argument 'params'\['w'\] is a dict, but "
+                                                   r"argument 'params'\['w'\] is an array of shape \(3, 4\)"),
+        (({"w": None, "b": 0, "scale": (0,)}, 0), r"argument 'params'\['scale'\] has 1 entries, but "
+                                                  r"argument 'params'\['scale'\] has 2 items"),
+        (({"w": None, "b": 0, "scale": [0, None]}, 0), r"is a list, but argument 'params'\['scale'\] is a tuple"),
+        (({"w": None, "b": 0, "scale": (0, 0)}, 0), r"in_axes=0 for argument 'params'\['scale'\]\[1\], "
+                                                    r"which is a static str"),
+        (({"w": None, "b": 2, "scale": None}, 0), r"in_axes=2 for argument 'params'\['b'\], which is of rank 2"),
+        (({"w": None, "b": 0, "scale": None}, {"x": 0}), r"in_axes for argument 'x' is a dict, but "
+                                                         r"argument 'x' is an array"),
+    ]
+    for spec, message in mismatches:
+        with pytest.raises(ValueError, match=message):
+            sg.vmap(_affine, in_axes=spec)(params, X)
+    with pytest.raises(ValueError, match="in_axes is a dict"):
+        sg.vmap(_affine, in_axes={"params": 0, "x": 0})(params, X)
+    with pytest.raises(TypeError, match=r"got 'b' at in_axes\[0\]\['b'\]"):
+        sg.vmap(_affine, in_axes=({"w": None, "b": "b"}, 0))
+    with pytest.raises(ValueError, match=r"out_axes for the output does not match its keys: "
+                                         r"no entry for key 'stats'"):
+        sg.vmap(lambda x: {"scaled": x, "stats": x}, out_axes={"scaled": 0})(X)
+    with pytest.raises(ValueError, match=r"out_axes for the output\[1\] is a tuple, but the output\[1\] is one array"):
+        sg.vmap(lambda x: (x, x), out_axes=(0, (0, 0)))(X)
