@@ -15,10 +15,12 @@ float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``, in
 inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
 within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
 keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
-library compiled once per process. float32 functions are our own too: exp, expm1, sin, cos,
-tan, log, log1p, log2, log10 and tanh (``OWN_F32``, in ``codegen.f32math``: float64
-arithmetic sized for a float32 result), the rest the float64 version of the widened arguments
-rounded once (``F32_VIA_F64``), all within 0.5 + 2^-6 ulp (libmvec's float versions reach 3.8).
+library compiled once per process. float32 functions are our own too: on CPUs with FMA, exp,
+sin, cos, log, log1p and tanh in float32 arithmetic at the full float32 vector width
+(``f32math.SINGLE_F32``, within ``f32math.ULP_BOUND``: 1 ulp); expm1, tan, log2 and log10,
+and all of those without FMA, in float64 arithmetic sized for a float32 result (``OWN_F32``,
+0.5 + 2^-6 ulp); the rest the float64 version of the widened arguments rounded once
+(``F32_VIA_F64``, 0.5 + 2^-28 ulp). libmvec's float versions reach 3.8 ulp.
 ``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar libm only (float32 through the
 double functions, still widened).
 """
@@ -315,6 +317,9 @@ class CPUMath(MathTarget):
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
         if "_far" in cname:             # our own SIMD versions (see _far_helper)
             scalar = _far_name(cname[:cname.index("_far")], self)
+            if dtype == "float32":      # f32math's: 256- and 512-bit only (see FAR_F32)
+                return [(f"_ZGV{isa}N{2 * lanes}v_{scalar}", 2 * lanes)
+                        for isa, lanes in self.isas if isa != "b"]
             return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]
         if cname.endswith("_own"):      # the out-of-line library (see own_library)
             scalar = _own_name(cname[:-len("_own")], self)
