@@ -24,6 +24,7 @@ result is rounded to inf or to a subnormal by the final conversion alone.
 from __future__ import annotations
 
 import math as _math
+import re
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -538,24 +539,39 @@ def _far_checks_text_f32(math: "CPUMath", cname: str) -> tuple[str, dict[str, st
     public = {public_scalar: scalar.name}
     for vname, lanes in math.variants(cname + "f_far", "float32", 1):
         vt = ir.VectorType(fl, lanes)
+        each = _far_lanes_f32(module, f"sg_{public_scalar}_lanes{lanes}", vt, scalar)
         fn = _far_function(module, "sg_" + vname, [vt])
         fn.linkage = ""
         public[vname] = fn.name
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         xv = fn.args[0]
-
-        def each_lane(b=b, xv=xv, lanes=lanes):
-            out = xv
-            for k in range(lanes):
-                lane = ir.Constant(ir.IntType(32), k)
-                out = b.insert_element(out, b.call(scalar, [b.extract_element(xv, lane)]), lane)
-            return out
-        b.ret(_if_far(b, _any_lane(b, _is_far_f32(b, xv)), each_lane,
+        b.ret(_if_far(b, _any_lane(b, _is_far_f32(b, xv)),
+                      lambda b=b, xv=xv, each=each: b.call(each, [xv]),
                       ir.Constant(vt, [0.0] * lanes)))
     groups: list[str] = []
     text = _mark_no_caller_saved(str(module).replace('@"sg__ZGV', '@"_ZGV'), groups)
     text = text.replace('@"_ZGV', '@"sg__ZGV')      # (the mark matches the public names)
+    text = _FAR_LANES_F32.sub(r"\1 #899", text)
     return text + "\n" + "\n".join(groups) + "\n", public
+
+
+# the lane loops of the float32 far checks: no_caller_saved_registers too (the group
+# _mark_no_caller_saved added for the checks), so that the checks, which call only them, keep
+# every register and cost the loop around no spills
+_FAR_LANES_F32 = re.compile(r'^(define [^\n]*@"sg_symgrad_\w+f_far(_fma)?_lanes(8|16)"\([^\n]*)$',
+                            re.M)
+
+
+def _far_lanes_f32(module: ir.Module, name: str, vt: ir.VectorType, scalar) -> ir.Function:
+    """The scalar far check on every lane (out of line: only reached when a lane is far)."""
+    fn = _far_function(module, name, [vt], rare=True)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    xv = out = fn.args[0]
+    for k in range(vt.count):
+        lane = ir.Constant(ir.IntType(32), k)
+        out = b.insert_element(out, b.call(scalar, [b.extract_element(xv, lane)]), lane)
+    b.ret(out)
+    return fn
 
 
 # op -> (function name, body): computed in float32 where the CPU has FMA (CPUMath.fma)
