@@ -6,8 +6,8 @@ digits, then rounded to double. The pi/2 split for the Cody-Waite reduction is c
 ``python benchmarks/derive_math_coefficients.py`` prints the tables; tests/test_math_accuracy.py
 re-derives them and checks that f64math.py holds exactly these numbers.
 
-``coefficients_f32``: the same for codegen/f32math.py's float32-arithmetic functions, each fit
-rounded to float32 (tests/test_math_accuracy_f32.py checks f32math.py holds them).
+``coefficients_f32``: the same for codegen/f32single.py's float32-arithmetic functions, each fit
+rounded to float32 (tests/test_math_accuracy_f32.py checks f32single.py holds them).
 """
 from __future__ import annotations
 

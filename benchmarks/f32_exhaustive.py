@@ -5,7 +5,7 @@ that reference rounded to float32 (the C functions' rules). ``--numpy``: NumPy's
 ufunc's largest error too (slower).
 
 Usage: python benchmarks/f32_exhaustive.py [--numpy] [--stride=N] [op ...]   (default:
-codegen.f32math.SINGLE_F32, every float32: 2^32 inputs in chunks of 2^24, about 8 minutes of
+codegen.f32single.SINGLE_F32, every float32: 2^32 inputs in chunks of 2^24, about 8 minutes of
 one core per function; --stride=N: every Nth bit pattern only)
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import symgrad as sg
-from symgrad.codegen import f32math, jit
+from symgrad.codegen import f32single, jit
 
 CHUNK = 1 << 24
 
@@ -65,7 +65,7 @@ def sweep(op: str, numpy_too: bool = False, stride: int = 1) -> dict:
 def main(argv):
     numpy_too = "--numpy" in argv
     stride = next((int(a.split("=")[1]) for a in argv if a.startswith("--stride=")), 1)
-    ops = [a for a in argv if not a.startswith("--")] or sorted(f32math.SINGLE_F32)
+    ops = [a for a in argv if not a.startswith("--")] or sorted(f32single.SINGLE_F32)
     fma = jit.target()["math"].fma
     what = "every float32" if stride == 1 else f"every {stride}th float32 bit pattern"
     print(f"float32 computed in float32: {fma} (FMA); {what}, 2^32 / {stride} inputs")

@@ -5,7 +5,7 @@ with codegen.mathlib's own functions and once with libmvec for the functions lib
 
 ``--float32``: per-element CPU time of float32 maths three ways in one process: libmvec's float
 functions, our float64 code on widened lanes (codegen/f32math.py ``OWN_F32``, what CPUs
-without FMA run) and our float32 code (``f32math.SINGLE_F32``), W1's gradient included.
+without FMA run) and our float32 code (``f32single.SINGLE_F32``), W1's gradient included.
 
 Usage: python benchmarks/math_speed.py [--float32] [n_points]   (medians of 7 runs; reports
 the load)
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import symgrad as sg
-from symgrad.codegen import f32math, mathlib
+from symgrad.codegen import f32single, mathlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads as W  # noqa: E402
@@ -133,14 +133,14 @@ def compiled(fn, args, baseline, float32=False):
 
 @contextlib.contextmanager
 def widened_float32():
-    """Compile float32 maths as before f32math.SINGLE_F32: our float64-arithmetic code on
+    """Compile float32 maths as before f32single.SINGLE_F32: our float64-arithmetic code on
     widened lanes for every function (what CPUs without FMA run)."""
-    saved = dict(f32math.SINGLE_F32)
-    f32math.SINGLE_F32.clear()
+    saved = dict(f32single.SINGLE_F32)
+    f32single.SINGLE_F32.clear()
     try:
         yield
     finally:
-        f32math.SINGLE_F32.update(saved)
+        f32single.SINGLE_F32.update(saved)
 
 
 def built(fn, args, ctx):

@@ -37,7 +37,7 @@ from . import diskcache, host_cpu, linker, module_split
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-9"   # (-9: float32 maths in float32 arithmetic, f32math.SINGLE_F32)
+FORMAT = "symgrad-cpu-9"   # (-9: float32 maths in float32 arithmetic, f32single.SINGLE_F32)
 PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests

@@ -17,7 +17,7 @@ within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The onl
 keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
 library compiled once per process. float32 functions are our own too: on CPUs with FMA, exp,
 sin, cos, log, log1p and tanh in float32 arithmetic at the full float32 vector width
-(``f32math.SINGLE_F32``, within ``f32math.ULP_BOUND``: 1 ulp); expm1, tan, log2 and log10,
+(``codegen.f32single``, within ``f32single.ULP_BOUND``: 1 ulp); expm1, tan, log2 and log10,
 and all of those without FMA, in float64 arithmetic sized for a float32 result (``OWN_F32``,
 0.5 + 2^-6 ulp); the rest the float64 version of the widened arguments rounded once
 (``F32_VIA_F64``, 0.5 + 2^-28 ulp). libmvec's float versions reach 3.8 ulp.
@@ -32,8 +32,9 @@ from typing import NamedTuple
 
 from llvmlite import ir
 
-from . import f32math
+from . import f32math, f32single
 from .f32math import OWN_F32
+from .f32single import SINGLE_F32
 from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
     OWN_F64, _define, _far_libraries, _far_name, _mark_no_caller_saved, _own_library_module,
     _own_loops, _own_name)
@@ -175,6 +176,8 @@ class CPUMath(MathTarget):
         return PRIVATE_PREFIX + cname + ("f" if dtype == "float32" else "")
 
     def call(self, builder, op, dtype, args):
+        if dtype == "float32" and op in SINGLE_F32 and self.fma and not self.precise:
+            return f32single.call(builder, op, args[0], self)
         if dtype == "float32" and op in OWN_F32 and not self.precise:
             return f32math.call(builder, op, args[0], self)
         if dtype == "float32" and op in F32_VIA_F64:
@@ -317,7 +320,7 @@ class CPUMath(MathTarget):
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
         if "_far" in cname:             # our own SIMD versions (see _far_helper)
             scalar = _far_name(cname[:cname.index("_far")], self)
-            if dtype == "float32":      # f32math's: 256- and 512-bit only (see FAR_F32)
+            if dtype == "float32":      # f32single's: 256- and 512-bit only (see FAR_F32)
                 return [(f"_ZGV{isa}N{2 * lanes}v_{scalar}", 2 * lanes)
                         for isa, lanes in self.isas if isa != "b"]
             return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]

@@ -1,11 +1,11 @@
-"""Accuracy of the CPU back end's float32 maths: our own functions (codegen/f32math.py
+"""Accuracy of the CPU back end's float32 maths: our own functions (codegen/f32single.py
 ``OWN_F32``) and the float64 ones on widened lanes (codegen/mathlib.py ``F32_VIA_F64``).
 
 Each function is sampled over every float32 (bit patterns at a fixed stride from a seeded
 offset: log-uniform magnitudes and both signs, subnormals to the largest finite value)
 against NumPy in x87 long double (erf: ``math``'s float64, 2^-28 of a float32 ulp), and the
-bound is what the modules claim: 0.5 + 2^-6 ulp for the widened code, f32math.ULP_BOUND for
-the functions computed in float32 on CPUs with FMA (f32math.SINGLE_F32; benchmarks/accuracy.py
+bound is what the modules claim: 0.5 + 2^-6 ulp for the widened code, f32single.ULP_BOUND for
+the functions computed in float32 on CPUs with FMA (f32single.SINGLE_F32; benchmarks/accuracy.py
 --all-float32 and benchmarks/f32_exhaustive.py sweep every float32), and for those a dense run
 of consecutive float32 around each argument-reduction edge and threshold. Special values (zeros, subnormals, inf, NaN, overflow and underflow
 thresholds, huge arguments) must come out as NumPy's float32 ufuncs give them, and each
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.codegen import f32math, jit, kernel, mathlib
+from symgrad.codegen import f32single, jit, kernel, mathlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -209,8 +209,8 @@ def ulp_error(got, ref):
 
 def ulp_bound(op: str) -> float:
     """The bound of ``op`` as this machine computes it (the first word of ``what``)."""
-    if op in f32math.SINGLE_F32 and jit.target()["math"].fma:
-        return f32math.ULP_BOUND[op]
+    if op in f32single.SINGLE_F32 and jit.target()["math"].fma:
+        return f32single.ULP_BOUND[op]
     return MAX_ULP
 
 
@@ -243,11 +243,11 @@ EDGES = {
     "log1p": [0.0, -0.0, 2.0 ** -25, -(2.0 ** -25), math.sqrt(2) - 1, math.sqrt(0.5) - 1, -0.5,
               -0.999, 1.0, 2.0 ** 24, 1e30, 1e-10],
     "sin": [k * math.pi / 4 for k in range(-40, 41)]
-    + [252.89821, f32math.REDUCE_MAX_F32, -f32math.REDUCE_MAX_F32, 2.0 ** -12, 2.0 ** -126],
+    + [252.89821, f32single.REDUCE_MAX_F32, -f32single.REDUCE_MAX_F32, 2.0 ** -12, 2.0 ** -126],
     "cos": [k * math.pi / 4 for k in range(-40, 41)]
-    + [252.89821, f32math.REDUCE_MAX_F32, -f32math.REDUCE_MAX_F32, 2.0 ** -12, 2.0 ** -126],
-    "tanh": [0.0, -0.0, f32math.TANH_POLY_MAX_F32, -f32math.TANH_POLY_MAX_F32, 0.2, 1.0, 5.0,
-             f32math.TANH_CLAMP_F32 / 2, 2.0 ** -12, 2.0 ** -126],
+    + [252.89821, f32single.REDUCE_MAX_F32, -f32single.REDUCE_MAX_F32, 2.0 ** -12, 2.0 ** -126],
+    "tanh": [0.0, -0.0, f32single.TANH_POLY_MAX_F32, -f32single.TANH_POLY_MAX_F32, 0.2, 1.0, 5.0,
+             f32single.TANH_CLAMP_F32 / 2, 2.0 ** -12, 2.0 ** -126],
 }
 DENSE = 1 << 13         # consecutive float32 each side of an edge
 
@@ -262,7 +262,7 @@ def _around(points) -> np.ndarray:
     return near.astype(np.int32).view(np.float32)
 
 
-@pytest.mark.parametrize("op", sorted(f32math.SINGLE_F32))
+@pytest.mark.parametrize("op", sorted(f32single.SINGLE_F32))
 def test_float32_dense_around_reduction_edges(op):
     fn, ufunc, _ = UNARY[op]
     x = _around(EDGES[op])
@@ -274,31 +274,31 @@ def test_float32_dense_around_reduction_edges(op):
 
 
 def test_float32_coefficients_are_the_derived_ones():
-    """f32math's float32 tables are what the mpmath derivation produces, bit for bit, and
+    """f32single's float32 tables are what the mpmath derivation produces, bit for bit, and
     each is a float32."""
     for name, values in derive_math_coefficients.coefficients_f32().items():
-        held = getattr(f32math, name)
+        held = getattr(f32single, name)
         assert held == values, name
         assert all(float(np.float32(v)) == v for v in held), name
-    assert f32math.TANH_POLY_MAX_F32 == derive_math_coefficients.TANH_POLY_MAX_F32
+    assert f32single.TANH_POLY_MAX_F32 == derive_math_coefficients.TANH_POLY_MAX_F32
 
 
 def test_float32_log_split_is_exact_for_every_exponent():
     """e * LOG_LN2_F32[0] is exact in float32 for every exponent log meets (|e| <= 152): the
     high part has at most 16 significant bits."""
-    mantissa, _ = np.frexp(f32math.LOG_LN2_F32[0])
+    mantissa, _ = np.frexp(f32single.LOG_LN2_F32[0])
     assert float(mantissa * 2.0 ** 16) == int(mantissa * 2.0 ** 16)
     e = np.arange(-152, 129, dtype=np.float32)
-    np.testing.assert_array_equal(e * np.float32(f32math.LOG_LN2_F32[0]),
-                                  e.astype(np.float64) * f32math.LOG_LN2_F32[0])
+    np.testing.assert_array_equal(e * np.float32(f32single.LOG_LN2_F32[0]),
+                                  e.astype(np.float64) * f32single.LOG_LN2_F32[0])
 
 
-@pytest.mark.parametrize("op", sorted(f32math.SINGLE_F32))
+@pytest.mark.parametrize("op", sorted(f32single.SINGLE_F32))
 def test_float32_arithmetic_where_the_cpu_has_fma(op):
     """With FMA the function is computed in float32 (its own IR, no float64 on the way)."""
     fn = UNARY[op][0]
     text = sg.differentiate(fn).llvm_ir(np.ones(8, np.float32))
-    name = f32math.SINGLE_F32[op][0]
+    name = f32single.SINGLE_F32[op][0]
     assert (name in text) == jit.target()["math"].fma
 
 
