@@ -263,16 +263,16 @@ def applies(km, st, loads: dict, gathers: dict) -> bool:
     if any(x.dtype not in ("float64", "bool") for x in consts):
         return False
     buffers = km.s.buffers
-    read = set()
+    read: dict[int, set] = {}   # buffer -> the views the stage reads it through
     for v in loads.values():
         if buffers[v.buf].dtype not in MEMORY or v.strides[-1] not in (0, 1):
             return False
-        read.add(v.buf)
+        read.setdefault(v.buf, set()).add(v)
     written = set()
     for sk in st.sinks:
         if (sk.kind != "store" or sk.node.dtype not in MEMORY or sk.node.op in LEAF_INLINE
                 or buffers[sk.dest.buf].dtype != sk.node.dtype or sk.dest.strides[-1] != 1
-                or sk.dest.buf in written or sk.dest.buf in read):
+                or sk.dest.buf in written or read.get(sk.dest.buf, {sk.dest}) != {sk.dest}):
             return False   # lanes in one step must not see each other's stores
         written.add(sk.dest.buf)
     return True
@@ -438,13 +438,27 @@ def _step(km, b, st, addresses: _Addresses, splats: dict, idx: list, on, width: 
     # call after them (each call clobbers every vector register), so each was spilled to the
     # stack and reloaded for its store. (Lanes of one step never read what it stores:
     # applies() keeps the stage's read and written buffers apart.)
+    # A buffer the stage both reads and writes (a value updated in place: applies() admits
+    # only the very view it stores to) is read in full before the step's first store to it,
+    # so each lane reads the old element, as the scalar loop does.
+    written = {sk.dest.buf for sk in st.sinks}
+    unread: dict = {}   # buffer -> the values read from it that the step has not loaded yet
+    for x, view in addresses.loads.items():
+        if view.buf in written:
+            unread.setdefault(view.buf, []).append(x)
+
+    def store_sink(v, k, sk):
+        for x in unread.pop(sk.dest.buf, ()):
+            value(x)
+        store(v, addresses.store(k, sk))
+
     stores: dict = {}
     for k, sk in enumerate(st.sinks):
         stores.setdefault(sk.node, []).append((k, sk))
     for n in st.ssa:
         memo[n] = LOWER[n.op](cx, n, [value(x) for x in n.inputs])
         for k, sk in stores.pop(n, ()):
-            store(memo[n], addresses.store(k, sk))
+            store_sink(memo[n], k, sk)
     for node, sinks in stores.items():   # values the step loads or constants
         for k, sk in sinks:
-            store(value(node), addresses.store(k, sk))
+            store_sink(value(node), k, sk)
