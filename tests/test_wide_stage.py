@@ -205,8 +205,14 @@ def test_text_body_is_the_llvmlite_body(tmp_path, monkeypatch):
     lowering rules run on it unchanged): the same instructions, types and order, names
     aside, for every op the statements use (arithmetic, comparisons, logical ops, where,
     maximum/minimum, sign, abs, pow spellings, SIMD maths), 1-d and 2-d with broadcast rows,
-    the value's module and the gradient's."""
+    the value's module and the gradient's; the 1-d unit-stride loads and stores written
+    directly (wide_stage._UnitText) included."""
     monkeypatch.setattr(sys.modules[__name__], "OPS", ALL_OPS)
+    unit = {"load": 0, "store": 0}   # (1-d unit-stride accesses: wide_stage._UnitText's lines)
+    for what in unit:
+        original = getattr(wide_stage._UnitText, what)
+        monkeypatch.setattr(wide_stage._UnitText, what, lambda self, *a, _f=original, _w=what:
+                            unit.__setitem__(_w, unit[_w] + 1) or _f(self, *a))
     cases = [(_function(tmp_path, statements=80), (np.linspace(-1, 1, 300),)),
              (_function(tmp_path, broadcast=True), (np.ones((5, 13)), np.ones(5)))]
     seen = ""
@@ -225,6 +231,7 @@ def test_text_body_is_the_llvmlite_body(tmp_path, monkeypatch):
                         "@\"llvm.fabs", "@\"llvm.sqrt", "@\"_ZGV", "shufflevector",
                         "llvm.masked.load", "llvm.masked.store"):
         assert instruction in seen, instruction
+    assert unit["load"] and unit["store"]
 
 
 def test_every_store_follows_its_value(tmp_path):
