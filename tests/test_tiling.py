@@ -274,3 +274,27 @@ def test_concurrent_calls_of_a_tiled_kernel(small_chunks, monkeypatch):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_no_access_pass_without_a_tileable_stage(small_chunks, monkeypatch):
+    """A schedule with no stage that could be chunked (1-d code) forms no group and reads no
+    stage's accesses (straight-line code of thousands of statements: a pass over each stage's
+    views twice); a 2-d one still forms its groups."""
+    calls = []
+    original = tiling.stage_accesses
+    monkeypatch.setattr(tiling, "stage_accesses", lambda s, st: calls.append(st) or
+                        original(s, st))
+
+    def line(x):
+        y = np.sin(x) * 0.5 + x
+        return np.sum(np.tanh(y) * y + np.exp(-x * y))
+
+    x = np.random.default_rng(3).uniform(-1, 1, 500)
+    f = sg.differentiate(line)
+    s = Schedule(f.grad._inspect_entry(x).graph)
+    assert not s.tile_groups and not calls
+    np.testing.assert_allclose(f.grad(x), sg.differentiate(line, target="python").grad(x),
+                               rtol=1e-12)
+    small_chunks(5, 40, 3)
+    s = schedule_of(gmm, gmm_args(5, 40, 3), grad=True)
+    assert s.tile_groups and calls
