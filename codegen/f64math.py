@@ -1,8 +1,9 @@
 """Our own float64 math functions, as LLVM IR the loop vectoriser widens with the rest of a
 fused loop: exp, expm1, sin, cos, tan, log1p and tanh (``OWN_F64``: op -> (function name, body
 builder)), within 1.8 ulp over the whole float64 range (expm1 1.77, tanh 0.84), and the
-far-argument library of sin/cos/tan (Payne-Hanek reduction, compiled once per process). ``codegen.mathlib.CPUMath``
-calls them in place of libm/libmvec unless ``SYMGRAD_PRECISE_MATH=1``.
+far-argument library of sin/cos/tan (Payne-Hanek reduction, compiled once per process).
+``codegen.mathlib.CPUMath`` calls them in place of libm/libmvec unless
+``SYMGRAD_PRECISE_MATH=1``.
 
 Why this module is long: each function is a sequence of IR-building steps (range reduction,
 polynomial, reconstruction, special cases) that shares the helpers above it (``_F64``, the
