@@ -44,9 +44,10 @@ def _mark_no_caller_saved(text: str, groups: list[str]) -> str:
 # Our own float64 exp and expm1: branch-free IR the loop vectoriser widens like any arithmetic,
 # accurate to < 1 ulp (libmvec's AVX2 exp/expm1 reach 2.9 ulp). Reduction x = k ln2 + r with
 # ln2 split Cody-Waite style (k * LN2_HI is exact for |k| < 2^21), |r| <= ln2/2, then
-# e^r - 1 = r + r^2 Q(r) with Q a Chebyshev fit to r^10 (EXP_POLY: 3e-19 relative to e^r, where
-# the Taylor series needs terms to r^13 for 4e-18: one multiply-add more per element, in loops
-# the FMA pipes bound, W1's and W2's exp passes).
+# e^r - 1 = r + r^2 Q(r) with Q a Chebyshev fit to r^10 (EXP_POLY: 3e-19 relative to e^r),
+# by Horner's rule. The Taylor series needs terms to r^13 for 4e-18: one multiply-add more
+# per element (W2's exp pass 2% slower). Estrin's scheme, with its shorter chain, made that
+# pass 6% slower (two multiplies more) and W1 no faster, so Horner it is.
 
 LN2_HI = 6.93147180369123816490e-01     # 0x3FE62E42FEE00000: 32 significant bits
 LN2_LO = 1.90821492927058770002e-10
@@ -83,10 +84,9 @@ def _exp_reduction(b: ir.IRBuilder, x, rounding: str, poly: list):
     c = lambda v: ir.Constant(d, v)   # noqa: E731 - local shorthand
     mod = b.module
     rint = mod.declare_intrinsic(rounding, [d], ir.FunctionType(d, [d]))
-    fma = mod.declare_intrinsic("llvm.fmuladd", [d], ir.FunctionType(d, [d, d, d]))
     kf = b.call(rint, [b.fmul(x, c(INV_LN2))])
     r = b.fsub(b.fsub(x, b.fmul(kf, c(LN2_HI))), b.fmul(kf, c(LN2_LO)))
-    return b.fptosi(kf, ir.IntType(64)), r, _F64(b).estrin(r, poly)
+    return b.fptosi(kf, ir.IntType(64)), r, _F64(b).horner(r, poly)
 
 
 def _pow2(b: ir.IRBuilder, k):
@@ -213,30 +213,6 @@ class _F64:
     def horner(self, z, coeffs):
         acc = self.c(coeffs[-1])
         for coef in reversed(coeffs[:-1]):
-            acc = self.fma(acc, z, self.c(coef))
-        return acc
-
-    def estrin(self, z, coeffs, exact_terms: int = 2):
-        """The polynomial sum coeffs[i] z^i, its first ``exact_terms`` by Horner's rule
-        (one rounding at the size of the result, as Horner's), the rest by Estrin's scheme:
-        pairs c_i + c_i+1 z, then pairs of those with z^2, z^4, ...: about log2(n) dependent
-        multiply-adds instead of n - 1, for two or three multiplies more (the powers).
-
-        For exp's polynomial of 11 terms (W1's exp and tanh, W2's exp pass) Horner's chain
-        of 10 dependent FMAs (40 cycles) bounded those loops more than their operation
-        count (W1's exp -10%, tanh -7% on a single thread). Estrin all the way would round
-        the sum of the leading terms three times: +0.2 ulp in expm1, where 2^k p + (2^k - 1)
-        cancels (1.95 ulp). sin, cos and log1p keep Horner: Estrin there made W1 slower."""
-        head, rest = coeffs[:exact_terms], coeffs[exact_terms:]
-        level = [self.c(c) if i + 1 == len(rest) else self.fma(self.c(rest[i + 1]), z, self.c(c))
-                 for i, c in list(enumerate(rest))[::2]]
-        power = z
-        while len(level) > 1:
-            power = self.b.fmul(power, power)
-            level = [self.fma(level[i + 1], power, level[i]) if i + 1 < len(level) else level[i]
-                     for i in range(0, len(level), 2)]
-        acc = level[0]
-        for coef in reversed(head):
             acc = self.fma(acc, z, self.c(coef))
         return acc
 
