@@ -12,7 +12,9 @@ import mpmath as mp
 
 SIN_COS_R_MAX = 0.7854 * 1.01    # |r| <= pi/4, plus the slack of a rounded quotient
 LOG_S_MAX = 0.17158              # s = f / (2 + f) for 1 + f in [sqrt(1/2), sqrt(2))
-TANH_POLY_MAX = 0.55             # below this |x| tanh is a polynomial, above it 1 - 2/(e^2x + 1)
+EXP_R_MAX = 0.34657359 * 1.001   # |r| <= ln2/2 (x = k ln2 + r, k rounded), plus slack
+EXP_TERMS = 11                   # (e^r - 1 - r) / r^2 to r^10: 0.003 ulp (to r^9: 0.37 in expm1)
+TANH_R_MAX = 0.69314718 * 1.001  # 0 <= r < ln2 (2|x| = k ln2 + r, k rounded down), plus slack
 
 
 def _odd_tail(fn, leading):
@@ -40,9 +42,16 @@ def _log_tail(z):
     return (2 * mp.atanh(s) - 2 * s) / (z * s)
 
 
-def _fit(fn, hi, n):
+def _exp_tail(r):
+    """(e^r - 1 - r) / r^2: what the exp polynomial fits, in r (e^r is neither odd nor even)."""
+    if r == 0:
+        return mp.mpf(1) / 2
+    return (mp.exp(r) - 1 - r) / (r * r)
+
+
+def _fit(fn, hi, n, lo=0):
     with mp.workdps(60):
-        coeffs = mp.chebyfit(fn, [0, mp.mpf(hi)], n)
+        coeffs = mp.chebyfit(fn, [mp.mpf(lo), mp.mpf(hi)], n)
     return [float(c) for c in reversed(coeffs)]     # lowest degree first
 
 
@@ -75,7 +84,8 @@ def coefficients() -> dict[str, list]:
             "SIN_POLY": _fit(_odd_tail(mp.sin, mp.mpf(-1) / 6), SIN_COS_R_MAX ** 2, 7),
             "COS_POLY": _fit(_cos_tail, SIN_COS_R_MAX ** 2, 6),
             "LOG_POLY": _fit(_log_tail, LOG_S_MAX ** 2, 8),
-            "TANH_POLY": _fit(_odd_tail(mp.tanh, mp.mpf(-1) / 3), TANH_POLY_MAX ** 2, 11),
+            "EXP_POLY": _fit(_exp_tail, EXP_R_MAX, EXP_TERMS, -EXP_R_MAX),
+            "TANH_EXP_POLY": _fit(_exp_tail, TANH_R_MAX, EXP_TERMS),
         }
 
 

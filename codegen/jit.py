@@ -37,7 +37,7 @@ from . import diskcache, host_cpu, linker, module_split
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-8"   # (-8: wide stages store values early, compiled at -O1)
+FORMAT = "symgrad-cpu-9"   # (-9: exp's polynomial a Chebyshev fit, tanh as E / (E + 2))
 PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests
