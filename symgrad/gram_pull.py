@@ -12,6 +12,7 @@ so a row scale commutes with it, ``s * R(x) = R(s * x)``, and with ``W = s * x``
     sum_n (s * R(x))          = R(sum_n W)
     sum_n ((s * R(x)) * y)    = sum_i ((W^T @ y) * C)[i]  for a term x @ C   (needs y^T @ W)
                               = q * sum_n (W * y)           for a term q * x
+                              = q * diag(y^T @ W)           when there is y^T @ W
 
 so the backward needs ``W`` and one ``(d, n) @ (n, d)`` product ``x^T @ W`` (the Gram matrix
 ``x^T diag(s) x``) per component, not ``E``: the forward's ``(K, n, d)`` product ``lx`` is no
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import FLOAT_DTYPES, Node, make, toposort
+from .ir import FLOAT_DTYPES, Node, Slice, make, toposort
 from .shape_ops import reshape, transpose
 
 
@@ -263,14 +264,19 @@ def _gram_term(term: Node, z: Node) -> Node:
 def _moment(image: _Image, scaled: Node, y: Node, grams: dict):
     """sum_n(E * y), rows kept: per term ``x @ C`` the sum over i of ``(W^T y) * C`` from the
     Gram product ``y^T @ W`` (None when the matmul uses do not give it), per term ``q * x``
-    ``q * sum_n(W * y)``."""
+    ``q * sum_n(W * y)``, which is the Gram product's diagonal where there is one (the same
+    sums: (y^T W)_jj = sum_n y_nj W_nj)."""
     rows = y.ndim - 2
     gram = grams.get(transpose(y, tuple(range(rows)) + (rows + 1, rows)))
-    moment = make("sum", (make("mul", (scaled, y)),), ((rows,), True))
     kinds = [_term_kind(t) for t in _terms(image.root)]
     if gram is None and any(k is not None and k[0] == "matmul" for k in kinds):
         return None
-    cross = None if gram is None else transpose(gram, tuple(range(rows)) + (rows + 1, rows))
+    if gram is None:
+        moment = make("sum", (make("mul", (scaled, y)),), ((rows,), True))
+        cross = None
+    else:
+        moment = _diagonal(gram)
+        cross = transpose(gram, tuple(range(rows)) + (rows + 1, rows))
 
     def rebuild(term):
         kind = _term_kind(term)
@@ -283,6 +289,45 @@ def _moment(image: _Image, scaled: Node, y: Node, grams: dict):
     return _map_terms(image, rebuild)
 
 
+def _diagonal(square: Node) -> Node:
+    """The diagonal of the last two (equal) axes of ``square``, as one row: (..., 1, d)."""
+    lead, d = square.shape[:-2], square.shape[-1]
+    flat = reshape(square, lead + (d * d,))
+    index = tuple(Slice(0, e, 1) for e in lead) + (Slice(0, d * d, d + 1),)
+    return reshape(make("getitem", (flat,), (index,)), lead + (1, d))
+
+
 def _finish(s: Node, inner: Node) -> Node:
     """``inner`` (rows kept) in the shape of the sum ``s`` it replaces."""
     return inner if inner.shape == s.shape else reshape(inner, s.shape)
+
+
+def symmetric_gram(node: Node) -> bool:
+    """Whether ``node`` is a Gram product ``x^T @ W`` with ``W`` row scales (and negations)
+    of ``x`` itself, ``x^T diag(s) x``: symmetric in exact arithmetic, so a kernel may compute
+    one triangle and mirror it (codegen.matmul_kernel). In floating point entry (i, j) is
+    ``sum_n x_ni (s_n x_nj)`` and (j, i) ``sum_n x_nj (s_n x_ni)``: the same terms, each
+    rounded alike up to the order of one product, so the mirror is as accurate as computing
+    it."""
+    if node.op != "matmul" or node.ndim < 2:
+        return False
+    a, w = node.inputs
+    rows = a.ndim - 2
+    if a.op != "transpose" or rows < 0 or \
+            a.attrs[0] != tuple(range(rows)) + (rows + 1, rows):
+        return False
+    x = a.inputs[0]
+    while w is not x:
+        if w.op == "neg":
+            w = w.inputs[0]
+        elif w.op == "mul":
+            u, v = w.inputs
+            if _is_row_scale(v, w) and u.shape == w.shape:
+                w = u
+            elif _is_row_scale(u, w) and v.shape == w.shape:
+                w = v
+            else:
+                return False
+        else:
+            return False
+    return True

@@ -224,3 +224,12 @@ def test_adbench_gmm_gradient_against_main_form():
     ref = sg.grad(gmm_adbench, wrt=(0, 1, 2), target="python")(*args)
     for a, b in zip(f.grad(*args), ref):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_gram_product_runs_the_lower_kernel():
+    """The Gram product x^T diag(s) x the rule forms is symmetric: codegen.matmul_kernel
+    computes its lower triangle and mirrors it."""
+    import re
+    args = _args(gmm_adbench, np.random.default_rng(6))
+    text = sg.differentiate(gmm_adbench, wrt=(0, 1, 2)).grad.llvm_ir(*args)
+    assert re.search(r"symgrad_mm_float64_\d+_lower", text)
