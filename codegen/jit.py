@@ -37,7 +37,8 @@ from . import diskcache, host_cpu, linker, module_split
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-8"   # (-8: wide stages store values early, compiled at -O1)
+FORMAT = "symgrad-cpu-9"   # (-9: the matmul library's lower flag; -8: wide stages store values
+#                             early, compiled at -O1)
 PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests

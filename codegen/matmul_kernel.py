@@ -33,7 +33,8 @@ Exported to ``codegen.kernel``: :func:`applies`, :func:`emit_stage`, :func:`epil
 ``symgrad_mm_<dtype>_<w>[_bstrided]``:
 
     void mm(T* a, T* b, T* c, i64 m, i64 n, i64 k, i64 sa_i, i64 sa_k, i64 sb_k, i64 sc_i
-            [, i64 sb_j])     (sb_j only in the ``_bstrided`` variant; strides in elements)
+            [, i64 sb_j], i64 lower)  (sb_j only in the ``_bstrided`` variant; strides in
+                                       elements; lower: see :func:`lower_applies`)
 
 A kernel with an epilogue is an internal function of its module, ``sg_mm<stage>.epilogue``.
 """
@@ -101,7 +102,7 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     d = len(stage.shape)
     nb = d - 3
     if stage.epilogue is None:
-        kernel = _library_kernel(km, dtype, w, unit_b, lower=nb > 0 and lower_applies(stage))
+        kernel = _library_kernel(km, dtype, w, unit_b)
     else:   # a kernel of its own, the epilogue's work after each tile's last k block
         kernel = _epilogue_kernel(km.module, dtype, w, unit_b, stage.epilogue,
                                   f"{km.prefix}mm{stage.index}.epilogue")
@@ -113,6 +114,8 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     sa_i, sa_k = p(a.strides[-3], "sa_i"), p(a.strides[-2], "sa_k")
     sb_k, sc_i = p(bv.strides[-2], "sb_k"), p(dest.strides[-3], "sc_i")
     extra = [] if unit_b else [p(bv.strides[-1], "sb_j")]
+    if stage.epilogue is None:     # the library kernel's flag: a symmetric product's triangle
+        extra.append(ir.Constant(I64, int(nb > 0 and lower_applies(stage))))
     bases = [b.gep(argmap[v.buf], [p(v.offset, f"{nm}.off")], source_etype=ty, name=nm)
              for v, nm in ((a, "a"), (bv, "b"), (dest, "c"))]
     if nb == 0:   # the threads split the rows: [begin, end) of m (never with an epilogue)
@@ -187,7 +190,7 @@ def _epilogue_kernel(module: ir.Module, dtype: str, w: int, unit_b: bool, ep, na
 
 
 def _declare(module: ir.Module, name: str, dtype: str, unit_b: bool, ep=None) -> ir.Function:
-    names = ARGS if unit_b else ARGS + ("sb_j",)
+    names = (ARGS if unit_b else ARGS + ("sb_j",)) + (("lower",) if ep is None else ())
     types = [PTR] * 3 + [I64] * (len(names) - 3)
     ty = memory_type(dtype)
     if ep is not None:
@@ -205,10 +208,11 @@ def _declare(module: ir.Module, name: str, dtype: str, unit_b: bool, ep=None) ->
 
 
 def lower_applies(stage) -> bool:
-    """A product symmetric in exact arithmetic (``x^T diag(s) x``, symgrad.gram_pull) with
-    a unit-stride right operand: the ``_lower`` kernel computes the tiles that hold an entry
-    on or below the diagonal and mirrors the lower triangle (at d = 64 29 of 44 tiles). Only
-    with batch axes: without them the threads split the rows, and a row range of the lower
+    """A product symmetric in exact arithmetic (``x^T diag(s) x``, symgrad.gram_pull): the
+    library kernel's ``lower`` flag set, it computes the tiles that hold an entry on or below
+    the diagonal and mirrors the lower triangle (at d = 64 29 of 44 tiles). A flag, not a
+    library of its own: one more library is ~0.1 s of LLVM in the first call. Only with
+    batch axes: without them the threads split the rows, and a row range of the lower
     triangle is not one of the upper."""
     from symgrad.gram_pull import symmetric_gram
     sink = stage.sinks[0]
@@ -216,14 +220,14 @@ def lower_applies(stage) -> bool:
     return m == n and sink.operands[1].strides[-1] == 1 and symmetric_gram(sink.node)
 
 
-def _library_kernel(km, dtype: str, w: int, unit_b: bool, lower: bool = False) -> ir.Function:
+def _library_kernel(km, dtype: str, w: int, unit_b: bool) -> ir.Function:
     """The kernel without epilogue, the same for every module of a (dtype, vector width,
     layout of b): a library function (codegen.libraries). It was the largest item of LLVM time
     of ADBench GMM's gradient (d = 10: 227 of 712 ms CPU for the two variants)."""
     return library_function(
-        km, f"symgrad_mm_{dtype}_{w}" + ("" if unit_b else "_bstrided") + ("_lower" if lower else ""),
+        km, f"symgrad_mm_{dtype}_{w}" + ("" if unit_b else "_bstrided"),
         lambda module, name: _declare(module, name, dtype, unit_b),
-        lambda fn: _TileKernel(fn, memory_type(dtype), w, unit_b, lower=lower).emit())
+        lambda fn: _TileKernel(fn, memory_type(dtype), w, unit_b).emit())
 
 
 ARGS = ("a", "b", "c", "m", "n", "k", "sa_i", "sa_k", "sb_k", "sc_i")
@@ -238,15 +242,18 @@ class _TileKernel:
     stored). Rows: tiles of MR rows; the last of a row block repeats its last row in the rows
     past it (see _tile)."""
 
-    def __init__(self, fn, ty, w, unit_b=True, epilogue=None, lower=False):
+    def __init__(self, fn, ty, w, unit_b=True, epilogue=None):
         self.fn, self.ty, self.w = fn, ty, w
-        self.lower = lower    # a symmetric product: the tiles on or below the diagonal, mirrored
         self.vty = ir.VectorType(ty, w)
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         (self.a, self.bm, self.c, self.m, self.n, self.k,
          self.sa_i, self.sa_k, self.sb_k, self.sc_i) = fn.args[:len(ARGS)]
         first = len(ARGS) + (not unit_b)
         self.sb_j = None if unit_b else fn.args[len(ARGS)]   # None: unit
+        # the library kernel's flag (nonzero: a symmetric product, the tiles on or below the
+        # diagonal, mirrored); an epilogue kernel has none
+        self.lower = fn.args[first] if epilogue is None else None
+        first += epilogue is None
         self.ep = epilogue
         if epilogue is not None:
             count = len(epilogue.loads) + len(epilogue.sinks)
@@ -302,7 +309,7 @@ class _TileKernel:
             close_loop(b, jt, step=self.c64(nv * w))
         close_loop(b, ib, step=self.c64(MC))
         close_loop(b, kb, step=self.c64(KC))
-        if self.lower:
+        if self.lower is not None:
             self._mirror()
         b.ret_void()
 
@@ -311,18 +318,23 @@ class _TileKernel:
         first, or with ``lower`` the first whose last row ``i0 + MR - 1`` reaches ``j0``
         (the tiles above it hold entries above the diagonal only), ``i_block + MR *
         floor((j0 - i_block) / MR)``."""
-        if not self.lower:
+        if self.lower is None:
             return i_block
         b = self.b
         ahead = b.sub(j0, i_block)
         ahead = b.select(b.icmp_signed(">", ahead, self.c64(0)), ahead, self.c64(0))
-        return b.add(i_block, b.mul(b.sdiv(ahead, self.c64(MR)), self.c64(MR)), name="i.first")
+        first = b.add(i_block, b.mul(b.sdiv(ahead, self.c64(MR)), self.c64(MR)))
+        return b.select(self._is_lower(), first, i_block, name="i.first")
+
+    def _is_lower(self):
+        return self.b.icmp_signed("!=", self.lower, self.c64(0), name="lower")
 
     def _mirror(self):
         """c[i, j] = c[j, i] for j > i: the entries above the diagonal from those below (the
         tiles above it were skipped; those across it computed them too, overwritten alike)."""
         b = self.b
-        li = open_loop(b, self.c64(0), self.m, ("mirror.i.head", "mirror.i.body", "mirror.i.exit"),
+        rows = b.select(self._is_lower(), self.m, self.c64(0), name="mirror.rows")
+        li = open_loop(b, self.c64(0), rows, ("mirror.i.head", "mirror.i.body", "mirror.i.exit"),
                        "mi")
         lj = open_loop(b, b.add(li.index, self.c64(1)), self.n,
                        ("mirror.j.head", "mirror.j.body", "mirror.j.exit"), "mj")
