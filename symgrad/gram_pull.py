@@ -178,14 +178,23 @@ def _image(e: Node, counts: dict):
 _TREE = ("add", "sub", "neg")
 
 
+# The most nodes of R's add/sub/neg tree walked: a linear image of a few terms is what the
+# rule is for; a longer sum (a 2-d elementwise program's chain under a scalar factor) is not
+# walked through, so the pass stays linear in the graph.
+MAX_TREE = 32
+
+
 def _terms(root: Node) -> list:
-    """R's terms below its add/sub/neg nodes of R's shape (walked without recursion)."""
+    """R's terms below its add/sub/neg nodes of R's shape (walked without recursion); a
+    tree of more than MAX_TREE nodes gives [root] (no image: root is no term)."""
     terms, todo, seen = [], [root], set()
     while todo:
         node = todo.pop()
         if node in seen:
             continue
         seen.add(node)
+        if len(seen) > MAX_TREE:
+            return [root]
         if node.op in _TREE and all(i.shape == root.shape for i in node.inputs):
             todo += node.inputs
         else:

@@ -80,6 +80,14 @@ def moment_without_gram(means, q, ls, x):
     return gmm_like(means, q, ls, x)
 
 
+def long_image(c, x):
+    """An image of more terms than gram_pull.MAX_TREE walks: left as it is."""
+    lx = (x @ c + x * 0.1 + x * 0.2 + x * 0.3 + x * 0.4 + x * 0.5 + x * 0.6 + x * 0.7 + x * 0.8
+          + x * 0.9 + x * 1.1 + x * 1.2 + x * 1.3 + x * 1.4 + x * 1.5 + x * 1.6 + x * 1.7
+          + x * 1.8 + x * 1.9 + x * 2.1 - x)
+    return np.sum(np.tanh(np.sum(lx * lx, axis=1)))
+
+
 def users_own_gram(c, x, s):
     """The user's own x^T @ (s * (x @ c)): forward nodes keep NumPy's expression."""
     return np.sum(np.transpose(x) @ (s[:, None] * (x @ c)))
@@ -92,9 +100,10 @@ def _args(fn, rng):
               gmm_adbench: [(k,), (k, d), (k, d + d * (d - 1) // 2), (n, d)],
               plain_matrix: [(d, d), (n, d)], left_operand_use: [(d, d), (n, d)],
               full_scale: [(d, d), (n, d)], few_rows: [(d, d), (6, d)],
+              long_image: [(d, d), (n, d)],
               users_own_gram: [(d, d), (n, d), (n,)]}[fn]
     args = [rng.uniform(-1, 1, s) for s in shapes]
-    if fn in (plain_matrix, left_operand_use, few_rows):
+    if fn in (plain_matrix, left_operand_use, few_rows, long_image):
         args[0] = args[0] * 0.3
     if fn is gmm_adbench:
         args[2] = args[2] * 0.1
@@ -103,9 +112,9 @@ def _args(fn, rng):
 
 WRT = {gmm_like: (0, 1, 2), means_only: (0,), gmm_adbench: (0, 1, 2), plain_matrix: (0,),
        left_operand_use: (0, 1), full_scale: (0,), few_rows: (0,),
-       moment_without_gram: (0, 1), users_own_gram: (0, 2)}
+       moment_without_gram: (0, 1), users_own_gram: (0, 2), long_image: (0,)}
 APPLIES = [gmm_like, plain_matrix, means_only, gmm_adbench]
-KEPT = [left_operand_use, full_scale, few_rows, moment_without_gram]
+KEPT = [left_operand_use, full_scale, few_rows, moment_without_gram, long_image]
 
 
 def _graph(fn, args):
