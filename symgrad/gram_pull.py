@@ -52,6 +52,10 @@ def pull_grams(outputs: list, forward) -> tuple[list, dict]:
     """``outputs`` with every row-scaled right-linear cotangent reduced through its Gram
     product where the rules apply, and the map from each rebuilt node to its replacement."""
     order = toposort(outputs)
+    candidates = [n for n in order if n.op in ("mul", "neg") and n.ndim >= 2
+                  and n.shape[-1] >= 2 and n not in forward and n.dtype in FLOAT_DTYPES]
+    if not candidates or not any(n.op == "matmul" for n in order):
+        return list(outputs), {}    # the common case: one walk of the graph, nothing else
     users: dict[Node, list] = {}
     for node in order:
         for child in node.inputs:
@@ -60,11 +64,10 @@ def pull_grams(outputs: list, forward) -> tuple[list, dict]:
     for out in outputs:
         counts[out] = counts.get(out, 0) + 1
     replacements: dict[Node, Node] = {}
-    for node in order:
-        if node.op in ("mul", "neg") and node not in forward and node.dtype in FLOAT_DTYPES:
-            plan = _plan(node, users, counts)
-            if not replacements.keys() & plan.keys():    # a use two images claim: the first
-                replacements.update(plan)
+    for node in candidates:
+        plan = _plan(node, users, counts)
+        if not replacements.keys() & plan.keys():    # a use two images claim: the first
+            replacements.update(plan)
     if not replacements:
         return list(outputs), {}
     memo: dict[Node, Node] = {}
