@@ -41,8 +41,8 @@ from .shape_ops import reshape, transpose
 @dataclass(frozen=True)
 class _Image:
     """``E = scales * R(x)``: ``scales`` the row scales in the order applied (each (index of
-    the scaled operand, factor), (None, None) for a negation), ``root`` R (add/sub/neg nodes above its terms), ``x`` R's
-    argument."""
+    the scaled operand, factor), (None, None) for a negation), ``root`` R (add/sub/neg nodes
+    above its terms), ``x`` R's argument."""
     scales: tuple
     root: Node
     x: Node
