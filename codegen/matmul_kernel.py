@@ -37,6 +37,10 @@ Exported to ``codegen.kernel``: :func:`applies`, :func:`emit_stage`, :func:`epil
                                        elements; lower: see :func:`lower_applies`)
 
 A kernel with an epilogue is an internal function of its module, ``sg_mm<stage>.epilogue``.
+
+Why this module is long: it is one kernel's IR, the tile loops, the panel packing, the masked
+column tails, the epilogue and the symmetric product's triangle sharing the tile's registers
+and loop structure; split up, each part would need the others' loop state passed in.
 """
 from __future__ import annotations
 
