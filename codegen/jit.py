@@ -37,7 +37,8 @@ from . import diskcache, host_cpu, linker, module_split
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-9"   # (-9: exp's polynomial a Chebyshev fit, tanh as E / (E + 2))
+FORMAT = "symgrad-cpu-10"   # (-10: exp's Chebyshev fit, tanh as E / (E + 2), the matmul
+#                              library's lower flag)
 PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests
