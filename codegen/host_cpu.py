@@ -17,14 +17,13 @@ masked, and the per-core leaves (cache topology 4, x2APIC topology 0xB/0x1F, hyb
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import sys
 
 from . import diskcache
 
-FORMAT = "symgrad-host-1"      # (in the key of the .host entry)
+FORMAT = "symgrad-host-2"      # (in the key of the .host entry; 2: a BLAKE2b key)
 
 # void cpuid(uint32 leaf, uint32 subleaf, uint32 out[4])  (System V: edi, esi, rdx)
 #   push rbx; mov r8, rdx; mov eax, edi; mov ecx, esi; cpuid
@@ -123,7 +122,7 @@ def _key() -> str | None:
         st = os.stat(library)
     except OSError:
         return None
-    h = hashlib.sha256()
+    h = diskcache.hasher()
     for part in (FORMAT, llvmlite.__version__, library, str(st.st_size), str(st.st_mtime_ns),
                  words):
         h.update(part.encode())

@@ -25,7 +25,6 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -33,7 +32,7 @@ import time
 
 from symgrad import gc_pause, settings
 
-from . import diskcache, host_cpu, linker, module_split
+from . import diskcache, host_cpu, linker
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
@@ -47,7 +46,8 @@ COMPILE_THREADS: int | None = None
 _lock = threading.RLock()     # LLVM, the linker and the kernel table; see _fork_* below
 _state: dict = {}             # the host (target()), then LLVM's machines (_init())
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
-         "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0}
+         "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0, "plan_hits": 0,
+         "plan_writes": 0}
 
 
 def _binding():
@@ -224,7 +224,7 @@ def _optimize(text: str, tm, context=None):
 def key_of(text: str) -> str:
     from symgrad import __version__
     st = target()
-    h = hashlib.sha256()
+    h = diskcache.hasher()
     for part in (FORMAT, __version__, st["triple"], st["cpu"], st["features"], text):
         h.update(part.encode())
         h.update(b"\0")
@@ -273,6 +273,9 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             st["kernels"][job.key] = addrs
             for public, local in job.public.items():
                 st["math"].linked(public, addrs[local])
+            if job.public:
+                from . import plans
+                plans.note_library(plans.record(job.text, job.key, job.symbols, job.public))
         return key, addrs
 
 
@@ -292,19 +295,26 @@ class _Job:
         return self.text.replace('@"sg_', f'@"{self.prefix}')
 
     def link(self) -> dict:
-        names = [self.prefix + s[3:] for s in self.symbols]
-        found, declined = linker.link(unpack(self.obj), names, target()["math"],
-                                      lambda: _init()["tm"])
-        STATS["loader_declines"] += declined
-        addrs = dict(zip(self.symbols, found))
-        if not all(addrs.values()):
-            raise RuntimeError(f"internal: symbols missing from compiled kernel {self.key[:12]}")
-        return addrs
+        return link_object(self.key, self.symbols, self.obj)
+
+
+def link_object(key: str, symbols: list[str], obj: bytes) -> dict:
+    """Link the cache entry ``obj`` of ``key``: ``{symbol: address}`` of its sg_ symbols
+    (renamed ``k<key>_`` in the machine code)."""
+    prefix = f"k{key[:20]}_"
+    names = [prefix + s[3:] for s in symbols]
+    found, declined = linker.link(unpack(obj), names, target()["math"], lambda: _init()["tm"])
+    STATS["loader_declines"] += declined
+    addrs = dict(zip(symbols, found))
+    if not all(addrs.values()):
+        raise RuntimeError(f"internal: symbols missing from compiled kernel {key[:12]}")
+    return addrs
 
 
 def compile_many(texts: list[str]) -> list[list[bytes]]:
     """compile_objects of each text, all their parts in one pool of threads."""
     _init()        # (here: the helper threads must find LLVM initialised, not wait for _lock)
+    from . import module_split
     if len(texts) == 1:
         return [compile_objects(texts[0])]
     split = [module_split.split(t) for t in texts]
@@ -328,6 +338,7 @@ def compile_objects(text: str) -> list[bytes]:
     (``module_split``), the parts compiled on up to ``compile_threads()`` threads. A part
     that fails makes the whole text compile on this thread, which raises the error a whole
     module gives (a parse or verifier message with its line in ``text``)."""
+    from . import module_split
     _init()
     parts = module_split.split(text)
     if len(parts) == 1:
@@ -411,6 +422,7 @@ def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
     parts costliest first (a library and a module's parts share the pool: the longest one
     starts at once, the short ones fill the other threads). The first failing part (in part
     order) raises."""
+    from . import module_split
     results: list = [None] * len(parts)
     failures: dict[int, BaseException] = {}
     queue = iter(sorted(range(len(parts)), key=lambda k: (-module_split.cost(parts[k]), k)))
