@@ -211,9 +211,9 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def hasher():
+def hasher(data: bytes = b""):
     """A new 256-bit BLAKE2b hash (64 hex digits: the cache's keys)."""
-    return blake2b(digest_size=32)
+    return blake2b(data, digest_size=32)
 
 
 def _tag(key: str, obj: bytes) -> bytes:

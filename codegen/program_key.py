@@ -14,7 +14,8 @@ symbols, the run-time parameters, the buffers and stages) is a function of
   modification time of every module of ``symgrad`` and ``codegen`` (any edit, reinstall or
   checkout changes it);
 * the values of the code generator's module-level settings (``CHUNK_BYTES``,
-  ``mathlib.F32_VIA_F64``...): :func:`knobs` records them with each plan;
+  ``mathlib.F32_VIA_F64``, its functions by name...): :func:`knobs` records a digest of
+  each module's with a plan;
   :func:`knobs_match` refuses a plan whose recorded value differs from a module imported
   here (a test or benchmark that patched one), and :func:`knobs_at_defaults` keeps a
   process that patched one from writing plans at all (a module not imported cannot have
@@ -29,6 +30,7 @@ import os
 import re
 import struct
 import sys
+import types
 
 import numpy as np
 
@@ -235,9 +237,15 @@ def _canonical(value):
 
 
 def _module_knobs(module) -> dict:
+    """A module's settings: its UPPERCASE names holding plain data or code, and its
+    functions and classes by qualified name (a test that patches ``jit.codegen_level``
+    changes the code too). Lowercase data is run-time state (caches, tables of what was
+    linked), never a setting."""
     out = {}
     for name, value in vars(module).items():
-        if _KNOB.match(name) and name not in RUN_TIME_STATE:
+        if name.startswith("__") or name in RUN_TIME_STATE:
+            continue
+        if _KNOB.match(name) or isinstance(value, (types.FunctionType, type)):
             c = _canonical(value)
             if c is not None:
                 out[name] = c
@@ -250,20 +258,22 @@ def _codegen_modules() -> list:
                   if m is not None and name.startswith(prefix))
 
 
+def _digest(values: dict) -> str:
+    from .diskcache import hasher
+    return hasher(repr(sorted(values.items())).encode()).hexdigest()
+
+
 def knobs() -> dict:
-    """{module: {NAME: value}} of the code generator's modules imported in this process."""
-    return {name: _module_knobs(m) for name, m in _codegen_modules()}
+    """{module: digest of its settings} of the code generator's modules imported here."""
+    return {name: _digest(_module_knobs(m)) for name, m in _codegen_modules()}
 
 
 def knobs_match(recorded: dict) -> bool:
-    """Does every imported module hold the settings ``recorded`` with a plan?"""
-    for name, values in recorded.items():
+    """Does every imported module hold the settings ``recorded`` (:func:`knobs`) with a plan?"""
+    for name, digest in recorded.items():
         module = sys.modules.get(name)
-        if module is None:
-            continue        # not imported: its defaults, which the fingerprint covers
-        for knob, value in values.items():
-            if _canonical(getattr(module, knob, None)) != value:
-                return False
+        if module is not None and _digest(_module_knobs(module)) != digest:
+            return False    # (a module not imported holds its defaults: the fingerprint's)
     return True
 
 
