@@ -1,8 +1,9 @@
 """Optimise, compile and load LLVM modules for the host CPU, with an in-memory and on-disk
 cache of machine code keyed by the hash of the (size-free) IR text.
 
-Cache key: sha256 of the IR text + target triple + CPU name + CPU features + symgrad version
-+ this module's format version. Entries live in ``$SYMGRAD_CACHE_DIR`` (default
+Cache key: BLAKE2b-256 of the IR text + target triple + CPU name + CPU features + symgrad
+version + this module's format version. (A fresh process finds the key before any IR exists
+through the signature's run plan, ``codegen.plans``.) Entries live in ``$SYMGRAD_CACHE_DIR`` (default
 ``~/.cache/symgrad``) as ``<key>.o``, authenticated with a per-user secret and read only from a
 directory and files this user alone can write (``codegen.diskcache`` has the rules). Files are
 written to a temporary name and renamed (atomic on POSIX), so concurrent processes never read a
