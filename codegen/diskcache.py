@@ -21,6 +21,8 @@ restored CI cache) could otherwise make this process run their code, or crash it
   and the kernel is recompiled (and rewritten).
 * Entries are written to a temporary file and renamed into place (atomic on POSIX); a failed
   write (a full disk) removes the temporary file.
+
+The machine code of a module compiled as several parts is one entry (:func:`pack`).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ try:
 except ImportError:
     from hmac import compare_digest
 
+PARTS_MAGIC = b"SGPARTS1"     # an entry of several objects (one object: ELF as it is)
 MAGIC = b"SYMGRAD2"     # (2: tags are keyed BLAKE2b; entries of 1, HMAC-SHA256, read as foreign)
 KEY_BYTES = 32
 _HEAD = len(MAGIC) + 64 + 64
@@ -261,3 +264,26 @@ def write(root: str, key: str, obj: bytes, suffix: str = ".o") -> bool:
     except OSError:
         return False
     return True
+
+
+def pack(objs: list[bytes]) -> bytes:
+    """One cache entry for a module's objects (a single object is stored as it is)."""
+    if len(objs) == 1:
+        return objs[0]
+    head = PARTS_MAGIC + len(objs).to_bytes(4, "little") + b"".join(
+        len(o).to_bytes(8, "little") for o in objs)
+    return head + b"".join(objs)
+
+
+def unpack(data: bytes) -> list[bytes]:
+    if not data.startswith(PARTS_MAGIC):
+        return [data]
+    n = int.from_bytes(data[8:12], "little")
+    sizes = [int.from_bytes(data[12 + 8 * k:20 + 8 * k], "little") for k in range(n)]
+    objs, at = [], 12 + 8 * n
+    for size in sizes:
+        objs.append(data[at:at + size])
+        at += size
+    if at != len(data):
+        raise ValueError("a cache entry of parts whose sizes do not add up")
+    return objs

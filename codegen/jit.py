@@ -34,11 +34,11 @@ import time
 from symgrad import gc_pause, settings
 
 from . import diskcache, host_cpu, linker
+from .diskcache import PARTS_MAGIC, pack, unpack    # (a module's parts: one cache entry)
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
 FORMAT = "symgrad-cpu-8"   # (-8: wide stages store values early, compiled at -O1)
-PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests
 # set a number here. Any value gives the same machine code.
@@ -455,29 +455,6 @@ def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
     if failures:
         raise failures[min(failures)]
     return results
-
-
-def pack(objs: list[bytes]) -> bytes:
-    """One cache entry for a module's objects (a single object is stored as it is)."""
-    if len(objs) == 1:
-        return objs[0]
-    head = PARTS_MAGIC + len(objs).to_bytes(4, "little") + b"".join(
-        len(o).to_bytes(8, "little") for o in objs)
-    return head + b"".join(objs)
-
-
-def unpack(data: bytes) -> list[bytes]:
-    if not data.startswith(PARTS_MAGIC):
-        return [data]
-    n = int.from_bytes(data[8:12], "little")
-    sizes = [int.from_bytes(data[12 + 8 * k:20 + 8 * k], "little") for k in range(n)]
-    objs, at = [], 12 + 8 * n
-    for size in sizes:
-        objs.append(data[at:at + size])
-        at += size
-    if at != len(data):
-        raise ValueError("a cache entry of parts whose sizes do not add up")
-    return objs
 
 
 _private = PrivateLLVM()     # see codegen.llvm_lock

@@ -178,7 +178,7 @@ def run_plan(prog) -> dict:
         "nbuf": len(bufs),
         "stages": stages,
         "tiles": tiles,
-        "work": max([st.size for st in sched.stages] + [t[2] for t in tiles]),
+        "work": max([st.size for st in sched.stages] + [t[2] for t in tiles] + [0]),
         "params": [int(p) for p in prog.km.params],
         "slot": slot,
         "flag": None if sched.flag is None else slot[sched.flag],

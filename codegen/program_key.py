@@ -45,10 +45,12 @@ class Unkeyable(Exception):
 
 def graph_digest(graph: Graph, h) -> bool:
     """Feed ``h`` (a hash object) the encoding of ``graph``; False if it cannot be encoded."""
+    writer = _GraphWriter()
     try:
-        _GraphWriter(h).graph(graph)
+        writer.graph(graph)
     except Unkeyable:
         return False
+    h.update(b"".join(writer.out))      # (one update: ~1000 small ones cost W1 ~0.5 ms)
     return True
 
 
@@ -56,14 +58,15 @@ class _GraphWriter:
     """Writes each node once, children first, numbered in the order written; a body's nodes
     share the numbering (a body may read nodes of the enclosing graph)."""
 
-    def __init__(self, h):
-        self.h = h
+    def __init__(self):
+        self.out: list[bytes] = []            # length-prefixed tokens, in order
         self.ids: dict[Node, int] = {}
         self.bodies: dict[int, int] = {}      # id(body) -> its number (bodies are written once)
 
     def put(self, token: str) -> None:
         data = token.encode()
-        self.h.update(b"%d:" % len(data) + data)
+        self.out.append(b"%d:" % len(data))
+        self.out.append(data)
 
     def graph(self, graph: Graph) -> None:
         self.put("graph")
@@ -169,8 +172,8 @@ class _GraphWriter:
             raise Unkeyable(v.dtype)
         self.put(f"a{v.dtype.str}{v.shape}")
         data = np.ascontiguousarray(v).tobytes()
-        self.h.update(b"%d:" % len(data))
-        self.h.update(data)
+        self.out.append(b"%d:" % len(data))
+        self.out.append(data)
 
     def body(self, body) -> None:
         if id(body) in self.bodies:
@@ -198,13 +201,15 @@ def code_fingerprint() -> str:
         import symgrad
         parts = []
         for root in (os.path.dirname(symgrad.__file__), os.path.dirname(__file__)):
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-                for name in sorted(filenames):
-                    if name.endswith((".py", ".pyc")):
-                        st = os.stat(os.path.join(dirpath, name))
-                        parts.append(f"{os.path.relpath(dirpath, root)}/{name}:{st.st_size}:"
-                                     f"{st.st_mtime_ns}")
+            folders = [("", root)]
+            while folders:
+                rel, folder = folders.pop()
+                for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+                    if entry.is_dir() and entry.name != "__pycache__":
+                        folders.append((f"{rel}{entry.name}/", entry.path))
+                    elif entry.name.endswith((".py", ".pyc")):
+                        st = entry.stat()
+                        parts.append(f"{rel}{entry.name}:{st.st_size}:{st.st_mtime_ns}")
         _fingerprint.append("\n".join(parts))
     return _fingerprint[0]
 
