@@ -18,14 +18,17 @@ symbols, the run-time parameters, the buffers and stages) is a function of
   each module's with a plan;
   :func:`knobs_match` refuses a plan whose recorded value differs from a module imported
   here (a test or benchmark that patched one), and :func:`knobs_at_defaults` keeps a
-  process that patched one from writing plans at all (a module not imported cannot have
-  been patched, and its source is in the fingerprint);
+  process that patched a literal one from writing plans at all (a module not imported cannot
+  have been patched, and its source is in the fingerprint). Left open: a process that
+  patched a computed table or a function of a module a fresh reader never imports (the
+  kernel builders) still writes plans, which such a reader would take;
 * the host and the options ``codegen.plans.plan_key`` adds (target triple, CPU, features,
   ``SYMGRAD_PRECISE_MATH``, jit's FORMAT, symgrad's and llvmlite's versions).
 """
 from __future__ import annotations
 
 import ast
+import operator
 import os
 import re
 import struct
@@ -282,41 +285,71 @@ def knobs_match(recorded: dict) -> bool:
     return True
 
 
-_defaults: dict = {}     # module -> {NAME: value as its source assigns it (literals only)}
+_defaults: dict = {}     # module -> {NAME: value} of the settings its source assigns literally
 
 
 def knobs_at_defaults() -> bool:
-    """Does every setting of the imported modules hold the value its source gives it? A
-    literal's value comes from the source itself; a computed one (``set(MATH_NAMES) -
-    {"sqrt"}``) from its value when this function first saw the module (a patch after that
-    is seen). False (write no plan) when any differs: a plan written by a process that
-    patched one would otherwise serve that setting's code to processes that did not."""
+    """Does every setting of the imported modules that its source assigns a literal
+    (``CHUNK_BYTES = 256 * 1024``, ``NATIVE = True``) hold that value? False (write no plan)
+    when one differs: a plan written by a process that patched one would otherwise serve
+    that setting's code to processes that did not. A computed setting or a function has no
+    default to compare with here (a value seen first could be a patch already): those are
+    checked where a plan is read (:func:`knobs_match`), in every module the reader has
+    imported."""
     for name, module in _codegen_modules():
         if name not in _defaults:
-            _defaults[name] = _source_defaults(module)
+            _defaults[name] = _source_literals(module)
         for knob, value in _defaults[name].items():
             if _canonical(getattr(module, knob, None)) != value:
                 return False
     return True
 
 
-def _source_defaults(module) -> dict:
-    """The module's settings as its source assigns them: a one-line literal from the source
-    (a line scan: parsing every module costs ~0.15 s), anything else as it is now."""
-    current = _module_knobs(module)
+def _source_literals(module) -> dict:
+    """The module's settings its source assigns a one-line literal, with that value (a line
+    scan: parsing every module costs ~0.15 s)."""
+    out: dict = {}
     path = getattr(module, "__file__", None)
     try:
         with open(path, encoding="utf-8") as f:
             source = f.read()
     except (OSError, TypeError, ValueError):
-        return current
+        return out
     for m in _ASSIGNMENT.finditer(source):
-        if m.group(1) in current:
-            try:
-                current[m.group(1)] = _canonical(ast.literal_eval(m.group(2)))
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                pass       # computed: its first-seen value stands
-    return current
+        if m.group(1) in RUN_TIME_STATE:
+            continue
+        try:
+            out[m.group(1)] = _canonical(_constant(ast.parse(m.group(2), mode="eval").body))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError,
+                ArithmeticError):
+            out.pop(m.group(1), None)     # computed (or reassigned so): no literal default
+    return out
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv,
+               ast.Mod: operator.mod, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+               ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
+_SIGNS = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+
+
+def _constant(node):
+    """The value of a literal, or of arithmetic on literals (``256 * 1024``, ``1 << 20``);
+    ValueError for anything else (names, calls, powers: no setting is computed here)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items = [_constant(e) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else \
+            items if isinstance(node, ast.List) else set(items)
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _constant(node.left), _constant(node.right)
+        if isinstance(node.op, ast.LShift) and right > 64:
+            raise ValueError("a shift too large for a setting")
+        return _ARITHMETIC[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _SIGNS:
+        return _SIGNS[type(node.op)](_constant(node.operand))
+    raise ValueError(ast.dump(node))
 
 
 _ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)[ \t]*(?::[^=\n]*)?=[ \t]*(.+)$", re.M)
