@@ -1,8 +1,8 @@
 """The on-disk machine-code cache: entries only this user could have written, authenticated.
 
 An entry ``<dir>/<key[:2]>/<key>.o`` is ``MAGIC``, the key (64 hex digits), a tag (64 hex
-digits) and the object code, where the tag is HMAC-SHA256 under a per-user secret of the key
-and the object code (``<key>.host``, LLVM's view of the host CPU, ``codegen.host_cpu``, the
+digits) and the object code, where the tag is keyed BLAKE2b-256 under a per-user secret of the
+key and the object code (``<key>.host``, LLVM's view of the host CPU, ``codegen.host_cpu``, the
 same way). Loading an entry runs its bytes as native code, so a checksum anyone can compute
 is not enough: whoever can write the directory (another user of a shared machine, a
 restored CI cache) could otherwise make this process run their code, or crash it with garbage.
@@ -21,17 +21,27 @@ restored CI cache) could otherwise make this process run their code, or crash it
   and the kernel is recompiled (and rewritten).
 * Entries are written to a temporary file and renamed into place (atomic on POSIX); a failed
   write (a full disk) removes the temporary file.
+
+The machine code of a module compiled as several parts is one entry (:func:`pack`).
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import stat
 import threading
 import warnings
 
-MAGIC = b"SYMGRADO"
+try:     # (_blake2 directly: hashlib and hmac import OpenSSL's _hashlib, ~2-3 ms a process)
+    from _blake2 import blake2b
+except ImportError:       # a Python built without it
+    from hashlib import blake2b
+try:
+    from _operator import _compare_digest as compare_digest     # what hmac.compare_digest is
+except ImportError:
+    from hmac import compare_digest
+
+PARTS_MAGIC = b"SGPARTS1"     # an entry of several objects (one object: ELF as it is)
+MAGIC = b"SYMGRAD2"     # (2: tags are keyed BLAKE2b; entries of 1, HMAC-SHA256, read as foreign)
 KEY_BYTES = 32
 _HEAD = len(MAGIC) + 64 + 64
 
@@ -169,7 +179,7 @@ def _secret_state() -> bytes | str | None:
 
 
 def secret() -> bytes | None:
-    """The per-user HMAC key (created on first use); None if it cannot be had safely."""
+    """The per-user MAC key (created on first use); None if it cannot be had safely."""
     state = _secret_state()
     return state if isinstance(state, bytes) else None
 
@@ -204,8 +214,16 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def hasher(data: bytes = b""):
+    """A new 256-bit BLAKE2b hash (64 hex digits: the cache's keys)."""
+    return blake2b(data, digest_size=32)
+
+
 def _tag(key: str, obj: bytes) -> bytes:
-    return hmac.new(secret(), key.encode() + b"\0" + obj, hashlib.sha256).hexdigest().encode()
+    """Keyed BLAKE2b, a MAC by construction (RFC 7693), under the per-user secret."""
+    mac = blake2b(key.encode() + b"\0", digest_size=32, key=secret())
+    mac.update(obj)
+    return mac.hexdigest().encode()
 
 
 def read(root: str, key: str, suffix: str = ".o") -> tuple[bytes | None, bool]:
@@ -226,7 +244,7 @@ def read(root: str, key: str, suffix: str = ".o") -> tuple[bytes | None, bool]:
             or data[len(MAGIC):len(MAGIC) + 64] != key.encode()):
         return None, True
     obj = data[_HEAD:]
-    if not hmac.compare_digest(data[len(MAGIC) + 64:_HEAD], _tag(key, obj)):
+    if not compare_digest(data[len(MAGIC) + 64:_HEAD], _tag(key, obj)):
         return None, True          # corrupt, truncated, or not written by this user
     return obj, False
 
@@ -246,3 +264,26 @@ def write(root: str, key: str, obj: bytes, suffix: str = ".o") -> bool:
     except OSError:
         return False
     return True
+
+
+def pack(objs: list[bytes]) -> bytes:
+    """One cache entry for a module's objects (a single object is stored as it is)."""
+    if len(objs) == 1:
+        return objs[0]
+    head = PARTS_MAGIC + len(objs).to_bytes(4, "little") + b"".join(
+        len(o).to_bytes(8, "little") for o in objs)
+    return head + b"".join(objs)
+
+
+def unpack(data: bytes) -> list[bytes]:
+    if not data.startswith(PARTS_MAGIC):
+        return [data]
+    n = int.from_bytes(data[8:12], "little")
+    sizes = [int.from_bytes(data[12 + 8 * k:20 + 8 * k], "little") for k in range(n)]
+    objs, at = [], 12 + 8 * n
+    for size in sizes:
+        objs.append(data[at:at + size])
+        at += size
+    if at != len(data):
+        raise ValueError("a cache entry of parts whose sizes do not add up")
+    return objs

@@ -1,8 +1,9 @@
 """Our own float64 math functions, as LLVM IR the loop vectoriser widens with the rest of a
 fused loop: exp, expm1, sin, cos, tan, log1p and tanh (``OWN_F64``: op -> (function name, body
-builder)), within 1.7 ulp over the whole float64 range, and the far-argument library of
-sin/cos/tan (Payne-Hanek reduction, compiled once per process). ``codegen.mathlib.CPUMath``
-calls them in place of libm/libmvec unless ``SYMGRAD_PRECISE_MATH=1``.
+builder)), within 1.8 ulp over the whole float64 range (expm1 1.77, tanh 0.84), and the
+far-argument library of sin/cos/tan (Payne-Hanek reduction, compiled once per process).
+``codegen.mathlib.CPUMath`` calls them in place of libm/libmvec unless
+``SYMGRAD_PRECISE_MATH=1``.
 
 Why this module is long: each function is a sequence of IR-building steps (range reduction,
 polynomial, reconstruction, special cases) that shares the helpers above it (``_F64``, the
@@ -42,33 +43,50 @@ def _mark_no_caller_saved(text: str, groups: list[str]) -> str:
 # ----------------------------------------------------------------------------------------------
 # Our own float64 exp and expm1: branch-free IR the loop vectoriser widens like any arithmetic,
 # accurate to < 1 ulp (libmvec's AVX2 exp/expm1 reach 2.9 ulp). Reduction x = k ln2 + r with
-# ln2 split Cody-Waite style (k * LN2_HI is exact for |k| < 2^21), |r| <= ln2/2, then the
-# Taylor series of e^r - 1 to r^13 (truncation 4e-18, far below half an ulp).
+# ln2 split Cody-Waite style (k * LN2_HI is exact for |k| < 2^21), |r| <= ln2/2, then
+# e^r - 1 = r + r^2 Q(r) with Q a Chebyshev fit to r^10 (EXP_POLY: 3e-19 relative to e^r),
+# by Horner's rule. The Taylor series needs terms to r^13 for 4e-18: one multiply-add more
+# per element (W2's exp pass 2% slower). Estrin's scheme, with its shorter chain, made that
+# pass 6% slower (two multiplies more) and W1 no faster, so Horner it is.
 
 LN2_HI = 6.93147180369123816490e-01     # 0x3FE62E42FEE00000: 32 significant bits
 LN2_LO = 1.90821492927058770002e-10
 INV_LN2 = 1.44269504088896338700e+00
-TAYLOR = [1.0 / __import__("math").factorial(i) for i in range(2, 14)]   # 1/2! .. 1/13!
+EXP_POLY = [0.5, 0.1666666666666667, 0.04166666666666667, 0.008333333333326084,
+            0.0013888888888883711, 0.0001984126987500228, 2.480158732567746e-05,
+            2.7557255170001095e-06, 2.755727347871873e-07, 2.5105312729536056e-08,
+            2.0914755325831755e-09]     # (e^r - 1 - r) / r^2, |r| <= ln2/2
+TANH_EXP_POLY = [0.5, 0.16666666666666605, 0.04166666666670298, 0.008333333332518305,
+                 0.0013888888982583854, 0.00019841263566769927, 2.4801848727673565e-05,
+                 2.7550345434185905e-06, 2.767620651330766e-07, 2.3806392752218538e-08,
+                 2.8066287344840106e-09]    # the same for 0 <= r < ln2 (_tanh_body)
 
 
 def _exp_parts(b: ir.IRBuilder, x):
-    """(k as i64, e^r - 1) for x clamped to [-746, 710] (NaN handled by the callers)."""
+    """(k as i64, e^r - 1) for x clamped to [-746, 710] (NaN handled by the callers): x = k ln2
+    + r, k rounded to nearest, |r| <= ln2/2."""
     d = ir.DoubleType()
     c = lambda v: ir.Constant(d, v)   # noqa: E731 - local shorthand
-    mod = b.module
-    rint = mod.declare_intrinsic("llvm.rint", [d], ir.FunctionType(d, [d]))
     # fmuladd: a fused multiply-add where the CPU has one (Horner at half the instructions)
-    fma = mod.declare_intrinsic("llvm.fmuladd", [d], ir.FunctionType(d, [d, d, d]))
+    fma = b.module.declare_intrinsic("llvm.fmuladd", [d], ir.FunctionType(d, [d, d, d]))
     # clamp with compares and selects (cheap blends; NaN is patched by the caller)
     xc = b.select(b.fcmp_ordered("<", x, c(-746.0)), c(-746.0), x)
     xc = b.select(b.fcmp_ordered(">", xc, c(710.0)), c(710.0), xc)
-    kf = b.call(rint, [b.fmul(xc, c(INV_LN2))])
-    r = b.fsub(b.fsub(xc, b.fmul(kf, c(LN2_HI))), b.fmul(kf, c(LN2_LO)))
-    q = c(TAYLOR[-1])
-    for coef in reversed(TAYLOR[:-1]):
-        q = b.call(fma, [q, r, c(coef)])
-    p = b.call(fma, [b.fmul(r, r), q, r])           # e^r - 1
-    return b.fptosi(kf, ir.IntType(64)), p
+    k, r, q = _exp_reduction(b, xc, "llvm.rint", EXP_POLY)
+    return k, b.call(fma, [b.fmul(r, r), q, r])           # e^r - 1
+
+
+def _exp_reduction(b: ir.IRBuilder, x, rounding: str, poly: list):
+    """(k as i64, r, Q(r)) with x = k ln2 + r, k = x / ln2 rounded by the ``rounding``
+    intrinsic, and e^r - 1 = r + r^2 Q(r) (``poly``: EXP_POLY or TANH_EXP_POLY, fitted to
+    the r that rounding leaves); |x| <= 746 (ln2 in two parts: k LN2_HI is exact)."""
+    d = ir.DoubleType()
+    c = lambda v: ir.Constant(d, v)   # noqa: E731 - local shorthand
+    mod = b.module
+    rint = mod.declare_intrinsic(rounding, [d], ir.FunctionType(d, [d]))
+    kf = b.call(rint, [b.fmul(x, c(INV_LN2))])
+    r = b.fsub(b.fsub(x, b.fmul(kf, c(LN2_HI))), b.fmul(kf, c(LN2_LO)))
+    return b.fptosi(kf, ir.IntType(64)), r, _F64(b).horner(r, poly)
 
 
 def _pow2(b: ir.IRBuilder, k):
@@ -149,16 +167,11 @@ COS_POLY = [0.041666666666666664, -0.0013888888888887241, 2.4801587298532203e-05
 LOG_POLY = [0.6666666666666666, 0.4000000000000088, 0.2857142857080329, 0.222222223917858,
             0.18181795632452163, 0.1538624012056702, 0.13268761951330021,
             0.13086743139119072]             # (2 atanh s - 2 s) / s^3 in z = s^2, |s| <= 0.1716
-TANH_POLY = [-0.3333333333333333, 0.13333333333332714, -0.053968253967434016,
-             0.021869488493666944, -0.008863234397814355, 0.003592110378689024,
-             -0.001455661830100716, 0.0005889360520074057, -0.0002346347410887237,
-             8.511313685577671e-05,
-             -2.060276537636634e-05]         # (tanh x - x) / x^3, |x| <= TANH_POLY_MAX
+
 
 # Cody-Waite bound: k = rint(|x| 2/pi) < 2^21 keeps k * PIO2_PARTS[i] exact (32 + 21 bits).
 # Lanes beyond it (and inf) take our Payne-Hanek reduction (_payne_hanek) through a call.
 REDUCE_MAX = 2.0 ** 21
-TANH_POLY_MAX = 0.55
 SHIFTER = 6755399441055744.0            # 1.5 * 2^52: x + SHIFTER rounds x to an integer
 SIGN_BIT = -(1 << 63)
 
@@ -213,6 +226,19 @@ class _F64:
     def xor_sign(self, x, sign):
         """x with its sign bit xor-ed by the sign bit of the i64 ``sign``."""
         return self.double(self.b.xor(self.bits(x), self.b.and_(sign, self.i(SIGN_BIT))))
+
+    def fast_two_sum(self, a, y):
+        """(s, e) with s + e = a + y exactly, for a = 0 or a's exponent >= y's (Dekker)."""
+        b = self.b
+        s = b.fadd(a, y)
+        return s, b.fsub(y, b.fsub(s, a))
+
+    def two_sum(self, a, y):
+        """(s, e) with s + e = a + y exactly (Knuth's TwoSum, any magnitudes)."""
+        b = self.b
+        s = b.fadd(a, y)
+        v = b.fsub(s, a)
+        return s, b.fadd(b.fsub(a, b.fsub(s, v)), b.fsub(y, v))
 
     def two_diff(self, a, y):
         """(s, e) with s + e = a - y exactly (Knuth's branch-free TwoSum)."""
@@ -624,29 +650,41 @@ def _log1p_body(b, x, math=None):
 
 
 def _tanh_body(b, x, math=None):
-    """tanh|x| = |x| + |x|^3 P(x^2) below TANH_POLY_MAX, else 1 - 2 / (e^2|x| + 1) (no
-    cancellation there: the quotient is <= 0.5); the sign is x's. It reaches 1 (rounded)
-    well before 2|x| = 40, where the argument is clamped."""
+    """tanh|x| = E / (E + 2) with E = e^2|x| - 1, at every |x| (the sign is x's): no
+    polynomial of tanh itself, whose degree-23 series below 0.55 cost as many multiply-adds
+    as the exp beside it, both computed in every lane of a vector.
+
+    2|x| = k ln2 + r with k rounded down (0 <= r < ln2) and e^r - 1 = r + w, w = r^2 Q(r),
+    so E = (2^k - 1) + 2^k r + 2^k w adds non-negative terms, each smaller than the one
+    before (2^k r and 2^k w exact, 2^k - 1 too for k <= 53), summed as a head and a tail
+    (Fast2Sum twice): e^r - 1 is never rounded on its own, which would cost up to an ulp of
+    the result where e^r - 1 and tanh lie in binades apart. E + 2 by TwoSum, then the
+    quotient of the pairs (_quotient_by_reciprocal). Clamped at 2|x| = 40, where the quotient
+    rounds to 1; for tiny |x| (r^2 underflows) it is 2|x| / 2 = |x| exactly."""
     f = _F64(b, math is None or math.fma)
     ax = f.abs(x)
-    z = b.fmul(ax, ax)
-    poly = f.fma(b.fmul(ax, z), f.horner(z, TANH_POLY), ax)
-    # 1 - 2 / (e^40 + 1) rounds to 1: clamping there keeps 2^k small and everything finite
     two_ax = b.fmul(ax, f.c(2.0))
     two_ax = b.select(b.fcmp_ordered("<", two_ax, f.c(40.0)), two_ax, f.c(40.0))
-    # e^2|x| + 1 = (2^k + 1) + 2^k p with p = e^r - 1: the first sum is exact for k <= 52,
-    # the second rounds once, and Fast2Sum (|2^k p| < 2^k + 1) keeps what it rounded off
-    k, p = _exp_parts(b, two_ax)
+    k, r, q = _exp_reduction(b, two_ax, "llvm.floor", TANH_EXP_POLY)
     scale = _pow2(b, k)
-    head = b.fadd(scale, f.c(1.0))
-    tail = b.fmul(scale, p)
-    den = b.fadd(head, tail)
-    den_lost = b.fsub(tail, b.fsub(den, head))
-    w = b.fdiv(f.c(2.0), den)                         # 2 / (den + den_lost) to first order:
-    w = f.fma(b.fmul(b.fmul(w, w), f.c(-0.5)), den_lost, w)
-    far = b.fsub(f.c(1.0), w)
-    t = b.select(b.fcmp_ordered("<", ax, f.c(TANH_POLY_MAX)), poly, far)
-    return f.xor_sign(t, f.bits(x))
+    head, low = f.fast_two_sum(b.fsub(scale, f.c(1.0)), b.fmul(scale, r))
+    num = f.fast_two_sum(head, b.fadd(low, b.fmul(scale, b.fmul(b.fmul(r, r), q))))
+    dh, dl = f.two_sum(f.c(2.0), num[0])
+    return f.xor_sign(_quotient_by_reciprocal(f, num, (dh, b.fadd(dl, num[1]))), f.bits(x))
+
+
+def _quotient_by_reciprocal(f: _F64, num, den):
+    """(nh + nl) / (dh + dl) for normalised pairs, one division: q0 = n (1/d) is within ~1.5
+    ulp, and the residual step q0 + (n - q0 d) / d, its division a product with the same 1/d,
+    brings it within ~0.5 ulp (the residual is tiny: 1/d's error matters at 2^-53 of it)."""
+    b = f.b
+    (nh, nl), (dh, dl) = num, den
+    inv = b.fdiv(f.c(1.0), dh)
+    # without FMA the residual's products round: from a correctly rounded q0 (a second
+    # division) the step then stays within ~1 ulp
+    q0 = b.fmul(nh, inv) if f.fused else b.fdiv(nh, dh)
+    residual = b.fadd(f.fma(b.fneg(q0), dh, nh), f.fma(b.fneg(q0), dl, nl))
+    return f.fma(residual, inv, q0)
 
 
 OWN_F64 = {"exp": ("sg_exp_f64", _exp_body), "expm1": ("sg_expm1_f64", _expm1_body),

@@ -141,6 +141,15 @@ def _epilogue_fits(s, m, st) -> bool:
     if st.kind != "loop" or st.region is not None or st.serial or st.shape != mm.shape \
             or len(st.shape) < 3 or not is_float(mm.dtype):
         return False
+    # An epilogue is a kernel of the module's own (~0.1 s of LLVM each, where the plain
+    # kernel is a library compiled once); it saves reading the product back, which matters
+    # where the product is taller than the contraction that makes it (m > k: the GMM
+    # forward's (n, d) @ (d, d)). With k >= m (the Gram form's (1, d) @ (d, d) and
+    # (d, d) @ (d, d) products) the product is no larger than the left operand the matmul
+    # streams anyway, and the loop after it costs at most what one pass over that does.
+    rows, depth = m.shape[-3], m.shape[-2]     # a matmul stage is over (..., m, k, n)
+    if rows <= depth:
+        return False
     if any(n.op not in EPILOGUE_OPS or n.dtype != mm.dtype for n in st.ssa):
         return False
     values = set(st.ssa) | {mm}

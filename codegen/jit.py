@@ -1,8 +1,9 @@
 """Optimise, compile and load LLVM modules for the host CPU, with an in-memory and on-disk
 cache of machine code keyed by the hash of the (size-free) IR text.
 
-Cache key: sha256 of the IR text + target triple + CPU name + CPU features + symgrad version
-+ this module's format version. Entries live in ``$SYMGRAD_CACHE_DIR`` (default
+Cache key: BLAKE2b-256 of the IR text + target triple + CPU name + CPU features + symgrad
+version + this module's format version. (A fresh process finds the key before any IR exists
+through the signature's run plan, ``codegen.plans``.) Entries live in ``$SYMGRAD_CACHE_DIR`` (default
 ``~/.cache/symgrad``) as ``<key>.o``, authenticated with a per-user secret and read only from a
 directory and files this user alone can write (``codegen.diskcache`` has the rules). Files are
 written to a temporary name and renamed (atomic on POSIX), so concurrent processes never read a
@@ -25,7 +26,6 @@ libmvec's SIMD versions of the rest: slower, for users who want libm's results.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -33,12 +33,14 @@ import time
 
 from symgrad import gc_pause, settings
 
-from . import diskcache, host_cpu, linker, module_split
+from . import diskcache, host_cpu, linker
+from .diskcache import PARTS_MAGIC, pack, unpack    # (a module's parts: one cache entry)
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-9"   # (-9: float32 maths in float32 arithmetic, f32single.SINGLE_F32)
-PARTS_MAGIC = b"SGPARTS1"     # a cache entry of several objects (one object: ELF as it is)
+FORMAT = "symgrad-cpu-11"   # (-11: float32 maths in float32 arithmetic, f32single.SINGLE_F32;
+#                              -10: exp's Chebyshev fit, tanh as E / (E + 2), the matmul
+#                              library's lower flag)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests
 # set a number here. Any value gives the same machine code.
@@ -47,7 +49,8 @@ COMPILE_THREADS: int | None = None
 _lock = threading.RLock()     # LLVM, the linker and the kernel table; see _fork_* below
 _state: dict = {}             # the host (target()), then LLVM's machines (_init())
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "disk_writes": 0,
-         "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0}
+         "disk_rejects": 0, "compile_seconds": 0.0, "loader_declines": 0, "plan_hits": 0,
+         "plan_writes": 0}
 
 
 def _binding():
@@ -224,7 +227,7 @@ def _optimize(text: str, tm, context=None):
 def key_of(text: str) -> str:
     from symgrad import __version__
     st = target()
-    h = hashlib.sha256()
+    h = diskcache.hasher()
     for part in (FORMAT, __version__, st["triple"], st["cpu"], st["features"], text):
         h.update(part.encode())
         h.update(b"\0")
@@ -273,6 +276,9 @@ def load(text: str, symbols: list[str], compile: bool = True) -> tuple[str, dict
             st["kernels"][job.key] = addrs
             for public, local in job.public.items():
                 st["math"].linked(public, addrs[local])
+            if job.public:
+                from . import plans
+                plans.note_library(plans.record(job.text, job.key, job.symbols, job.public))
         return key, addrs
 
 
@@ -292,19 +298,26 @@ class _Job:
         return self.text.replace('@"sg_', f'@"{self.prefix}')
 
     def link(self) -> dict:
-        names = [self.prefix + s[3:] for s in self.symbols]
-        found, declined = linker.link(unpack(self.obj), names, target()["math"],
-                                      lambda: _init()["tm"])
-        STATS["loader_declines"] += declined
-        addrs = dict(zip(self.symbols, found))
-        if not all(addrs.values()):
-            raise RuntimeError(f"internal: symbols missing from compiled kernel {self.key[:12]}")
-        return addrs
+        return link_object(self.key, self.symbols, self.obj)
+
+
+def link_object(key: str, symbols: list[str], obj: bytes) -> dict:
+    """Link the cache entry ``obj`` of ``key``: ``{symbol: address}`` of its sg_ symbols
+    (renamed ``k<key>_`` in the machine code)."""
+    prefix = f"k{key[:20]}_"
+    names = [prefix + s[3:] for s in symbols]
+    found, declined = linker.link(unpack(obj), names, target()["math"], lambda: _init()["tm"])
+    STATS["loader_declines"] += declined
+    addrs = dict(zip(symbols, found))
+    if not all(addrs.values()):
+        raise RuntimeError(f"internal: symbols missing from compiled kernel {key[:12]}")
+    return addrs
 
 
 def compile_many(texts: list[str]) -> list[list[bytes]]:
     """compile_objects of each text, all their parts in one pool of threads."""
     _init()        # (here: the helper threads must find LLVM initialised, not wait for _lock)
+    from . import module_split
     if len(texts) == 1:
         return [compile_objects(texts[0])]
     split = [module_split.split(t) for t in texts]
@@ -328,6 +341,7 @@ def compile_objects(text: str) -> list[bytes]:
     (``module_split``), the parts compiled on up to ``compile_threads()`` threads. A part
     that fails makes the whole text compile on this thread, which raises the error a whole
     module gives (a parse or verifier message with its line in ``text``)."""
+    from . import module_split
     _init()
     parts = module_split.split(text)
     if len(parts) == 1:
@@ -411,6 +425,7 @@ def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
     parts costliest first (a library and a module's parts share the pool: the longest one
     starts at once, the short ones fill the other threads). The first failing part (in part
     order) raises."""
+    from . import module_split
     results: list = [None] * len(parts)
     failures: dict[int, BaseException] = {}
     queue = iter(sorted(range(len(parts)), key=lambda k: (-module_split.cost(parts[k]), k)))
@@ -442,29 +457,6 @@ def _compile_parts(parts: list[str], threads: int) -> list[bytes]:
     if failures:
         raise failures[min(failures)]
     return results
-
-
-def pack(objs: list[bytes]) -> bytes:
-    """One cache entry for a module's objects (a single object is stored as it is)."""
-    if len(objs) == 1:
-        return objs[0]
-    head = PARTS_MAGIC + len(objs).to_bytes(4, "little") + b"".join(
-        len(o).to_bytes(8, "little") for o in objs)
-    return head + b"".join(objs)
-
-
-def unpack(data: bytes) -> list[bytes]:
-    if not data.startswith(PARTS_MAGIC):
-        return [data]
-    n = int.from_bytes(data[8:12], "little")
-    sizes = [int.from_bytes(data[12 + 8 * k:20 + 8 * k], "little") for k in range(n)]
-    objs, at = [], 12 + 8 * n
-    for size in sizes:
-        objs.append(data[at:at + size])
-        at += size
-    if at != len(data):
-        raise ValueError("a cache entry of parts whose sizes do not add up")
-    return objs
 
 
 _private = PrivateLLVM()     # see codegen.llvm_lock

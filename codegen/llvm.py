@@ -34,10 +34,8 @@ from symgrad.runtime import top_level, unflatten_tree, write_out
 
 from symgrad import settings
 
-from . import jit, tile_run
+from . import jit, plans, tile_run
 from .call_plan import call_plan
-from .kernel import KernelModule
-from .schedule import Schedule
 from .workspace import Workspace, workspace_bytes
 
 # Work (loop iterations) below which a stage runs on the calling thread: a thread hand-off
@@ -114,6 +112,11 @@ class CpuProgram:
     """A graph scheduled and lowered: the IR text and its run-time parameters."""
 
     def __init__(self, graph: Graph):
+        # (imported here: a signature whose run plan is on disk needs neither the scheduler
+        # nor the IR builders, llvmlite.ir among them: ~10 ms of a fresh process)
+        from .kernel import KernelModule
+        from .schedule import Schedule
+
         self.schedule = Schedule(graph)
         self.graph = self.schedule.graph   # with regions expanded, as the schedule saw it
         self.km = KernelModule(self.schedule, jit.target()["math"], name=graph.name)
@@ -146,45 +149,41 @@ class Native:
     ``(result tree, (flag, ...))``), which the call plans check (``codegen.call_plan``)."""
 
     def __init__(self, graph: Graph, guard_flags: int = 0):
-        prog = CpuProgram(graph)
-        self.graph = graph = prog.graph
-        self.program = prog
-        self.tmp = [(b.index, b.size * np.dtype(b.dtype).itemsize)
-                    for b in prog.schedule.buffers if b.kind == "tmp"]
-        workspace = Workspace(workspace_bytes(self.tmp))   # its pages touched while LLVM runs
-        self.key, addrs = jit.load(prog.text, prog.symbols)
+        self._program = None
+        plan_key = plans.plan_key(graph, f"guard_flags={guard_flags}")
+        found = plans.find(plan_key)       # (plan, addresses) from the disk cache, or None
+        if found is None:
+            prog = self._program = CpuProgram(graph)
+            plan = plans.run_plan(prog)
+            workspace = Workspace(workspace_bytes(plan["tmp"]))   # touched while LLVM runs
+            key, addrs = jit.load(prog.text, prog.symbols)
+            plans.write(plan_key, prog.text, key, prog.symbols, plan)
+        else:
+            plan, addrs = found
+            workspace = Workspace(workspace_bytes(plan["tmp"]))
+        self.graph = graph
+        self.key = plan["key"] if found is not None else key
+        self.tmp = plan["tmp"]
+        self.nbuf = plan["nbuf"]
+        self.partial_specs = plan["partial_specs"]
         self.run = _RUN(addrs["sg_run"])
-        sched = prog.schedule
-        self.stages = [StageCall(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]),
-                                 info.shape[0] if info.shape else 1, 0 if info.serial else st.size,
-                                 info.partial, len(info.shape) == 1)
-                       for k, (st, info) in enumerate(zip(sched.stages, prog.km.stage_info))]
-        self.tiles = tile_run.Tiles(sched, addrs, _STAGE)   # the tile groups' calls
-        self.work = max([st.size for st in sched.stages] + [self.tiles.work])
-        self.params = np.array(prog.km.params or [0], dtype=np.int64)
+        self.stages = [StageCall(_STAGE(addrs[f"sg_stage{k}"]), _RUN(addrs[f"sg_init{k}"]), *info)
+                       for k, info in enumerate(plan["stages"])]
+        self.tiles = tile_run.Tiles(plan["tiles"], addrs, _STAGE)   # the tile groups' calls
+        self.work = plan["work"]
+        self.params = np.array(plan["params"] or [0], dtype=np.int64)
         self.params_addr = self.params.ctypes.data
-        bufs = sched.buffers
-        # 0-d arguments and outputs live in 8-byte slots of one scratch array
-        slots = [b.index for b in bufs if b.kind in ("scalar", "flag") or (
-            b.kind == "out" and not graph.outputs[b.ref].ndim)]
-        self.slot = {buf: k for k, buf in enumerate(slots)}
-        self.flag = None if sched.flag is None else self.slot[sched.flag]
-        self.consts = [(b.index, np.ascontiguousarray(b.ref)) for b in bufs if b.kind == "const"]
-        self.array_args = [(b.ref, b.index, graph.inputs[b.ref]) for b in bufs if b.kind == "arg"]
-        self.scalar_args = [(b.ref, self.slot[b.index], np.dtype(b.dtype)) for b in bufs
-                            if b.kind == "scalar"]
-        self.outs: list[OutputSpec | None] = []   # per graph output; None: a repeat
-        for k, buf in enumerate(sched.outputs):
-            if buf is None:
-                self.outs.append(None)
-                continue
-            o = graph.outputs[k]
-            self.outs.append(OutputSpec(buf, np.dtype(o.dtype), o.shape, self.slot.get(buf)))
-        self.array_args = [(i, buf, node, np.dtype(node.dtype)) for i, buf, node in self.array_args]
+        self.slot = plan["slot"]
+        self.flag = plan["flag"]
+        self.consts = plan["consts"]
+        self.array_args = [(i, buf, graph.inputs[i], np.dtype(dt)) for i, buf, dt in plan["array_args"]]
+        self.scalar_args = [(i, slot, np.dtype(dt)) for i, slot, dt in plan["scalar_args"]]
+        self.outs: list[OutputSpec | None] = [   # per graph output; None: a repeat
+            None if spec is None else OutputSpec(spec[0], np.dtype(spec[1]), spec[2], spec[3])
+            for spec in plan["outs"]]
         self.array_outs = [(t, spec.buffer, spec.shape, spec.dtype) for t, spec in enumerate(self.outs)
                            if spec is not None and spec.slot is None]
-        self.repeats = [(t, graph.outputs.index(graph.outputs[t]))
-                        for t, spec in enumerate(self.outs) if spec is None]
+        self.repeats = plan["repeats"]
         least, nt = parallel_min(), num_threads()   # both read: a bad value fails here
         self.parallel = self.work >= least and nt > 1
         self.top = top_level(graph.out_tree)
@@ -204,6 +203,13 @@ class Native:
         self.plans: dict = {}     # argument kinds -> the hot path's plan (codegen.call_plan)
         _natives.add(self)
 
+    @property
+    def program(self) -> CpuProgram:
+        """The scheduled and lowered graph (built here when the run plan came from disk)."""
+        if self._program is None:
+            self._program = CpuProgram(self.graph)
+        return self._program
+
     def plan(self, kinds: tuple):
         if kinds not in self.plans:
             self.plans[kinds] = call_plan(self, kinds, holding_gil=self.work < parallel_min())
@@ -213,7 +219,7 @@ class Native:
         """Pointer table, scratch and workspace memory (one set per concurrent call; ``work``:
         the workspace, else a new one), with the typed scratch cells a call reads and writes
         prepared once."""
-        nbuf = max(1, len(self.program.schedule.buffers))
+        nbuf = max(1, self.nbuf)
         table = (ctypes.c_int64 * nbuf)()      # item assignment: ~3x cheaper than NumPy's
         ptrs = np.frombuffer(table, dtype=np.int64)
         # 8-byte cells; a ctypes array because its item access is the cheapest from Python
@@ -356,8 +362,8 @@ class Native:
                 if partial:   # reductions over axis 0: each thread gets its own accumulators
                     p = ptrs.copy()
                     for buf, _ in partial:
-                        spec = self.program.schedule.buffers[buf]
-                        acc = np.empty(spec.size, np.dtype(spec.dtype))
+                        size, dtype = self.partial_specs[buf]
+                        acc = np.empty(size, np.dtype(dtype))
                         p[buf] = acc.ctypes.data
                         extra.append((buf, acc))
                     keep.append(p)
@@ -371,8 +377,8 @@ class Native:
             for f in futures:
                 f.result()
             for buf, acc in extra:   # fold the other threads' partial reductions in
-                spec = self.program.schedule.buffers[buf]
-                mine = _memory(int(ptrs[buf]), spec.size, spec.dtype)
+                size, dtype = self.partial_specs[buf]
+                mine = _memory(int(ptrs[buf]), size, dtype)
                 _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
 
 

@@ -28,16 +28,32 @@ from __future__ import annotations
 
 import ctypes
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from llvmlite import ir
+# llvmlite.ir and our own maths' emitters (codegen.f64math, codegen.f32math) are imported
+# where IR is built, not here: a process whose machine code and run plans are on disk links
+# with CPUMath's addresses alone, and those imports cost it ~5 ms. (OWN_F64 and OWN_F32 are
+# still read as attributes of this module: __getattr__ below.)
+if TYPE_CHECKING:
+    from llvmlite import ir
 
-from . import f32math, f32single
-from .f32math import OWN_F32
-from .f32single import SINGLE_F32
-from .f64math import (  # noqa: F401 - OWN_F64 re-exported: the table CPUMath.call reads
-    OWN_F64, _define, _far_libraries, _far_name, _mark_no_caller_saved, _own_library_module,
-    _own_loops, _own_name)
+
+# names this module gives from the modules that define them, imported on first use
+_FROM_F64MATH = frozenset({"OWN_F64", "_define", "_far_libraries", "_far_name",
+                           "_mark_no_caller_saved", "_own_library_module", "_own_loops",
+                           "_own_name"})
+
+
+def __getattr__(name: str):
+    """``OWN_F64`` and ``OWN_F32`` (the tables of our own float64 and float32 functions)
+    and f64math's library builders, from the modules that define them."""
+    if name in _FROM_F64MATH:
+        from . import f64math
+        return getattr(f64math, name)
+    if name in ("OWN_F32", "f32math"):
+        from . import f32math
+        return f32math if name == "f32math" else f32math.OWN_F32
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # op name -> C math function name (double version; the float one appends "f"). The one list of
 # math functions: the CPU binds the C library's functions the IR declares (CPUMath.bind), the
@@ -69,6 +85,7 @@ INTRINSICS = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "
 
 
 def llvm_type(dtype: str) -> ir.Type:
+    from llvmlite import ir
     return ir.DoubleType() if dtype == "float64" else ir.FloatType()
 
 
@@ -85,6 +102,7 @@ class MathTarget:
         return None
 
     def call(self, builder: ir.IRBuilder, op: str, dtype: str, args) -> ir.Value:
+        from llvmlite import ir
         module = builder.module
         ty = llvm_type(dtype)
         if op in INTRINSICS:
@@ -111,6 +129,16 @@ PRIVATE_PREFIX = "symgrad_"
 _PRIVATE_DECLARED = re.compile(r'^declare [^@]*@"?(' + PRIVATE_PREFIX + r'\w+)"?\(', re.M)
 # every function a module declares (a pending library's SIMD versions are _ZGV names)
 _DECLARED = re.compile(r'^declare [^@]*@"?([\w.]+)"?\(', re.M)
+
+
+def private_declared(text: str) -> list[str]:
+    """The private math symbols (``symgrad_*``) ``text`` declares, as CPUMath.bind reads them."""
+    return _PRIVATE_DECLARED.findall(text)
+
+
+def declared(text: str) -> list[str]:
+    """Every function ``text`` declares (a library's public names among them)."""
+    return sorted(set(_DECLARED.findall(text)))
 
 
 # Every library symbol any CPUMath linked, with its address: the machine code is the
@@ -176,9 +204,11 @@ class CPUMath(MathTarget):
         return PRIVATE_PREFIX + cname + ("f" if dtype == "float32" else "")
 
     def call(self, builder, op, dtype, args):
-        if dtype == "float32" and op in SINGLE_F32 and self.fma and not self.precise:
+        from . import f32math, f32single
+        from .f64math import OWN_F64, _define
+        if dtype == "float32" and op in f32single.SINGLE_F32 and self.fma and not self.precise:
             return f32single.call(builder, op, args[0], self)
-        if dtype == "float32" and op in OWN_F32 and not self.precise:
+        if dtype == "float32" and op in f32math.OWN_F32 and not self.precise:
             return f32math.call(builder, op, args[0], self)
         if dtype == "float32" and op in F32_VIA_F64:
             return _widened(self, builder, op, args)
@@ -195,6 +225,7 @@ class CPUMath(MathTarget):
         in the same pool of threads as that kernel's parts."""
         if self.fma in self._far_loaded:
             return
+        from .f64math import _far_libraries
         for text, public in _far_libraries(self):
             self.add_library_module(text, public, replace=True)
         self._far_loaded.add(self.fma)
@@ -203,6 +234,7 @@ class CPUMath(MathTarget):
         """The public scalar symbol of our own float64 ``op`` out of line (its SIMD versions
         are the ``_ZGV`` names :meth:`variants` gives); its library is held pending (see
         add_library) once per process, function and reduction."""
+        from .f64math import _own_library_module, _own_loops, _own_name
         if (op, self.fma) not in self._own_loaded:
             module, public = _own_library_module(op, self)
             text = _own_loops(finish_cpu_module(str(module), module.math_calls, self))
@@ -297,8 +329,12 @@ class CPUMath(MathTarget):
         symbol LLVM cannot resolve crashed the process). ``add_symbol``: also given every
         bound symbol ``text`` declares, libraries' included (``llvm.add_symbol``, for a caller
         that links with an LLVM engine of its own: codegen.ptx_emulate)."""
+        self.bind_symbols(_PRIVATE_DECLARED.findall(text), add_symbol)
+
+    def bind_symbols(self, declared: list, add_symbol=None) -> None:
+        """:meth:`bind` of the private symbols a text declares (:func:`private_declared`),
+        as ``codegen.jit`` records them with a run plan (a disk hit has no text to read)."""
         library = None
-        declared = _PRIVATE_DECLARED.findall(text)
         for sym in declared:
             if sym in self.bound or sym in self._pending:   # (pending: jit.load links it)
                 continue
@@ -318,6 +354,7 @@ class CPUMath(MathTarget):
 
     def variants(self, cname: str, dtype: str, nargs: int) -> list[tuple[str, int]]:
         """(libmvec name, lanes) for every SIMD version glibc exports for this CPU."""
+        from .f64math import _far_name, _own_name
         if "_far" in cname:             # our own SIMD versions (see _far_helper)
             scalar = _far_name(cname[:cname.index("_far")], self)
             if dtype == "float32":      # f32single's: 256- and 512-bit only (see FAR_F32)
@@ -351,6 +388,9 @@ class OutlinedMath:
         return getattr(self.base, name)
 
     def call(self, builder, op, dtype, args):
+        from llvmlite import ir
+
+        from .f64math import OWN_F64
         if dtype == "float32" and op in F32_VIA_F64:
             return _widened(self, builder, op, args)
         if dtype != "float64" or op not in OWN_F64 or self.base.precise:
@@ -369,12 +409,14 @@ class OutlinedMath:
 def inlines_own_code(op: str, dtype: str) -> bool:
     """Does the CPU inline our own code for ``op`` in ``dtype`` (codegen.kernel counts them:
     OUTLINE_MATH_CALLS)? (SYMGRAD_PRECISE_MATH aside.)"""
-    return op in (OWN_F64 if dtype == "float64" else OWN_F32 if dtype == "float32" else ())
+    table = "OWN_F64" if dtype == "float64" else "OWN_F32" if dtype == "float32" else None
+    return table is not None and op in __getattr__(table)
 
 
 def _widened(math, builder: ir.IRBuilder, op: str, args) -> ir.Value:
     """float32 ``op`` as ``math``'s float64 ``op`` of the widened arguments, rounded once (see
     F32_VIA_F64): every float32 is a float64, so only the result is rounded."""
+    from llvmlite import ir
     d = ir.DoubleType()
     wide = [builder.fpext(a, d, name=f"{op}.wide") for a in args]
     return builder.fptrunc(math.call(builder, op, "float64", wide), ir.FloatType(), name=op)
@@ -426,6 +468,7 @@ def finish_cpu_module(text: str, calls, math: CPUMath) -> str:
             if f'declare {vt} @"{name}"(' not in text:   # (codegen.wide_stage calls it itself)
                 decls.append(f'declare {vt} @"{name}"({", ".join([vt] * nargs)})')
     text = _mark_math_calls(text, attr_of)
+    from .f64math import _mark_no_caller_saved
     decls = [_mark_no_caller_saved(line, groups) for line in decls]
     if used:
         decls.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "

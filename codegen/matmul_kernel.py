@@ -33,9 +33,14 @@ Exported to ``codegen.kernel``: :func:`applies`, :func:`emit_stage`, :func:`epil
 ``symgrad_mm_<dtype>_<w>[_bstrided]``:
 
     void mm(T* a, T* b, T* c, i64 m, i64 n, i64 k, i64 sa_i, i64 sa_k, i64 sb_k, i64 sc_i
-            [, i64 sb_j])     (sb_j only in the ``_bstrided`` variant; strides in elements)
+            [, i64 sb_j], i64 lower)  (sb_j only in the ``_bstrided`` variant; strides in
+                                       elements; lower: see :func:`lower_applies`)
 
 A kernel with an epilogue is an internal function of its module, ``sg_mm<stage>.epilogue``.
+
+Why this module is long: it is one kernel's IR, the tile loops, the panel packing, the masked
+column tails, the epilogue and the symmetric product's triangle sharing the tile's registers
+and loop structure; split up, each part would need the others' loop state passed in.
 """
 from __future__ import annotations
 
@@ -98,13 +103,13 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     ty = memory_type(dtype)
     unit_b = bv.strides[-1] == 1
     w = lanes(host_features(), dtype)
+    d = len(stage.shape)
+    nb = d - 3
     if stage.epilogue is None:
         kernel = _library_kernel(km, dtype, w, unit_b)
     else:   # a kernel of its own, the epilogue's work after each tile's last k block
         kernel = _epilogue_kernel(km.module, dtype, w, unit_b, stage.epilogue,
                                   f"{km.prefix}mm{stage.index}.epilogue")
-    d = len(stage.shape)
-    nb = d - 3
 
     def p(value, name):
         return km.load_param(b, params, km.param(value), name)
@@ -113,6 +118,8 @@ def emit_stage(km, b: ir.IRBuilder, stage, argmap, params, begin, end) -> None:
     sa_i, sa_k = p(a.strides[-3], "sa_i"), p(a.strides[-2], "sa_k")
     sb_k, sc_i = p(bv.strides[-2], "sb_k"), p(dest.strides[-3], "sc_i")
     extra = [] if unit_b else [p(bv.strides[-1], "sb_j")]
+    if stage.epilogue is None:     # the library kernel's flag: a symmetric product's triangle
+        extra.append(ir.Constant(I64, int(nb > 0 and lower_applies(stage))))
     bases = [b.gep(argmap[v.buf], [p(v.offset, f"{nm}.off")], source_etype=ty, name=nm)
              for v, nm in ((a, "a"), (bv, "b"), (dest, "c"))]
     if nb == 0:   # the threads split the rows: [begin, end) of m (never with an epilogue)
@@ -187,7 +194,7 @@ def _epilogue_kernel(module: ir.Module, dtype: str, w: int, unit_b: bool, ep, na
 
 
 def _declare(module: ir.Module, name: str, dtype: str, unit_b: bool, ep=None) -> ir.Function:
-    names = ARGS if unit_b else ARGS + ("sb_j",)
+    names = (ARGS if unit_b else ARGS + ("sb_j",)) + (("lower",) if ep is None else ())
     types = [PTR] * 3 + [I64] * (len(names) - 3)
     ty = memory_type(dtype)
     if ep is not None:
@@ -202,6 +209,19 @@ def _declare(module: ir.Module, name: str, dtype: str, unit_b: bool, ep=None) ->
     for arg in fn.args[:3]:
         arg.add_attribute("noalias")
     return fn
+
+
+def lower_applies(stage) -> bool:
+    """A product symmetric in exact arithmetic (``x^T diag(s) x``, symgrad.gram_pull): the
+    library kernel's ``lower`` flag set, it computes the tiles that hold an entry on or below
+    the diagonal and mirrors the lower triangle (at d = 64 29 of 44 tiles). A flag, not a
+    library of its own: one more library is ~0.1 s of LLVM in the first call. Only with
+    batch axes: without them the threads split the rows, and a row range of the lower
+    triangle is not one of the upper."""
+    from symgrad.gram_pull import symmetric_gram
+    sink = stage.sinks[0]
+    m, n = stage.shape[-3], stage.shape[-1]
+    return m == n and sink.operands[1].strides[-1] == 1 and symmetric_gram(sink.node)
 
 
 def _library_kernel(km, dtype: str, w: int, unit_b: bool) -> ir.Function:
@@ -234,6 +254,10 @@ class _TileKernel:
          self.sa_i, self.sa_k, self.sb_k, self.sc_i) = fn.args[:len(ARGS)]
         first = len(ARGS) + (not unit_b)
         self.sb_j = None if unit_b else fn.args[len(ARGS)]   # None: unit
+        # the library kernel's flag (nonzero: a symmetric product, the tiles on or below the
+        # diagonal, mirrored); an epilogue kernel has none
+        self.lower = fn.args[first] if epilogue is None else None
+        first += epilogue is None
         self.ep = epilogue
         if epilogue is not None:
             count = len(epilogue.loads) + len(epilogue.sinks)
@@ -282,14 +306,47 @@ class _TileKernel:
             tag = f"v{nv}" + ("m" if mask is not None else "")
             jt = open_loop(b, lo, hi, (f"{tag}.jt.head", f"{tag}.jt.body", f"{tag}.jt.exit"), "j0")
             self._pack(nv, mask, jt.index, kb.index, k_end)
-            it = open_loop(b, ib.index, i_end, tuple(f"{tag}.rt.{s}" for s in ("head", "body", "exit")),
-                           "i0")
+            it = open_loop(b, self._first_row(ib.index, jt.index), i_end,
+                           tuple(f"{tag}.rt.{s}" for s in ("head", "body", "exit")), "i0")
             self._tile(nv, mask, it.index, i_last, jt.index, kb.index, k_end)
             close_loop(b, it, step=self.c64(MR))
             close_loop(b, jt, step=self.c64(nv * w))
         close_loop(b, ib, step=self.c64(MC))
         close_loop(b, kb, step=self.c64(KC))
+        if self.lower is not None:
+            self._mirror()
         b.ret_void()
+
+    def _first_row(self, i_block, j0):
+        """The first row tile of the block to compute for the columns from ``j0``: the block's
+        first, or with ``lower`` the first whose last row ``i0 + MR - 1`` reaches ``j0``
+        (the tiles above it hold entries above the diagonal only), ``i_block + MR *
+        floor((j0 - i_block) / MR)``."""
+        if self.lower is None:
+            return i_block
+        b = self.b
+        ahead = b.sub(j0, i_block)
+        ahead = b.select(b.icmp_signed(">", ahead, self.c64(0)), ahead, self.c64(0))
+        first = b.add(i_block, b.mul(b.sdiv(ahead, self.c64(MR)), self.c64(MR)))
+        return b.select(self._is_lower(), first, i_block, name="i.first")
+
+    def _is_lower(self):
+        return self.b.icmp_signed("!=", self.lower, self.c64(0), name="lower")
+
+    def _mirror(self):
+        """c[i, j] = c[j, i] for j > i: the entries above the diagonal from those below (the
+        tiles above it were skipped; those across it computed them too, overwritten alike)."""
+        b = self.b
+        rows = b.select(self._is_lower(), self.m, self.c64(0), name="mirror.rows")
+        li = open_loop(b, self.c64(0), rows, ("mirror.i.head", "mirror.i.body", "mirror.i.exit"),
+                       "mi")
+        lj = open_loop(b, b.add(li.index, self.c64(1)), self.n,
+                       ("mirror.j.head", "mirror.j.body", "mirror.j.exit"), "mj")
+        below = self.at(self.c, b.add(b.mul(lj.index, self.sc_i), li.index))
+        above = self.at(self.c, b.add(b.mul(li.index, self.sc_i), lj.index))
+        b.store(b.load(below, typ=self.ty), above)
+        close_loop(b, lj)
+        close_loop(b, li)
 
     def _splat(self, x, vty):
         b = self.b

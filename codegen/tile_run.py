@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from llvmlite import ir
 
-from .loops import close_loop, open_loop
-
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-
-
-def group_function(km, group, k: int, wrappers) -> ir.Function:
+def group_function(km, group, k: int, wrappers):
     """``sg_group<k>``: each chunk-local buffer at ``ptrs[buf] - t0 * row`` while rows
     ``[t0, t0 + rows)`` run, so that they fall in its one chunk of memory. The stages' inits
     are the caller's (once, before)."""
+    # (imported here: the run time below is what a fresh process with its machine code on
+    # disk needs, and llvmlite.ir costs it ~4 ms)
+    from llvmlite import ir
+
+    from .loops import close_loop, open_loop
+
+    I64, PTR = ir.IntType(64), ir.PointerType()
     fn = ir.Function(km.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
                      f"{km.prefix}group{k}")
     fn.attributes.add("nounwind")
@@ -76,12 +76,13 @@ class Tiles:
     grouped stage's index), ``work`` (the most iterations of a group), ``private`` (thread,
     group) -> that thread's chunk memory for the native's cached state."""
 
-    def __init__(self, schedule, addrs: dict, stage_type):
-        self.calls = {g.stages[0]: GroupCall(stage_type(addrs[f"sg_group{k}"]), g.stages,
-                                             g.extent, sum(schedule.stages[j].size for j in g.stages),
-                                             [(buf, schedule.buffers[buf].nbytes) for buf in g.local])
-                      for k, g in enumerate(schedule.tile_groups)}
-        self.grouped = {j for g in schedule.tile_groups for j in g.stages}
+    def __init__(self, groups: list, addrs: dict, stage_type):
+        """``groups``: per tile group (its stages, extent, work, [(buffer, bytes)] of its
+        chunk-local buffers), as ``codegen.plans.run_plan`` lists them."""
+        self.calls = {stages[0]: GroupCall(stage_type(addrs[f"sg_group{k}"]), stages, extent,
+                                           work, local)
+                      for k, (stages, extent, work, local) in enumerate(groups)}
+        self.grouped = {j for stages, _, _, _ in groups for j in stages}
         self.work = max((g.work for g in self.calls.values()), default=0)
         self.private: dict = {}
 

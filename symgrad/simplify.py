@@ -28,6 +28,7 @@ import numpy as np
 
 from .ir import OPS, Graph, Node, label_new, make, toposort
 from .region_passes import prune_loops, simplify_region
+from .gram_pull import pull_grams
 from .sum_pull import pull_sums
 from .ops import (broadcast_to, reshape, const, full, index_add, neg, sub, add, mul, div, where,
                   cast)
@@ -410,12 +411,17 @@ def forward_nodes(graph: Graph) -> set[Node]:
 
 
 def _pulled_sums(outputs: list, memo: dict, forward) -> list:
-    """Derivative sums pulled inside the linear maps they reduce (symgrad.sum_pull), the new
-    nodes simplified, until no rule applies; ``memo`` follows the replacements (so names and
-    locations reach the new nodes). It ends: every rewrite moves a sum below the node it
-    reduced (onto that node's operands), and no local rule moves one back up."""
+    """Derivative sums pulled inside the linear maps they reduce (symgrad.sum_pull), and
+    row-scaled linear images reduced through their Gram products (symgrad.gram_pull) once no
+    sum pulls, the new nodes simplified, until no rule applies; ``memo`` follows the
+    replacements (so names and locations reach the new nodes). It ends: every sum rewrite
+    moves a sum below the node it reduced (onto that node's operands), no local rule moves one
+    back up, and a Gram rewrite removes the image it reduced (the products it builds are no
+    row-scaled images of a matmul)."""
     while True:
         pulled, replaced = pull_sums(outputs, forward)
+        if not replaced:
+            pulled, replaced = pull_grams(outputs, forward)
         if not replaced:
             return outputs
         for old, new in list(memo.items()):

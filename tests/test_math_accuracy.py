@@ -64,7 +64,8 @@ CASES = {
     "cos": (f_cos, mp.cos, TRIG_SPANS, (-1, 1)),
     "tan": (f_tan, mp.tan, TRIG_SPANS, (-1, 1)),
     "log1p": (f_log1p, mp.log1p, [(1e-310, 1e-8), (1e-8, 1.0), (1.0, 1e308)], (1,)),
-    "tanh": (f_tanh, mp.tanh, [(1e-310, 1e-8), (1e-8, 0.55), (0.55, 1.5), (1.5, 40.0)], (-1, 1)),
+    "tanh": (f_tanh, mp.tanh, [(1e-310, 1e-8), (1e-8, 0.55), (0.55, 1.5), (1.5, 40.0),
+                               (40.0, 1e308)], (-1, 1)),
     "exp": (f_exp, mp.exp, [(1e-310, 1.0), (1.0, 709.0)], (-1, 1)),
     "expm1": (f_expm1, mp.expm1, [(1e-310, 1.0), (1.0, 709.0)], (-1, 1)),
 }
@@ -197,6 +198,53 @@ def test_far_lanes_whatever_vector_width_the_loop_gets(op, other_vector_isa):
     assert err.max() <= MAX_ULP
 
 
+def _reference(op, x):
+    return (getattr(np, op)(x.astype(np.longdouble)) if LONG_DOUBLE_OK
+            else mp_reference(CASES[op][1], x))
+
+
+@pytest.mark.parametrize("op", [op for op in ("exp", "expm1") if op in OWN])
+def test_exp_at_the_ends_of_the_reduced_interval(op):
+    """Where x = k ln2 + r has |r| near ln2/2 the polynomial (EXP_POLY, fitted on that
+    interval) is at its worst, and expm1's 2^k p + (2^k - 1) cancels most for k = 1, -1."""
+    k = np.arange(-1070, 1021, 7).astype(float)
+    with mp.workdps(40):
+        ends = np.array([float((mp.mpf(int(j)) + mp.mpf(h)) * mp.log(2)) for j in k
+                         for h in (0.5, -0.5)])
+    x = np.concatenate([ends * (1 + u) for u in (-2.0 ** -30, -2.0 ** -45, 0.0, 2.0 ** -45,
+                                                  2.0 ** -30)])
+    x = x[(x > -745) & (x < 709.7)]
+    err = ulp_error(sg.differentiate(CASES[op][0])(x), _reference(op, x))
+    assert err.max() <= MAX_ULP, (op, float(err.max()), x[np.argmax(err)])
+
+
+@pytest.mark.skipif("tanh" not in OWN, reason="tanh is libm's")
+def test_tanh_where_it_and_expm1_lie_in_different_binades(fma_mode):
+    """tanh x = E / (E + 2) with E = e^2x - 1 about 2 tanh x (1 + tanh x): just below a power
+    of two tanh x sits at the top of its binade while E has crossed into the next one up,
+    where half an ulp of E is a whole ulp of tanh. E is never rounded on its own there
+    (_tanh_body keeps it as a head and a tail): rounding it gave 1.47 ulp."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.arctanh(2.0 ** -j * (1 - rng.uniform(0, 4 * 2.0 ** -j, 400)))
+                        for j in range(1, 40)])
+    x = np.concatenate([x, -x])
+    err = ulp_error(sg.differentiate(f_tanh)(x), _reference("tanh", x))
+    assert err.max() <= MAX_ULP, (fma_mode, float(err.max()), x[np.argmax(err)])
+
+
+@pytest.mark.skipif("tanh" not in OWN, reason="tanh is libm's")
+def test_tanh_at_the_steps_of_its_reduction(fma_mode):
+    """2|x| = k ln2 + r with k rounded down: at each multiple of ln2 / 2 r jumps from ln2 to
+    0 (both ends of TANH_EXP_POLY's interval) and 2^k - 1 gains a bit."""
+    with mp.workdps(40):
+        steps = np.array([float(j * mp.log(2) / 2) for j in range(1, 60)])
+    x = np.concatenate([steps, np.nextafter(steps, 0), np.nextafter(steps, np.inf),
+                        steps * (1 - 2.0 ** -40), steps * (1 + 2.0 ** -40)])
+    x = np.concatenate([x, -x])
+    err = ulp_error(sg.differentiate(f_tanh)(x), _reference("tanh", x))
+    assert err.max() <= MAX_ULP, (fma_mode, float(err.max()), x[np.argmax(err)])
+
+
 SPECIAL = {
     "sin": [(0.0, 0.0), (-0.0, -0.0), (5e-324, 5e-324), (-1e-300, -1e-300), (1e-9, 1e-9),
             (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan)],
@@ -231,7 +279,9 @@ def test_coefficients_are_the_derived_ones():
         held = getattr(f64math, name)
         held = held if isinstance(held, list) else [held]
         assert held == values, name
-    assert f64math.TANH_POLY_MAX == derive_math_coefficients.TANH_POLY_MAX
+    # the fits cover the reduced arguments: |r| <= ln2/2 (k rounded), 0 <= r < ln2 (down)
+    assert derive_math_coefficients.EXP_R_MAX > float(mp.log(2)) / 2
+    assert derive_math_coefficients.TANH_R_MAX > float(mp.log(2))
 
 
 def test_pi_over_two_split_is_exact_for_every_reduced_quotient():

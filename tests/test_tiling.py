@@ -134,8 +134,9 @@ def test_the_gradient_keeps_what_crosses_the_logsumexp(small_chunks):
     over K; the product the backward reads again is a whole buffer, the backward's own
     products chunk-local. ``x - means``, which both groups' matmuls read, is computed again
     at the head of the second group: each group's copy holds one chunk. The (K,) stage
-    between them is moved before the second group."""
-    k, n, d = 7, 13, 3
+    between them is moved before the second group. (n < 4 d: the backward reads the product
+    itself, not the Gram product symgrad.gram_pull forms from 4 d rows on.)"""
+    k, n, d = 7, 11, 3
     small_chunks(k, n, d)
     args = gmm_args(k, n, d)
     native = native_of(sg.differentiate(gmm, wrt=(0, 1, 2)).grad, args)
@@ -159,6 +160,21 @@ def test_the_gradient_keeps_what_crosses_the_logsumexp(small_chunks):
     big = [buf for buf, nbytes in native.tmp if nbytes >= k * n * d * 8]
     assert big == [product]
     assert [st.index for st in s.stages] == list(range(len(s.stages)))
+
+
+def test_the_gram_form_keeps_nothing_across_the_logsumexp(small_chunks):
+    """From n >= 4 d rows the backward reduces through the Gram product x^T diag(s) x
+    (symgrad.gram_pull): the forward product is chunk-local in the first group (nothing reads
+    it after the logsumexp) and no whole (K, n, d) scratch is left."""
+    k, n, d = 7, 13, 3
+    small_chunks(k, n, d)
+    args = gmm_args(k, n, d)
+    native = native_of(sg.differentiate(gmm, wrt=(0, 1, 2)).grad, args)
+    s = native.program.schedule
+    first, second = s.tile_groups
+    forward = next(st for st in (s.stages[j] for j in first.stages) if st.kind == "matmul")
+    assert forward.sinks[0].dest.buf in first.local
+    assert not [buf for buf, nbytes in native.tmp if nbytes >= k * n * d * 8]
 
 
 @pytest.mark.parametrize("threads", ["2", "3"])
@@ -274,3 +290,27 @@ def test_concurrent_calls_of_a_tiled_kernel(small_chunks, monkeypatch):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_no_access_pass_without_a_tileable_stage(small_chunks, monkeypatch):
+    """A schedule with no stage that could be chunked (1-d code) forms no group and reads no
+    stage's accesses (straight-line code of thousands of statements: a pass over each stage's
+    views twice); a 2-d one still forms its groups."""
+    calls = []
+    original = tiling.stage_accesses
+    monkeypatch.setattr(tiling, "stage_accesses", lambda s, st: calls.append(st) or
+                        original(s, st))
+
+    def line(x):
+        y = np.sin(x) * 0.5 + x
+        return np.sum(np.tanh(y) * y + np.exp(-x * y))
+
+    x = np.random.default_rng(3).uniform(-1, 1, 500)
+    f = sg.differentiate(line)
+    s = Schedule(f.grad._inspect_entry(x).graph)
+    assert not s.tile_groups and not calls
+    np.testing.assert_allclose(f.grad(x), sg.differentiate(line, target="python").grad(x),
+                               rtol=1e-12)
+    small_chunks(5, 40, 3)
+    s = schedule_of(gmm, gmm_args(5, 40, 3), grad=True)
+    assert s.tile_groups and calls

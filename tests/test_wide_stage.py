@@ -205,8 +205,14 @@ def test_text_body_is_the_llvmlite_body(tmp_path, monkeypatch):
     lowering rules run on it unchanged): the same instructions, types and order, names
     aside, for every op the statements use (arithmetic, comparisons, logical ops, where,
     maximum/minimum, sign, abs, pow spellings, SIMD maths), 1-d and 2-d with broadcast rows,
-    the value's module and the gradient's."""
+    the value's module and the gradient's; the 1-d unit-stride loads and stores written
+    directly (wide_stage._UnitText) included."""
     monkeypatch.setattr(sys.modules[__name__], "OPS", ALL_OPS)
+    unit = {"load": 0, "store": 0}   # (1-d unit-stride accesses: wide_stage._UnitText's lines)
+    for what in unit:
+        original = getattr(wide_stage._UnitText, what)
+        monkeypatch.setattr(wide_stage._UnitText, what, lambda self, *a, _f=original, _w=what:
+                            unit.__setitem__(_w, unit[_w] + 1) or _f(self, *a))
     cases = [(_function(tmp_path, statements=80), (np.linspace(-1, 1, 300),)),
              (_function(tmp_path, broadcast=True), (np.ones((5, 13)), np.ones(5)))]
     seen = ""
@@ -225,6 +231,7 @@ def test_text_body_is_the_llvmlite_body(tmp_path, monkeypatch):
                         "@\"llvm.fabs", "@\"llvm.sqrt", "@\"_ZGV", "shufflevector",
                         "llvm.masked.load", "llvm.masked.store"):
         assert instruction in seen, instruction
+    assert unit["load"] and unit["store"]
 
 
 def test_every_store_follows_its_value(tmp_path):
@@ -319,3 +326,54 @@ def test_loop_search_skips_only_loops_that_take_nothing(tmp_path, monkeypatch):
     f = sg.differentiate(fn)
     assert _wide_bodies(f.grad.llvm_ir(x))
     assert asked["listed"] < asked["all"] / 2
+
+
+def _buffers_by_line(body: str) -> tuple[list, list]:
+    """(line, buffer) of each masked load and store of a wide body: the buffer whose address
+    the step read from the stage's table (``getelementptr ptr, ptr %ptrs, i64 <buffer>``)."""
+    lines = body.split("\n")
+    buf_of: dict = {}
+    loads, stores = [], []
+    for i, line in enumerate(lines):
+        m = re.match(r'\s*(%\S+) = getelementptr ptr, ptr %"ptrs", i64 (\d+)$', line)
+        if m:
+            buf_of[m.group(1)] = int(m.group(2))
+            continue
+        m = re.match(r'\s*(%\S+) = (?:load ptr, ptr|getelementptr \w+, ptr) (%[^,\s]+)', line)
+        if m and m.group(2) in buf_of:
+            buf_of[m.group(1)] = buf_of[m.group(2)]
+            continue
+        m = re.search(r'@"llvm\.masked\.(load|store)[^(]*\((?:<[^>]+> %\S+, )?ptr (%[^,]+)', line)
+        if m:
+            (loads if m.group(1) == "load" else stores).append((i, buf_of[m.group(2)]))
+    return loads, stores
+
+
+def test_values_updated_in_place_are_wide(tmp_path, monkeypatch):
+    """A stage that stores a value over the very view it reads another from (the gradient's
+    schedule reuses a buffer in place) is emitted wide: every lane reads the old element
+    before the step's first store to that buffer, as the scalar loop does."""
+    fn = _function(tmp_path, statements=100)
+    x = np.random.default_rng(14).uniform(-1, 1, 300)
+    f = sg.differentiate(fn, wrt=0)
+    text = f.grad.llvm_ir(x)
+    assert not re.search(r'^define [^\n]*\.body"\(', text, re.M)   # no stage left to LLVM's
+    updated = 0                                                    # loop vectoriser
+    for body in _wide_bodies(text):
+        loads, stores = _buffers_by_line(body)
+        first_store = {}
+        for i, buf in stores:
+            first_store.setdefault(buf, i)
+        for i, buf in loads:
+            if buf in first_store:
+                assert i < first_store[buf]
+                updated += 1
+    assert updated
+    value, grad = f(x), f.grad(x)
+    monkeypatch.setattr(wide_stage, "WIDE_MIN_OPS", 10 ** 9)   # the loop vectoriser's kernel
+    ref_value, ref_grad, _ = _results(fn, (x,))
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(value, ref_value, rtol=64 * eps)
+    np.testing.assert_allclose(grad, ref_grad, rtol=64 * eps, atol=64 * eps)
+    py_value, py_grad, _ = _results(fn, (x,), target="python")
+    np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
