@@ -5,10 +5,14 @@ small factor of the minimax error) of the smooth part of a function in z = r^2, 
 digits, then rounded to double. The pi/2 split for the Cody-Waite reduction is computed here too.
 ``python benchmarks/derive_math_coefficients.py`` prints the tables; tests/test_math_accuracy.py
 re-derives them and checks that f64math.py holds exactly these numbers.
+
+``coefficients_f32``: the same for codegen/f32single.py's float32-arithmetic functions, each fit
+rounded to float32 (tests/test_math_accuracy_f32.py checks f32single.py holds them).
 """
 from __future__ import annotations
 
 import mpmath as mp
+import numpy as np
 
 SIN_COS_R_MAX = 0.7854 * 1.01    # |r| <= pi/4, plus the slack of a rounded quotient
 LOG_S_MAX = 0.17158              # s = f / (2 + f) for 1 + f in [sqrt(1/2), sqrt(2))
@@ -89,6 +93,48 @@ def coefficients() -> dict[str, list]:
         }
 
 
+def _float32(values):
+    return [float(np.float32(float(v))) for v in values]
+
+
+def _float32_parts(value, parts):
+    """value as a sum of float32, each the rest rounded to float32."""
+    out, rest = [], mp.mpf(value)
+    for _ in range(parts):
+        out.append(float(np.float32(float(rest))))
+        rest -= out[-1]
+    return out
+
+
+EXP_R_MAX_F32 = 0.34658 * 1.01     # |r| <= ln2/2 (float32 rint of x / ln2), plus slack
+TANH_POLY_MAX_F32 = 0.55
+
+
+def coefficients_f32() -> dict[str, list]:
+    """float32 tables: degrees sized so that each fit is within 2^-30 of its function's value
+    (chebyfit's error times the powers of r in front of it)."""
+    with mp.workdps(60):
+        ln2 = mp.log(2)
+        ln2_hi = float(np.float32(float(ln2)))
+        return {
+            "EXP_POLY_F32": _float32(_fit(_exp_tail, EXP_R_MAX_F32, 6, lo=-EXP_R_MAX_F32)),
+            "LOG_POLY_F32": _float32(_fit(_log_tail, LOG_S_MAX ** 2, 4)),
+            "TANH_POLY_F32": _float32(_fit(_odd_tail(mp.tanh, mp.mpf(-1) / 3),
+                                           TANH_POLY_MAX_F32 ** 2, 6)),
+            "SIN_POLY_F32": _float32(_fit(_odd_tail(mp.sin, mp.mpf(-1) / 6),
+                                          SIN_COS_R_MAX ** 2, 4)),
+            "COS_POLY_F32": _float32(_fit(_cos_tail, SIN_COS_R_MAX ** 2, 3)),
+            # pi/2 as three float32 (76 bits): x - k PIO2_F32[0] is exact in one fma
+            "PIO2_F32": _float32_parts(mp.pi / 2, 3),
+            "TWO_OVER_PI_F32": _float32([2 / mp.pi]),
+            # ln2 = LN2_HI + LN2_LO: x - k LN2_HI is exact in one fma (|k| <= 150)
+            "LN2_F32": [ln2_hi, float(np.float32(float(ln2 - ln2_hi)))],
+            # ln2 = hi + lo, hi of 16 bits: e * hi is exact in float32 (|e| <= 152)
+            "LOG_LN2_F32": _float32(_split(ln2, 2, 16)),
+            "INV_LN2_F32": _float32([1 / ln2]),
+        }
+
+
 if __name__ == "__main__":
-    for name, values in coefficients().items():
+    for name, values in {**coefficients(), **coefficients_f32()}.items():
         print(f"{name} = [" + ", ".join(repr(v) for v in values) + "]")

@@ -3,9 +3,9 @@ process: W1's gradient (10^7 points) and per-function throughput, each compiled 
 with codegen.mathlib's own functions and once with libmvec for the functions libmvec has
 (exp and expm1 stay ours in both: the baseline is the code before sin/cos/log1p/tanh were ours).
 
-``--float32``: the same for float32, libmvec's float functions (before) against ours (after:
-codegen/f32math.py ``OWN_F32``, and the float64 functions on widened lanes for the rest,
-``mathlib.F32_VIA_F64``), with W1 in float64 beside them (float32 must stay faster).
+``--float32``: per-element CPU time of float32 maths three ways in one process: libmvec's float
+functions, our float64 code on widened lanes (codegen/f32math.py ``OWN_F32``, what CPUs
+without FMA run) and our float32 code (``f32single.SINGLE_F32``), W1's gradient included.
 
 Usage: python benchmarks/math_speed.py [--float32] [n_points]   (medians of 7 runs; reports
 the load)
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import symgrad as sg
-from symgrad.codegen import mathlib
+from symgrad.codegen import f32single, mathlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads as W  # noqa: E402
@@ -131,41 +131,84 @@ def compiled(fn, args, baseline, float32=False):
     return f, out
 
 
+@contextlib.contextmanager
+def widened_float32():
+    """Compile float32 maths as before f32single.SINGLE_F32: our float64-arithmetic code on
+    widened lanes for every function (what CPUs without FMA run)."""
+    saved = dict(f32single.SINGLE_F32)
+    f32single.SINGLE_F32.clear()
+    try:
+        yield
+    finally:
+        f32single.SINGLE_F32.update(saved)
+
+
+def built(fn, args, ctx):
+    with ctx:
+        f = sg.differentiate(fn) if len(args) == 1 else sg.grad(fn, wrt=(0, 1))
+        f(*args)        # compiles now, under the chosen math
+    return f
+
+
+def interleaved_cpu(calls: dict, runs=7) -> dict:
+    """Median process CPU time of each call, the calls interleaved run by run."""
+    samples = {k: [] for k in calls}
+    for fn in calls.values():
+        fn()
+    for _ in range(runs):
+        for k, fn in calls.items():
+            c0 = time.process_time()
+            fn()
+            samples[k].append(time.process_time() - c0)
+    return {k: float(np.median(v)) for k, v in samples.items()}
+
+
+def repeated(f, args, repeat):
+    """``repeat`` calls of f into preallocated outputs (fresh ones would time the page
+    faults of new memory, not the maths)."""
+    outs = tuple(np.empty_like(a) for a in args)
+    out = outs if len(args) > 1 else outs[0]
+
+    def run():
+        for _ in range(repeat):
+            f(*args, out=out)
+    return run
+
+
+F32_VARIANTS = {"libmvec float": libmvec_float32, "widened (float64 code)": widened_float32,
+                "float32 code": contextlib.nullcontext}
+
+
 def main_float32(n=10 ** 7):
-    """float32: libmvec's float functions (before) against ours through float64 (after)."""
+    """float32 per element, process CPU time (SYMGRAD_NUM_THREADS=1 recommended):
+    libmvec's float functions, our float64 code on widened lanes (before SINGLE_F32), and our
+    float32 code, with W1's gradient in float32 and float64."""
     rng = np.random.default_rng(0)
     print(f"load average at start: {os.getloadavg()}; symgrad threads: {cpu_threads()}")
-    x64, y64 = rng.uniform(-2, 2, n), rng.uniform(-2, 2, n)
-    x, y = x64.astype(np.float32), y64.astype(np.float32)
+    small, repeat = 2 ** 15, 100      # in cache: the maths, not the memory
     rows = []
-    gb, _ = compiled(W.w1, (x, y), baseline=True, float32=True)
-    go, _ = compiled(W.w1, (x, y), baseline=False, float32=True)
-    g64, _ = compiled(W.w1, (x64, y64), baseline=False)
-    outs = (np.empty_like(x), np.empty_like(y))
-    outs64 = (np.empty_like(x64), np.empty_like(y64))
-    rows.append(("W1 float32 gradient (out=)",) + side_by_side(lambda: gb(x, y, out=outs),
-                                                              lambda: go(x, y, out=outs)))
-    rows.append(("W1 float32 gradient (fresh outputs)",) + side_by_side(lambda: gb(x, y),
-                                                                       lambda: go(x, y)))
-    rows.append(("W1: float32 after (before) vs float64 (after), out=",)
-                + side_by_side(lambda: g64(x64, y64, out=outs64), lambda: go(x, y, out=outs)))
-    small, repeat = 2 ** 15, 300      # in cache, as main's per-function rows
-    for name, (fn, lo, hi) in FUNCTIONS_F32.items():
+    cases = [("W1 gradient", W.w1, -2, 2)] + [(name, fn, lo, hi)
+                                               for name, (fn, lo, hi) in FUNCTIONS_F32.items()]
+    for name, fn, lo, hi in cases:
         v = rng.uniform(lo, hi, small).astype(np.float32)
-        fb, _ = compiled(fn, (v,), baseline=True, float32=True)
-        fo, _ = compiled(fn, (v,), baseline=False, float32=True)
-        res = np.empty_like(v)
-        times = side_by_side(lambda: [fb(v, out=res) for _ in range(repeat)],
-                             lambda: [fo(v, out=res) for _ in range(repeat)])
-        rows.append((f"{name} float32, [{lo:g}, {hi:g}], in cache",)
-                    + tuple(t * n / (small * repeat) for t in times))
-    print(f"n = {n:.0e}, medians of 7 interleaved runs; load average at end: {os.getloadavg()}")
-    print("| kernel | before, wall | after, wall | before / after | before, CPU | after, CPU | "
-          "before / after (CPU) | after, CPU ns/element |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, wb, wa, cb, ca in rows:
-        print(f"| {name} | {wb * 1e3:.2f} ms | {wa * 1e3:.2f} ms | {wb / wa:.2f}x | "
-              f"{cb * 1e3:.2f} ms | {ca * 1e3:.2f} ms | {cb / ca:.2f}x | {ca / n * 1e9:.2f} |")
+        args = (v, v[::-1].copy()) if fn is W.w1 else (v,)
+        fs = {k: built(fn, args, ctx()) for k, ctx in F32_VARIANTS.items()}
+        t = interleaved_cpu({k: repeated(f, args, repeat) for k, f in fs.items()})
+        rows.append((f"{name}, [{lo:g}, {hi:g}]",) + tuple(t[k] / (small * repeat) * 1e9
+                                                          for k in F32_VARIANTS))
+    v64 = rng.uniform(-2, 2, small)
+    args64 = (v64, v64[::-1].copy())
+    g64 = built(W.w1, args64, contextlib.nullcontext())
+    t64 = interleaved_cpu({"w1": repeated(g64, args64, repeat)})["w1"]
+    print(f"2^15 points in cache, {repeat} calls per sample, medians of 7 interleaved samples "
+          f"(process CPU time); load average at end: {os.getloadavg()}")
+    print("| float32 kernel | " + " | ".join(f"{k}, ns/element" for k in F32_VARIANTS)
+          + " | float32 code vs widened | vs libmvec |")
+    print("|---|" + "---|" * (len(F32_VARIANTS) + 2))
+    for name, *ts in rows:
+        print(f"| {name} | " + " | ".join(f"{t:.3f}" for t in ts)
+              + f" | {ts[1] / ts[2]:.2f}x | {ts[0] / ts[2]:.2f}x |")
+    print(f"| W1 gradient in float64, [-2, 2] (for scale) | {t64 / (small * repeat) * 1e9:.3f} ns/element |")
 
 
 def main(n=10 ** 7):

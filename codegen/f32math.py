@@ -4,6 +4,12 @@ widens with the rest of a fused loop. ``codegen.mathlib.CPUMath`` calls them for
 unless ``SYMGRAD_PRECISE_MATH=1``; the other float32 functions are the float64 ones on
 widened lanes (``mathlib.F32_VIA_F64``).
 
+On CPUs with FMA, exp, sin, cos, log, log1p and tanh are computed in float32 arithmetic
+instead (``codegen.f32single``: twice the lanes per vector); this module's code (the widened
+one) is what CPUs without FMA run for all ten (llvm.fma would be a libcall there, and
+unfused float32 steps lose the exactness the reductions rest on), and what the float32 far
+checks of f32single run on lanes past their reduction's bound.
+
 Each evaluates in float64 arithmetic from the float32 argument widened (exactly) and rounds
 once at the end, like the float64 route, but with reductions and polynomials sized for a
 float32 result: every value below is within 2^-30 relative of the true one before the final

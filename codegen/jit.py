@@ -38,7 +38,8 @@ from .diskcache import PARTS_MAGIC, pack, unpack    # (a module's parts: one cac
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-10"   # (-10: exp's Chebyshev fit, tanh as E / (E + 2), the matmul
+FORMAT = "symgrad-cpu-11"   # (-11: float32 maths in float32 arithmetic, f32single.SINGLE_F32;
+#                              -10: exp's Chebyshev fit, tanh as E / (E + 2), the matmul
 #                              library's lower flag)
 
 # Threads that compile the parts of one module; None: the CPUs this process may use. Tests

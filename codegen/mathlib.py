@@ -15,10 +15,12 @@ float64 exp, expm1, sin, cos, tan, log1p and tanh are our own (``OWN_F64``, in
 inlined, that the loop vectoriser widens with the rest of the fused loop at the host's width,
 within 1.7 ulp over the whole float64 range (libmvec's reach 2-3.4 ulp). The only call they
 keep is the far-argument check of sin/cos/tan (``_far_helper``), whose code is a small
-library compiled once per process. float32 functions are our own too: exp, expm1, sin, cos,
-tan, log, log1p, log2, log10 and tanh (``OWN_F32``, in ``codegen.f32math``: float64
-arithmetic sized for a float32 result), the rest the float64 version of the widened arguments
-rounded once (``F32_VIA_F64``), all within 0.5 + 2^-6 ulp (libmvec's float versions reach 3.8).
+library compiled once per process. float32 functions are our own too: on CPUs with FMA, exp,
+sin, cos, log, log1p and tanh in float32 arithmetic at the full float32 vector width
+(``codegen.f32single``, within ``f32single.ULP_BOUND``: 1 ulp); expm1, tan, log2 and log10,
+and all of those without FMA, in float64 arithmetic sized for a float32 result (``OWN_F32``,
+0.5 + 2^-6 ulp); the rest the float64 version of the widened arguments rounded once
+(``F32_VIA_F64``, 0.5 + 2^-28 ulp). libmvec's float versions reach 3.8 ulp.
 ``SYMGRAD_PRECISE_MATH=1`` turns all of this off: scalar libm only (float32 through the
 double functions, still widened).
 """
@@ -202,8 +204,10 @@ class CPUMath(MathTarget):
         return PRIVATE_PREFIX + cname + ("f" if dtype == "float32" else "")
 
     def call(self, builder, op, dtype, args):
-        from . import f32math
+        from . import f32math, f32single
         from .f64math import OWN_F64, _define
+        if dtype == "float32" and op in f32single.SINGLE_F32 and self.fma and not self.precise:
+            return f32single.call(builder, op, args[0], self)
         if dtype == "float32" and op in f32math.OWN_F32 and not self.precise:
             return f32math.call(builder, op, args[0], self)
         if dtype == "float32" and op in F32_VIA_F64:
@@ -353,6 +357,9 @@ class CPUMath(MathTarget):
         from .f64math import _far_name, _own_name
         if "_far" in cname:             # our own SIMD versions (see _far_helper)
             scalar = _far_name(cname[:cname.index("_far")], self)
+            if dtype == "float32":      # f32single's: 256- and 512-bit only (see FAR_F32)
+                return [(f"_ZGV{isa}N{2 * lanes}v_{scalar}", 2 * lanes)
+                        for isa, lanes in self.isas if isa != "b"]
             return [(f"_ZGV{isa}N{lanes}v_{scalar}", lanes) for isa, lanes in self.isas]
         if cname.endswith("_own"):      # the out-of-line library (see own_library)
             scalar = _own_name(cname[:-len("_own")], self)

@@ -1,11 +1,13 @@
-"""Accuracy of the CPU back end's float32 maths: our own functions (codegen/f32math.py
+"""Accuracy of the CPU back end's float32 maths: our own functions (codegen/f32single.py
 ``OWN_F32``) and the float64 ones on widened lanes (codegen/mathlib.py ``F32_VIA_F64``).
 
 Each function is sampled over every float32 (bit patterns at a fixed stride from a seeded
 offset: log-uniform magnitudes and both signs, subnormals to the largest finite value)
 against NumPy in x87 long double (erf: ``math``'s float64, 2^-28 of a float32 ulp), and the
-bound is what the modules claim: 0.5 + 2^-6 ulp (benchmarks/accuracy.py --all-float32 sweeps
-every finite float32). Special values (zeros, subnormals, inf, NaN, overflow and underflow
+bound is what the modules claim: 0.5 + 2^-6 ulp for the widened code, f32single.ULP_BOUND for
+the functions computed in float32 on CPUs with FMA (f32single.SINGLE_F32; benchmarks/accuracy.py
+--all-float32 and benchmarks/f32_exhaustive.py sweep every float32), and for those a dense run
+of consecutive float32 around each argument-reduction edge and threshold. Special values (zeros, subnormals, inf, NaN, overflow and underflow
 thresholds, huge arguments) must come out as NumPy's float32 ufuncs give them, and each
 function's float32 gradient must match central differences of it in float64.
 """
@@ -21,9 +23,12 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.codegen import jit, kernel, mathlib
+from symgrad.codegen import f32single, jit, kernel, mathlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import derive_math_coefficients  # noqa: E402 - the tool lives beside the benchmarks
 MAX_ULP = 0.5 + 2.0 ** -6
 STRIDE = 1 << 14            # 2^18 = 262144 bit patterns per function
 LONG_DOUBLE_OK = np.finfo(np.longdouble).nmant >= 63
@@ -202,9 +207,17 @@ def ulp_error(got, ref):
     return np.abs(got[keep].astype(ref.dtype) - ref[keep]) / spacing[keep]
 
 
+def ulp_bound(op: str) -> float:
+    """The bound of ``op`` as this machine computes it (the first word of ``what``)."""
+    if op in f32single.SINGLE_F32 and jit.target()["math"].fma:
+        return f32single.ULP_BOUND[op]
+    return MAX_ULP
+
+
 def _check_bound(got, ref, what):
     err = ulp_error(got, ref)
-    assert err.size and err.max() <= MAX_ULP, (what, float(err.max()))
+    bound = ulp_bound(what.split()[0].rstrip(","))
+    assert err.size and err.max() <= bound, (what, float(err.max()), bound)
 
 
 @pytest.mark.parametrize("op", sorted(UNARY))
@@ -216,6 +229,77 @@ def test_float32_within_bound_over_every_binade(op):
         ref = _reference(ufunc, [x])
     assert got.dtype == np.float32
     _check_bound(got, ref, op)
+
+
+LN2 = math.log(2.0)
+# op -> points where the float32 code changes case or cancels most: rounding edges of the
+# reduction (k ln2 + ln2/2 for exp, sqrt(1/2) 2^e for log), the thresholds of each branch,
+# overflow and underflow, the subnormal boundary
+EDGES = {
+    "exp": [(k + 0.5) * LN2 for k in range(-150, 128, 7)]
+    + [0.0, -0.0, 88.72283, -87.33654, -103.97208, -103.27893, 1e-4],
+    "log": [2.0 ** e * math.sqrt(0.5) for e in range(-148, 129, 5)]
+    + [0.0, 1.0, 2.0 ** -126, 2.0 ** -140, 3.4e38],
+    "log1p": [0.0, -0.0, 2.0 ** -25, -(2.0 ** -25), math.sqrt(2) - 1, math.sqrt(0.5) - 1, -0.5,
+              -0.999, 1.0, 2.0 ** 24, 1e30, 1e-10],
+    "sin": [k * math.pi / 4 for k in range(-40, 41)]
+    + [252.89821, f32single.REDUCE_MAX_F32, -f32single.REDUCE_MAX_F32, 2.0 ** -12, 2.0 ** -126],
+    "cos": [k * math.pi / 4 for k in range(-40, 41)]
+    + [252.89821, f32single.REDUCE_MAX_F32, -f32single.REDUCE_MAX_F32, 2.0 ** -12, 2.0 ** -126],
+    "tanh": [0.0, -0.0, f32single.TANH_POLY_MAX_F32, -f32single.TANH_POLY_MAX_F32, 0.2, 1.0, 5.0,
+             f32single.TANH_CLAMP_F32 / 2, 2.0 ** -12, 2.0 ** -126],
+}
+DENSE = 1 << 13         # consecutive float32 each side of an edge
+
+
+def _around(points) -> np.ndarray:
+    """DENSE consecutive float32 on each side of each point (bit patterns: every float32
+    there, not a grid)."""
+    centres = np.array(points, np.float32).view(np.int32).astype(np.int64)
+    steps = np.arange(-DENSE, DENSE, dtype=np.int64)
+    near = (centres[:, None] + steps[None, :]).ravel()
+    near = near[(near >= np.iinfo(np.int32).min) & (near <= np.iinfo(np.int32).max)]
+    return near.astype(np.int32).view(np.float32)
+
+
+@pytest.mark.parametrize("op", sorted(f32single.SINGLE_F32))
+def test_float32_dense_around_reduction_edges(op):
+    fn, ufunc, _ = UNARY[op]
+    x = _around(EDGES[op])
+    with np.errstate(all="ignore"):
+        got = sg.differentiate(fn)(x)
+        ref = _reference(ufunc, [x])
+        want = ufunc(x)
+    _assert_as_numpy(got, want, ref, op)
+
+
+def test_float32_coefficients_are_the_derived_ones():
+    """f32single's float32 tables are what the mpmath derivation produces, bit for bit, and
+    each is a float32."""
+    for name, values in derive_math_coefficients.coefficients_f32().items():
+        held = getattr(f32single, name)
+        assert held == values, name
+        assert all(float(np.float32(v)) == v for v in held), name
+    assert f32single.TANH_POLY_MAX_F32 == derive_math_coefficients.TANH_POLY_MAX_F32
+
+
+def test_float32_log_split_is_exact_for_every_exponent():
+    """e * LOG_LN2_F32[0] is exact in float32 for every exponent log meets (|e| <= 152): the
+    high part has at most 16 significant bits."""
+    mantissa, _ = np.frexp(f32single.LOG_LN2_F32[0])
+    assert float(mantissa * 2.0 ** 16) == int(mantissa * 2.0 ** 16)
+    e = np.arange(-152, 129, dtype=np.float32)
+    np.testing.assert_array_equal(e * np.float32(f32single.LOG_LN2_F32[0]),
+                                  e.astype(np.float64) * f32single.LOG_LN2_F32[0])
+
+
+@pytest.mark.parametrize("op", sorted(f32single.SINGLE_F32))
+def test_float32_arithmetic_where_the_cpu_has_fma(op):
+    """With FMA the function is computed in float32 (its own IR, no float64 on the way)."""
+    fn = UNARY[op][0]
+    text = sg.differentiate(fn).llvm_ir(np.ones(8, np.float32))
+    name = f32single.SINGLE_F32[op][0]
+    assert (name in text) == jit.target()["math"].fma
 
 
 def _random_float32(rng, n, lo, hi):
