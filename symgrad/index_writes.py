@@ -120,7 +120,11 @@ def _assign_one(merged: Node, flat: Node, values: Node, axis: int) -> Node:
 
 def _add_merged(merged: Node, flat, values: Node, axis: int) -> Node:
     index = flat if isinstance(flat, Node) else ops.array_const(flat.astype(np.int64))
-    return merged + ops.scatter_add(values, index, axis, merged.shape[axis])
+    if not merged.dtype.startswith("float"):
+        return merged + ops.scatter_add(values, index, axis, merged.shape[axis])
+    # y - scatter(-v), not y + scatter(v): the scatter is +0 where nothing lands, and -0 + +0
+    # is +0 where NumPy leaves an untouched -0 as it is (x - +0 is x for every x)
+    return merged - ops.scatter_add(ops.neg(values), index, axis, merged.shape[axis])
 
 
 def _constant_winners(flat: np.ndarray, size: int):

@@ -403,3 +403,21 @@ def test_wrong_values_and_dtypes_are_numpy_errors():
         sg.differentiate(mismatched_value, target="python")(floats(4), REPEATED)
     with pytest.raises(IndexError, match="integer"):
         sg.differentiate(float_index, target="python")(floats(2), np.array([0.0, 1.0]))
+
+
+def _add_at_copy(y, v, idx):
+    y = y * 1.0
+    np.add.at(y, idx, v)
+    return y
+
+
+@pytest.mark.parametrize("target", ["cpu", "python"])
+def test_add_at_leaves_an_untouched_negative_zero(target):
+    # y - scatter(-v): y + scatter(v) made an untouched -0.0 into +0.0 (the scatter's +0 fill)
+    y = np.array([-0.0, 1.0, -0.0, 2.0, 0.0])
+    v = np.array([0.5, -0.25, 3.0])
+    for idx in (np.array([1, 1, 3]), np.array([0, 4, 0]), np.array([-1, 1, -4])):
+        got = sg.differentiate(_add_at_copy, target=target)(y, v, idx)
+        want = _add_at_copy(y, v, idx)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
