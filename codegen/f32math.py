@@ -52,9 +52,9 @@ LOG1P_TINY = 2.0 ** -29         # below, log1p x = x - x^2/2 to 2^-58; above, 1 
 TANH_CLAMP = 40.0               # (e^40 - 1) / (e^40 + 1) rounds to 1
 
 
-def _define(module: ir.Module, name: str, body) -> ir.Function:
-    """``float name(float)``: ``body(f, xd)`` of the widened argument, rounded once; NaN in,
-    the same NaN out. Inlined before the vectoriser runs, as f64math's functions."""
+def define_float(module: ir.Module, name: str, compute) -> ir.Function:
+    """``float name(float)`` returning ``compute(b, x)``; NaN in, the same NaN out. Inlined
+    before the vectoriser runs, as f64math's functions."""
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -65,9 +65,15 @@ def _define(module: ir.Module, name: str, body) -> ir.Function:
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x = fn.args[0]
-    out = b.fptrunc(body(b, b.fpext(x, ir.DoubleType())), fl)
+    out = compute(b, x)
     b.ret(b.select(b.fcmp_unordered("uno", x, x), x, out))
     return fn
+
+
+def _define(module: ir.Module, name: str, body) -> ir.Function:
+    """``float name(float)``: ``body(b, xd)`` of the widened argument, rounded once."""
+    return define_float(module, name, lambda b, x: b.fptrunc(body(b, b.fpext(x, ir.DoubleType())),
+                                                             ir.FloatType()))
 
 
 def _exp_reduce(f: _F64, x):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from .f32math import EXP_CLAMP, OWN_F32, _define
+from .f32math import EXP_CLAMP, OWN_F32, _define, define_float
 from .f64math import _F64, _any_lane, _far_function, _far_name, _if_far, _mark_no_caller_saved
 
 if TYPE_CHECKING:
@@ -111,19 +111,7 @@ class _F32:
 
 def _define_single(module: ir.Module, name: str, body, math: "CPUMath") -> ir.Function:
     """``float name(float)`` computed in float32: ``body(f, x)``; NaN in, the same NaN out."""
-    fn = module.globals.get(name)
-    if fn is not None:
-        return fn
-    fl = ir.FloatType()
-    fn = ir.Function(module, ir.FunctionType(fl, [fl]), name)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    x = fn.args[0]
-    out = body(_F32(b, math), x)
-    b.ret(b.select(b.fcmp_unordered("uno", x, x), x, out))
-    return fn
+    return define_float(module, name, lambda b, x: body(_F32(b, math), x))
 
 
 def _exp_parts_f32(f: _F32, xc):

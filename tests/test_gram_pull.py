@@ -9,6 +9,7 @@ import pytest
 
 import symgrad as sg
 from adbench_models import gmm_adbench
+from test_sum_pull import _numeric_grad   # central differences in float64
 from symgrad import simplify as simplify_module
 from symgrad.codegen import ptx_emulate
 from symgrad.emit_python import compile_python
@@ -156,18 +157,6 @@ def test_simplify_is_idempotent(fn):
     graph = _graph(fn, _args(fn, np.random.default_rng(2)))
     again = simplify(graph)
     assert all(a is b for a, b in zip(again.outputs, graph.outputs))
-
-
-def _numeric_grad(fn, args, wrt, h=1e-6):
-    args = [np.array(a, dtype=np.float64) for a in args]
-    out = np.zeros_like(args[wrt])
-    for i in np.ndindex(out.shape):
-        up = [a.copy() for a in args]
-        down = [a.copy() for a in args]
-        up[wrt][i] += h
-        down[wrt][i] -= h
-        out[i] = (fn(*up) - fn(*down)) / (2 * h)
-    return out
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
