@@ -166,12 +166,12 @@ def _log_value(f: _F64, u):
     b = f.b
     bits = f.bits(u)
     e = b.ashr(b.sub(bits, f.i(SQRT_HALF_BITS)), f.i(52))
-    m = f.double(b.sub(bits, b.shl(e, f.i(52))))
+    m = f.from_bits(b.sub(bits, b.shl(e, f.i(52))))
     frac = b.fsub(m, f.c(1.0))
     s2 = b.fmul(b.fdiv(frac, b.fadd(f.c(2.0), frac)), f.c(2.0))     # 2s
     z = b.fmul(s2, b.fmul(s2, f.c(0.25)))                            # s^2
     log_m = f.fma(b.fmul(s2, z), f.horner(z, ATANH_TAYLOR), s2)
-    ef = b.fsub(f.double(b.add(e, f.bits(f.c(SHIFTER)))), f.c(SHIFTER))   # (no int to float)
+    ef = b.fsub(f.from_bits(b.add(e, f.bits(f.c(SHIFTER)))), f.c(SHIFTER))   # (no int to float)
     return ef, log_m
 
 

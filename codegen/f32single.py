@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from .f32math import EXP_CLAMP, OWN_F32, _define, define_float
-from .f64math import _F64, _any_lane, _far_function, _far_name, _if_far, _mark_no_caller_saved
+from .f64math import _F64, Scalar, _any_lane, _far_function, _far_name, _if_far, _mark_no_caller_saved
 
 if TYPE_CHECKING:
     from .mathlib import CPUMath
@@ -56,51 +56,18 @@ TWO_OVER_PI_F32 = [0.6366197466850281]
 REDUCE_MAX_F32 = 2.0 ** 14
 
 
-class _F32:
-    """Shorthand for scalar float32 arithmetic (the vectoriser widens it at float32 width)."""
+class _F32(Scalar):
+    """Scalar float32 arithmetic (the vectoriser widens it at float32 width)."""
 
     def __init__(self, b: ir.IRBuilder, math: "CPUMath"):
-        self.b = b
+        # fma rounds once (llvm.fma: this code is only emitted for CPUs with FMA)
+        super().__init__(b, ir.FloatType(), ir.IntType(32), SIGN_BIT_F32, "llvm.fma")
         self.math = math
-        self.f, self.i32 = ir.FloatType(), ir.IntType(32)
-        mod = b.module
-        unary = ir.FunctionType(self.f, [self.f])
-        ternary = ir.FunctionType(self.f, [self.f] * 3)
-        self._fma = mod.declare_intrinsic("llvm.fma", [self.f], ternary)
-        self._fabs = mod.declare_intrinsic("llvm.fabs", [self.f], unary)
-
-    def c(self, v):
-        return ir.Constant(self.f, v)
-
-    def i(self, v):
-        return ir.Constant(self.i32, v)
-
-    def fma(self, a, x, y):
-        """a * x + y rounded once (llvm.fma: only emitted for CPUs with FMA)."""
-        return self.b.call(self._fma, [a, x, y])
-
-    def abs(self, x):
-        return self.b.call(self._fabs, [x])
-
-    def horner(self, z, coeffs):
-        acc = self.c(coeffs[-1])
-        for coef in reversed(coeffs[:-1]):
-            acc = self.fma(acc, z, self.c(coef))
-        return acc
-
-    def bits(self, x):
-        return self.b.bitcast(x, self.i32)
-
-    def float(self, n):
-        return self.b.bitcast(n, self.f)
-
-    def xor_sign(self, x, sign):
-        """x with its sign bit xor-ed by the sign bit of the i32 ``sign``."""
-        return self.float(self.b.xor(self.bits(x), self.b.and_(sign, self.i(SIGN_BIT_F32))))
+        self.f, self.i32 = self.ftype, self.itype
 
     def pow2(self, k):
         """2^k for k in [-126, 127], from the exponent bits."""
-        return self.float(self.b.shl(self.b.add(k, self.i(127)), self.i(23)))
+        return self.from_bits(self.b.shl(self.b.add(k, self.i(127)), self.i(23)))
 
     def scale(self, v, k):
         """v * 2^k for k in [-150, 128] in two steps (each factor normal): overflow to inf
@@ -145,7 +112,7 @@ def _log_parts_f32(f: _F32, u, low):
     b = f.b
     bits = f.bits(u)
     e = b.ashr(b.sub(bits, f.i(SQRT_HALF_BITS_F32)), f.i(23))
-    m = f.float(b.sub(bits, b.shl(e, f.i(23))))
+    m = f.from_bits(b.sub(bits, b.shl(e, f.i(23))))
     frac = b.fsub(m, f.c(1.0))
     s = b.fdiv(frac, b.fadd(f.c(2.0), frac))
     z = b.fmul(s, s)

@@ -176,37 +176,29 @@ SHIFTER = 6755399441055744.0            # 1.5 * 2^52: x + SHIFTER rounds x to an
 SIGN_BIT = -(1 << 63)
 
 
-class _F64:
-    """Shorthand for emitting scalar double arithmetic (the vectoriser widens all of it)."""
+class Scalar:
+    """Shorthand for emitting scalar arithmetic in one float type and the integer type of its
+    width (the vectoriser widens all of it). ``fma_intrinsic`` is the one ``fma`` calls:
+    llvm.fmuladd where either rounding is fine (_F64), llvm.fma where one rounding is needed."""
 
-    def __init__(self, b: ir.IRBuilder, fused: bool = True):
+    def __init__(self, b: ir.IRBuilder, ftype, itype, sign_bit: int, fma_intrinsic: str):
         self.b = b
-        self.fused = fused      # False: CPUs without FMA (and tests of their code path)
-        self.d, self.i64 = ir.DoubleType(), ir.IntType(64)
-        mod = b.module
-        self._fma = mod.declare_intrinsic("llvm.fmuladd", [self.d],
-                                          ir.FunctionType(self.d, [self.d] * 3))
-        self._fabs = mod.declare_intrinsic("llvm.fabs", [self.d], ir.FunctionType(self.d, [self.d]))
+        self.ftype, self.itype, self.sign_bit = ftype, itype, sign_bit
+        self._fma = self._intrinsic(fma_intrinsic, 3)
+        self._fabs = self._intrinsic("llvm.fabs", 1)
 
-    def c(self, v):
-        return ir.Constant(self.d, v)
-
-    def i(self, v):
-        return ir.Constant(self.i64, v)
+    def _intrinsic(self, name: str, arity: int):
+        return self.b.module.declare_intrinsic(
+            name, [self.ftype], ir.FunctionType(self.ftype, [self.ftype] * arity))
 
     def fma(self, a, x, y):
-        """a * x + y, fused where the CPU can (only used where either rounding is fine);
-        spelled as a multiply and an add for CPUs without FMA, which is what llvm.fmuladd
-        becomes there anyway, so that other machines can test that code path too."""
-        if not self.fused:
-            return self.b.fadd(self.b.fmul(a, x), y)
         return self.b.call(self._fma, [a, x, y])
 
-    def fma_exact(self, a, x, y):
-        """a * x + y with one rounding (llvm.fma: only emitted for CPUs that have FMA)."""
-        mod = self.b.module
-        fn = mod.declare_intrinsic("llvm.fma", [self.d], ir.FunctionType(self.d, [self.d] * 3))
-        return self.b.call(fn, [a, x, y])
+    def c(self, v):
+        return ir.Constant(self.ftype, v)
+
+    def i(self, v):
+        return ir.Constant(self.itype, v)
 
     def abs(self, x):
         return self.b.call(self._fabs, [x])
@@ -218,14 +210,35 @@ class _F64:
         return acc
 
     def bits(self, x):
-        return self.b.bitcast(x, self.i64)
+        return self.b.bitcast(x, self.itype)
 
-    def double(self, n):
-        return self.b.bitcast(n, self.d)
+    def from_bits(self, n):
+        return self.b.bitcast(n, self.ftype)
 
     def xor_sign(self, x, sign):
-        """x with its sign bit xor-ed by the sign bit of the i64 ``sign``."""
-        return self.double(self.b.xor(self.bits(x), self.b.and_(sign, self.i(SIGN_BIT))))
+        """x with its sign bit xor-ed by the sign bit of the integer ``sign``."""
+        return self.from_bits(self.b.xor(self.bits(x), self.b.and_(sign, self.i(self.sign_bit))))
+
+
+class _F64(Scalar):
+    """Scalar double arithmetic."""
+
+    def __init__(self, b: ir.IRBuilder, fused: bool = True):
+        super().__init__(b, ir.DoubleType(), ir.IntType(64), SIGN_BIT, "llvm.fmuladd")
+        self.fused = fused      # False: CPUs without FMA (and tests of their code path)
+        self.d, self.i64 = self.ftype, self.itype
+
+    def fma(self, a, x, y):
+        """a * x + y, fused where the CPU can (only used where either rounding is fine);
+        spelled as a multiply and an add for CPUs without FMA, which is what llvm.fmuladd
+        becomes there anyway, so that other machines can test that code path too."""
+        if not self.fused:
+            return self.b.fadd(self.b.fmul(a, x), y)
+        return super().fma(a, x, y)
+
+    def fma_exact(self, a, x, y):
+        """a * x + y with one rounding (llvm.fma: only emitted for CPUs that have FMA)."""
+        return self.b.call(self._intrinsic("llvm.fma", 3), [a, x, y])
 
     def fast_two_sum(self, a, y):
         """(s, e) with s + e = a + y exactly, for a = 0 or a's exponent >= y's (Dekker)."""
@@ -630,7 +643,7 @@ def _log1p_body(b, x, math=None):
     c = b.fdiv(b.fsub(x, b.fsub(u, f.c(1.0))), u)
     bits = f.bits(u)
     e = b.ashr(b.sub(bits, f.i(0x3FE6A09E667F3BCD)), f.i(52))      # bits of sqrt(1/2)
-    m = f.double(b.sub(bits, b.shl(e, f.i(52))))
+    m = f.from_bits(b.sub(bits, b.shl(e, f.i(52))))
     frac = b.fsub(m, f.c(1.0))
     s = b.fdiv(frac, b.fadd(f.c(2.0), frac))
     z = b.fmul(s, s)
@@ -638,7 +651,7 @@ def _log1p_body(b, x, math=None):
     hfsq = b.fmul(b.fmul(frac, frac), f.c(0.5))
     # e as a double without an int-to-float conversion (slow on AVX2): the bits of SHIFTER
     # plus e are the double SHIFTER + e (one binade, ulp 1, for |e| < 2^51)
-    ef = b.fsub(f.double(b.add(e, f.bits(f.c(SHIFTER)))), f.c(SHIFTER))
+    ef = b.fsub(f.from_bits(b.add(e, f.bits(f.c(SHIFTER)))), f.c(SHIFTER))
     low = b.fadd(b.fmul(ef, f.c(LN2_LO)), c)
     inner = b.fsub(b.fsub(hfsq, b.fadd(b.fmul(s, b.fadd(hfsq, r)), low)), frac)
     y = b.fsub(b.fmul(ef, f.c(LN2_HI)), inner)
