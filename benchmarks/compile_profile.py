@@ -150,6 +150,12 @@ def case(name: str):
     if name == "lstm":
         import adbench_lstm as L
         return L.objective, (0, 1), L.make_inputs(2, 1024)
+    linalg = next((op for op in ("det", "inv", "solve", "cholesky") if name.startswith(op)), None)
+    if linalg and name[len(linalg):].isdigit():     # det8, cholesky32: linalg_compile's losses
+        import linalg_compile
+        n = int(name[len(linalg):])
+        x = rng.uniform(-1, 1, (n, n)) + 2.0 * np.eye(n)
+        return linalg_compile._loss(linalg, n), 0, (x,)
     if name.startswith("line"):
         return straight_line_function(int(name[4:])), 0, (rng.uniform(-1, 1, 1000),)
     if name == "warmup":     # what another program compiled before ("warm" mode)
