@@ -23,7 +23,7 @@ disk, the case's own module is compiled; "disk" with a private cache directory t
 process of the case filled (the disk-cache hit path in a fresh process). Medians of ``--runs``
 processes per case; the import of symgrad is not counted (its own row).
 
-    python benchmarks/compile_profile.py [--cases gmm2,gmm10,w1,line1000] [--runs 3]
+    python benchmarks/compile_profile.py [--cases gmm2,gmm10,w1,line1000,det8] [--runs 3]
     python benchmarks/compile_profile.py --cprofile gmm20     # top functions of one case
     python benchmarks/compile_profile.py --texts w1 --runs 5  # LLVM's time per module/part
 
