@@ -12,6 +12,11 @@ NumPy inputs are copied to the device and results come back as NumPy arrays. Arr
 otherwise :class:`DeviceArray`. Device memory is recycled through a small per-size pool, so a
 call in a loop does not pay for ``cuMemAlloc``.
 
+A traced index out of range (a gather, a scatter-add) cannot raise inside a kernel: the kernel
+reads a position in bounds and notes it in the call's error word (``ptx_plan.add_error_word``),
+which the launcher zeroes before the kernels and reads after them, raising target='cpu''s
+IndexError (``symgrad.guards.KERNEL_ERRORS``).
+
 ``cuda-bindings`` is the optional extra ``symgrad[cuda]``; without it, a driver, or a GPU,
 :class:`CudaUnavailable` (a ``RuntimeError``) says which is missing.
 """
@@ -23,6 +28,7 @@ import threading
 import numpy as np
 
 from symgrad.backends import Backend
+from symgrad.guards import kernel_error
 from symgrad.runtime import deliver, finish_flat, zero_standin
 
 from . import ptx as ptxmod
@@ -363,6 +369,10 @@ def run_cuda(signature, values, out=None):
                 value = np.ascontiguousarray(buf.ref)
                 dev.consts[key] = (dev.to_device(value.view(np.uint8) if buf.dtype == "bool" else value), prog)
             args[buf.index] = dev.consts[key][0]
+        elif buf.kind == "flag":   # the error word, zeroed in stream order before the kernels
+            args[buf.index] = dev.alloc(buf.nbytes)
+            dev.call(dev.drv.cuMemsetD8Async, dev.drv.CUdeviceptr(args[buf.index]), 0, buf.nbytes,
+                     dev.stream)
         elif buf.kind == "tmp":
             args[buf.index] = dev.alloc(buf.nbytes)
             scratch.append((args[buf.index], buf.nbytes))
@@ -398,13 +408,30 @@ def run_cuda(signature, values, out=None):
             if dst != args[b] and p.buffers[b].nbytes:
                 dev.call(dev.drv.cuMemcpyDtoDAsync, dev.drv.CUdeviceptr(dst),
                          dev.drv.CUdeviceptr(args[b]), p.buffers[b].nbytes, dev.stream)
+        _check_error_word(dev, p, args)
         return out
     arrays = [results[b] for b in p.outputs]
     if on_device:
         arrays = _wrap_like(arrays, values)
     else:
         arrays = [r.get() for r in arrays]
+    _check_error_word(dev, p, args)
     return deliver(finish_flat(arrays, graph, values), out)
+
+
+def _check_error_word(dev: Device, p, args: dict) -> None:
+    """Raise what a kernel noted in the plan's error word (``symgrad.guards.KERNEL_ERRORS``):
+    NumPy's IndexError for an index out of range, as on target='cpu'. Read after the results
+    came back (host results: the stream has finished, so the read waits for nothing); device
+    results: the read is the one synchronisation the call makes. The word goes back to the
+    pool only after it is read, so no later call zeroes it first."""
+    if p.flag is None:
+        return
+    ptr = args[p.flag]
+    code = int(dev.to_host(ptr, (1,), "int32")[0])
+    dev.free(ptr, p.buffers[p.flag].nbytes)
+    if code:
+        raise kernel_error(p.graph.name, code)
 
 
 class CudaBackend(Backend):

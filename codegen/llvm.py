@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symgrad.backends import Backend
+from symgrad.guards import kernel_error
 from symgrad.ir import Graph
 from symgrad.runtime import top_level, unflatten_tree, write_out
 
@@ -287,7 +288,7 @@ class Native:
         else:
             self.run(ptrs_addr, self.params_addr)
         if self.flag is not None and scratch.view(np.int64)[self.flag]:
-            raise IndexError(f"{self.graph.name}: an index array has an entry out of bounds")
+            raise kernel_error(self.graph.name, int(scratch.view(np.int64)[self.flag]))
         for t, cell, k in scalar_out:
             results[t] = cell[k]    # a Python float from the ctypes cells, else a NumPy scalar
         for t, first in self.repeats:

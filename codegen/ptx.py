@@ -29,7 +29,7 @@ from .ptx_build import COMPUTE_RULES, VIEW_INDEX  # noqa: F401 - the lowering ta
 from .ptx_kernels import build_module  # noqa: F401 - re-exported
 from .ptx_plan import (  # noqa: F401 - re-exported
     BLOCK, IN_MEMORY, KERNEL_RULES, UNSUPPORTED, WARP, FinishJob, Kernel, Plan, ReduceJob,
-    ScatterJob, StoreJob)
+    ScatterJob, StoreJob, add_error_word)
 from .ptx_plan import plan as _plan
 from .ptx_regions import all_kernels, inline_remats, region_bodies, run_steps, without_remats  # noqa: F401 - run_steps re-exported
 
@@ -61,7 +61,9 @@ def plan(graph: Graph) -> Plan:
                 raise NotImplementedError(f"op {n.op!r} has no lowering on target='cuda' (no entry in "
                                           "symgrad.codegen.lower.LOWER or the tables of codegen.ptx)")
             pending.extend(inline_remats(body.results) for body in region_bodies(n))
-    return _plan(graph)
+    p = _plan(graph)
+    add_error_word(p, all_kernels(p))   # out-of-range indices from data raise after the call
+    return p
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import math
 
 from llvmlite import ir
 
+from symgrad.guards import INDEX_OUT_OF_BOUNDS
 from symgrad.ir import NewAxis, Node, Slice, is_float
 
 from .buffers import contiguous_strides
@@ -21,7 +22,7 @@ from .dtypes import is_unsigned, memory_type, storage, value_type
 from .loops import close_loop, open_loop
 from .lower import LOWER, Scalar
 from .opsets import VIEWS
-from .ptx_plan import BLOCK, BY_VALUE, Kernel, Plan
+from .ptx_plan import BLOCK, BY_VALUE, Kernel, Plan, checks_index
 
 
 class Index:
@@ -441,22 +442,46 @@ class KernelBuilder:
         return self.choose([pred], [lambda: self.value(then[k], idx), lambda: self.value(other[k], idx)],
                            value_type(node.dtype))
 
-    def _gathered(self, k, idx_dtype, size):
-        """An index value from data: negative counts from the end, then clamped in bounds
-        (a GPU kernel cannot raise IndexError; out-of-range indices read the nearest edge)."""
+    def _gathered(self, k, idx_dtype, size, check):
+        """An index value from data: negative counts from the end, then clamped in bounds, so
+        memory stays safe. Out of range (``check``: the kernel has the plan's error word) is
+        noted in the error word, and the call raises NumPy's IndexError after the kernels
+        (``guards.KERNEL_ERRORS``). The test is made at the index's own width, before it is
+        narrowed to the kernel's index type."""
         b = self.b
-        k = self.to_index(k, idx_dtype)
+        ty = ir.IntType(max(k.type.width, self.ity.width))
+        if k.type.width < ty.width:
+            k = b.zext(k, ty) if is_unsigned(idx_dtype) else b.sext(k, ty)
+        n = ir.Constant(ty, size)
         if not is_unsigned(idx_dtype):
-            k = b.select(b.icmp_signed("<", k, self.int(0)), b.add(k, self.int(size)), k)
-            k = b.select(b.icmp_signed("<", k, self.int(0)), self.int(0), k)
-        return b.select(b.icmp_unsigned(">", k, self.int(size - 1)), self.int(size - 1), k)
+            k = b.select(b.icmp_signed("<", k, ir.Constant(ty, 0)), b.add(k, n), k)
+        if check:
+            self.report_error(b.icmp_unsigned(">=", k, n), INDEX_OUT_OF_BOUNDS)
+        if not is_unsigned(idx_dtype):
+            k = b.select(b.icmp_signed("<", k, ir.Constant(ty, 0)), ir.Constant(ty, 0), k)
+        last = ir.Constant(ty, max(size - 1, 0))   # an empty axis reads its one allocated element
+        k = b.select(b.icmp_unsigned(">", k, last), last, k)
+        return k if ty.width == self.ity.width else b.trunc(k, self.ity)
+
+    def report_error(self, bad: ir.Value, code: int):
+        """Where ``bad`` holds, raise the plan's error word to ``code`` (an atomic max: threads
+        that meet errors at once do not race, and the word says the same whichever wins)."""
+        b = self.b
+        word = self.address(self.kernel.flag, self.int(0))
+        with b.if_then(bad):   # (no branch weights: the module's metadata ids are its own)
+            b.atomic_rmw("umax", word, ir.Constant(ir.IntType(32), code), "monotonic")
+
+    def checks(self, node) -> bool:
+        """Whether ``node``'s index is checked here (``ptx_plan.checks_index``, and the
+        kernel was given the error word)."""
+        return self.kernel.flag is not None and checks_index(node)
 
     def _take(self, node, idx):
         x, ind = node.inputs
         (axis,) = node.attrs
         d = self.dims(idx)
         k = self.value(ind, self.index(ind.shape, dims=d[axis:axis + ind.ndim]) if ind.ndim else self.scalar_index)
-        k = self._gathered(k, ind.dtype, x.shape[axis])
+        k = self._gathered(k, ind.dtype, x.shape[axis], self.checks(node))
         return self.value(x, self.index(x.shape, dims=d[:axis] + [k] + d[axis + ind.ndim:]))
 
 

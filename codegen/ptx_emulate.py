@@ -5,7 +5,7 @@ The kernels are built by the same code as the PTX (``codegen.ptx.build_module``)
 special registers fixed to one block of one thread (every grid-stride loop then covers all the
 work), no barriers or warp shuffles, address space 0, and glibc math instead of libdevice. Buffers,
 kernel order, parameter lists, split reductions, index maps, region branches, gathers and atomic
-scatters are exactly those the GPU runs, so the tests compare this against ``target="python"``
+scatters, and the error word an out-of-range index sets, are exactly those the GPU runs, so the tests compare this against ``target="python"``
 for every op. What it cannot check: warp shuffles, shared memory across threads, barriers, and
 libdevice's own accuracy.
 """
@@ -16,6 +16,7 @@ import threading
 
 import numpy as np
 
+from symgrad.guards import kernel_error
 from symgrad.runtime import finish_flat
 
 from . import ptx as ptxmod
@@ -75,6 +76,8 @@ def run(graph, values, compiled=None, memory=None):
             store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
         elif buf.kind == "scalar":   # by value, packed as the GPU launcher packs it
             store[buf.index] = scalar_argument(buf.dtype, values[buf.ref])
+        elif buf.kind == "flag":     # the error word: zeroed before the call
+            store[buf.index] = np.zeros(buf.size, np.int32)
         elif buf.kind == "const":
             a = np.ascontiguousarray(buf.ref)
             store[buf.index] = a.view(np.uint8) if buf.dtype == "bool" else a.copy()
@@ -89,6 +92,8 @@ def run(graph, values, compiled=None, memory=None):
         fns[k.name](*kernel_arguments(p, k, addr))
 
     ptxmod.run_steps(p, addr, launch, ctypes.memmove)   # loops: per iteration (ptx_regions)
+    if p.flag is not None and store[p.flag][0]:
+        raise kernel_error(p.graph.name, int(store[p.flag][0]))
     if memory is not None:
         memory.update(store)
     outs = []

@@ -231,7 +231,7 @@ def _emit_scatter(kb: KernelBuilder):
         gi = kb.index(g.shape, flat=i)
         d = kb.dims(gi)
         k = kb.value(ind, kb.index(ind.shape, dims=d[axis:axis + ind.ndim]) if ind.ndim else kb.scalar_index)
-        k = kb._gathered(k, ind.dtype, size)
+        k = kb._gathered(k, ind.dtype, size, kb.checks(n))
         out = kb.index(n.shape, dims=d[:axis] + [k] + d[axis + ind.ndim:])
         kb.b.atomic_rmw("fadd" if is_float(n.dtype) else "add", kb.address(dest, kb.flat(out)),
                         kb.value(g, gi), "monotonic")
@@ -254,6 +254,8 @@ def _kernel_params(p: Plan, k: Kernel) -> tuple:
             for x in n.inputs:
                 reads.update(p.source[m] for m in _reads(x, p.source, False, p.fused))
     reads.update(buf for buf, _ in k.guards)   # the predicates of the branches it is inside
+    if k.flag is not None:                      # the error word of its index checks
+        reads.add(k.flag)
     return tuple(sorted(reads))
 
 

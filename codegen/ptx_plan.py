@@ -22,6 +22,9 @@ Kernels (:class:`Kernel`, bodies written by ``codegen.ptx_kernels``):
 * ``scatter`` — a grid-stride loop over a scatter-add's updates with atomic adds into a buffer
   the launcher zeroes first.
 
+A kernel that gathers or scatters through an index from data also gets the plan's *error word*
+(:func:`add_error_word`), where an out-of-range index is noted for the launcher to raise.
+
 What each kernel does is a job (:class:`StoreJob`, :class:`ReduceJob`, :class:`FinishJob`,
 :class:`ScatterJob`); ``KERNEL_RULES`` says which ops get kernels of their own.
 """
@@ -103,6 +106,9 @@ class Kernel:
     # (predicate buffer, value it must have) of each branch the kernel is inside: the kernel
     # does its work only when all hold (codegen.ptx_regions.CondStep)
     guards: tuple = ()
+    # the plan's error word (a buffer) when the kernel checks an index from data
+    # (:func:`checks_index`): an out-of-range one is noted there (``guards.KERNEL_ERRORS``)
+    flag: int | None = None
     # code generation details (not needed to launch)
     jobs: list = field(default_factory=list, repr=False)   # StoreJob | ReduceJob | FinishJob | ScatterJob
 
@@ -118,6 +124,8 @@ class Plan:
     # branches computed inside the kernels that read them: cond -> (then, else) results as
     # nodes of this graph (the sides on the operands)
     fused: dict = field(default_factory=dict)
+    # the error word (a buffer of kind "flag"), when a kernel checks an index (add_error_word)
+    flag: int | None = None
 
 
 def _reads(root: Node, source: dict, skip_root=True, fused=None) -> list:
@@ -136,6 +144,50 @@ def _reads(root: Node, source: dict, skip_root=True, fused=None) -> list:
         if fused and n in fused:
             stack.extend(fused[n][0] + fused[n][1])
     return out
+
+
+def checks_index(node: Node) -> bool:
+    """Whether ``node`` reads through an index from data that may be out of range: a gather or
+    a scatter-add whose index is not a constant array (a constant one is checked while
+    tracing, as NumPy checks it)."""
+    return node.op in ("take", "scatter_add") and node.inputs[1].op != "array"
+
+
+def _kernel_checks_index(p: Plan, k: Kernel) -> bool:
+    """Whether kernel ``k`` of plan ``p`` computes a node that :func:`checks_index` (in what
+    it computes in place: up to the buffers it reads, through fused branches)."""
+    roots = []
+    for job in k.jobs:
+        n = job.node
+        if isinstance(job, StoreJob) and p.source.get(n) == job.dest:
+            roots.append(n)
+        elif isinstance(job, (ReduceJob, ScatterJob)):
+            roots.append(n)
+    seen, stack = set(), roots
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if checks_index(n):
+            return True
+        stack.extend(x for x in n.inputs if x not in p.source)
+        if n in p.fused:
+            stack.extend(p.fused[n][0] + p.fused[n][1])
+    return False
+
+
+def add_error_word(p: Plan, kernels) -> None:
+    """Give plan ``p`` an error word, and each of ``kernels`` ((plan, kernel) pairs: those of
+    ``p`` and of its regions' bodies) that checks an index from data its address, if any does.
+    The launcher zeroes the word before the call and raises after it if a kernel set it."""
+    checking = [k for sub, k in kernels if _kernel_checks_index(sub, k)]
+    if not checking:
+        return
+    p.flag = len(p.buffers)
+    p.buffers.append(Buffer(p.flag, "flag", "int32", 1))
+    for k in checking:
+        k.flag = p.flag
 
 
 def _computed_in_place(op: str) -> bool:

@@ -13,12 +13,12 @@ The view lasts while the loop variable holds the row and ``A`` names the same me
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import index_writes, ops
-from .aliases import RowView, is_array
+from .aliases import RowView, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
 from .expressions import check_static_key
 from .ir import INT_DTYPES, Node
@@ -31,7 +31,10 @@ class ArrayWrites:
     """Item writes, binding loop variables as row views and writing through them."""
 
     def item_written(self, container, key, value, node):
-        """``container`` with ``container[key] = value`` done (functionally)."""
+        """``container`` with ``container[key] = value`` done (functionally); ``value`` may be
+        a :class:`MaskedUpdate` (``y[mask] += v``)."""
+        if isinstance(value, MaskedUpdate):
+            return self.mask_updated(container, key, value, node)
         if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
             return ops.row_update(container, key, value)   # y[i] = v with i a loop index
         if _is_mask(key) and (_is_traced_mask(key) or not np.ndim(value)):
@@ -89,14 +92,43 @@ class ArrayWrites:
         """``y[mask] = v`` with a boolean mask over y's leading axes (``y[y < 0] = 0.0``) and
         one value for every selected element: a select, ``where(mask, v, y)``."""
         mask, target = ops.lift(mask), ops.lift(container)
-        if mask.shape != target.shape[:mask.ndim]:
-            self.fail(node, f"a boolean mask of shape {mask.shape} writing into an array of shape "
-                      f"{target.shape}", "the mask covers the array's leading axes, as in NumPy")
+        self.check_mask_covers(mask, target, node)
         if not isinstance(value, (Node, np.ndarray, np.generic, int, float, bool)) or np.ndim(value):
             self.fail(node, "y[mask] = v with an array v (its length would be the mask's count)",
                       "write one value (y[mask] = 0.0) or use np.where(mask, v, y)")
         mask = ops.reshape(mask, mask.shape + (1,) * (target.ndim - mask.ndim))
         return ops.where(mask, ops.cast(ops.lift(value, target.dtype), target.dtype), target)
+
+    def check_mask_covers(self, mask: Node, target: Node, node):
+        if mask.shape != target.shape[:mask.ndim]:
+            self.fail(node, f"a boolean mask of shape {mask.shape} writing into an array of shape "
+                      f"{target.shape}", "the mask covers the array's leading axes, as in NumPy")
+
+    def mask_updated(self, container, mask, update: "MaskedUpdate", node):
+        """``y[mask] <op>= v`` with a boolean mask from data: NumPy's ``y[mask] = y[mask] <op> v``
+        with ``v`` broadcast to the selection, which does not depend on the mask's count when
+        ``v`` has no axis of that count (a scalar, or one value per trailing axis of ``y``).
+        Then it is ``where(mask, y <op> v, y)`` (``y <op> v`` under NumPy's in-place rules:
+        ``y``'s dtype, a same_kind cast), whose derivative is the select's."""
+        mask, target = ops.lift(mask), _lift_constant(container)
+        target = ops.lift(target)
+        self.check_mask_covers(mask, target, node)
+        trailing = target.shape[mask.ndim:]
+        operand = update.operand
+        shape = tuple(np.shape(operand))
+        while len(shape) > len(trailing) and shape[0] == 1:   # leading length-1 axes: dropped
+            shape = shape[1:]
+        symbol = AUGMENTED_SYMBOLS.get(type(update.op), "<op>")
+        if len(shape) > len(trailing):
+            self.fail(node, f"y[mask] {symbol}= v with a boolean mask from data and an array v of "
+                      f"shape {tuple(np.shape(operand))} (its length would be the mask's count)",
+                      f"update by one value (y[mask] {symbol}= 2.0) or use "
+                      f"np.where(mask, y {symbol} v, y) with v of y's shape")
+        if shape != tuple(np.shape(operand)):
+            operand = ops.reshape(ops.lift(operand), shape)
+        updated = in_place_result(target, self.binop(update.op, target, operand, node))
+        mask = ops.reshape(mask, mask.shape + (1,) * len(trailing))
+        return ops.where(mask, updated, target)
 
     def bind_row_views(self, stmt, frame: Frame, index):
         """The loop variables just bound to row ``index`` (a Python int or the loop index
@@ -147,6 +179,26 @@ class ArrayWrites:
         if buffers and base in frame.env and frame.buffers.get(base) == buffers and \
                 is_array(frame.env.get(name)):
             frame.views[name] = RowView(base, index, frame.env[name], buffers)
+
+
+@dataclass(frozen=True)
+class MaskedUpdate:
+    """What ``y[mask] <op>= v`` writes through a boolean mask from data (``op``: the ast
+    operator, ``operand``: ``v``): ``y[mask]`` itself cannot be read (its length depends on
+    the data), so the tracer hands the update to :meth:`ArrayWrites.mask_updated`."""
+    op: ast.operator
+    operand: object
+
+
+# ast operator -> its symbol, for messages about ``y[mask] <op>= v``
+AUGMENTED_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+                     ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&",
+                     ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+
+
+def is_masked_update(container, key) -> bool:
+    """``container[key] <op>= v`` is a :class:`MaskedUpdate`: an array and a mask from data."""
+    return _is_traced_mask(key) and isinstance(container, (Node, np.ndarray))
 
 
 def is_ufunc_at(fn) -> bool:

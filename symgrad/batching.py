@@ -144,9 +144,17 @@ def _update(node, inputs, batched, size):
 
 def _flat_indices(idx: Node, length: int, size: int) -> Node:
     """Per-example indices into an axis of ``length`` -> indices into the batch axis and that
-    axis flattened together (example ``i``'s entry ``j`` is ``i * length + j``)."""
+    axis flattened together (example ``i``'s entry ``j`` is ``i * length + j``). A negative
+    entry counts from the end of its example's axis first (``-1``: its last element, not the
+    previous example's), and one out of that axis's range becomes one out of the flattened
+    axis (``size * length``), so the gather's bounds check raises NumPy's IndexError instead of
+    reading another example's element."""
+    j = ops.cast(idx, "int64")
+    j = ops.where(ops.lt(j, 0), ops.add(j, length), j)
+    outside = ops.logical_or(ops.lt(j, 0), ops.ge(j, length))
     offsets = ops.arange(0, size * length, length, dtype="int64")
-    return ops.add(ops.cast(idx, "int64"), ops.reshape(offsets, (size,) + (1,) * (idx.ndim - 1)))
+    flat = ops.add(j, ops.reshape(offsets, (size,) + (1,) * (idx.ndim - 1)))
+    return ops.where(outside, size * length, flat)
 
 
 def _take(node, inputs, batched, size):

@@ -29,7 +29,7 @@ from .ir import Graph, Loc, Node, label_new
 from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
-from .array_writes import ArrayWrites
+from .array_writes import ArrayWrites, MaskedUpdate, is_masked_update
 from .expressions import LIBRARY_PACKAGES, Expressions, describe
 from .arguments import bind_argument
 from .runtime import build_tree
@@ -228,6 +228,10 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
         elif isinstance(target, ast.Subscript):
             container = self.eval(target.value, frame)
             key = self.eval(target.slice, frame)
+            if is_masked_update(container, key):   # y[mask] += v, the mask from data: no y[mask]
+                update = MaskedUpdate(stmt.op, self.eval(stmt.value, frame))
+                self.assign(target, update, frame, stmt, key=key)
+                return
             current = self.subscript(container, key, target)
             value = self.binop(stmt.op, current, self.eval(stmt.value, frame), stmt)
             element_array = is_array(current) or (   # a 0-d item of a list holding 0-d arrays

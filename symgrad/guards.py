@@ -157,6 +157,24 @@ ERRORS = {
 }
 
 
+# The errors a compiled kernel reports through an *error word* of its call (the CPU's flag
+# slot, the GPU's flag buffer: zeroed before the call, set by any thread that meets one, read
+# by the host after it): NumPy raises them from inside an operation on data (a gather's index
+# out of range), where a kernel can only note it. Word value -> (exception type, message);
+# 0 is no error. The kernels keep memory safe (an out-of-range index reads a position in
+# bounds), the host raises instead of returning what they computed.
+INDEX_OUT_OF_BOUNDS = 1
+KERNEL_ERRORS = {
+    INDEX_OUT_OF_BOUNDS: (IndexError, "an index array has an entry out of bounds"),
+}
+
+
+def kernel_error(name: str, code: int) -> Exception:
+    """The exception for error word ``code`` of a call of the compiled function ``name``."""
+    kind, message = KERNEL_ERRORS[code]
+    return kind(f"{name}: {message}")
+
+
 class ErrorKey(NamedTuple):
     """The key of an error guard: the call that raises (its first three fields are a while
     key's, so the hidden carry of a guard through a loop is named alike) and its kind."""

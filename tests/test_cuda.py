@@ -146,3 +146,29 @@ def test_device_arrays_zero_copy_and_out():
     rx, _ = g(cx, cy)
     assert isinstance(rx, cupy.ndarray)
     np.testing.assert_allclose(cupy.asnumpy(rx), want[0], rtol=1e-12)
+
+
+def _gather_loss(x, i):
+    return np.sum(np.sin(x[i]) * x[i])
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_an_index_out_of_range_raises_on_the_gpu():
+    """Many threads meet bad indices at once (an atomic max into the error word): the call
+    raises target='cpu''s IndexError, for the value and the gradient (a scatter-add); a good
+    call afterwards is right (the word is zeroed per call)."""
+    from symgrad.codegen.cuda import DeviceArray
+    x = np.linspace(0.5, 1.5, 1000)
+    bad = np.arange(100000) % 1500 - 1200      # a third out of range, both ends
+    good = bad % 1000
+    for build in (sg.differentiate, sg.grad):
+        with pytest.raises(IndexError) as want:
+            build(_gather_loss, target="cpu")(x, bad)
+        with pytest.raises(IndexError) as got:
+            build(_gather_loss, target="cuda")(x, bad)
+        assert str(got.value) == str(want.value)
+        with pytest.raises(IndexError):            # device inputs and results
+            build(_gather_loss, target="cuda")(DeviceArray.from_host(x), DeviceArray.from_host(bad))
+        np.testing.assert_allclose(build(_gather_loss, target="cuda")(x, good),
+                                   build(_gather_loss, target="python")(x, good), rtol=1e-10)

@@ -24,6 +24,7 @@ class _Result(enum.IntEnum):
 
 def _fake_driver(calls):
     from symgrad.codegen import ptx, ptx_emulate
+    from symgrad.codegen.ptx_plan import BY_VALUE
     d = types.SimpleNamespace()
     d.CUresult = _Result
     d.CUdevice_attribute = types.SimpleNamespace(
@@ -56,13 +57,13 @@ def _fake_driver(calls):
 
     def launch(fn, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
         (plan, fns), name = fn
-        kernel = next(k for k in plan.kernels if k.name == name)
+        kernel = next(k for _, k in ptx.all_kernels(plan) if k.name == name)   # loop bodies too
         assert bx == ptx.BLOCK and gx >= 1 and extra == 0
         slots = (ctypes.c_void_p * len(kernel.params)).from_address(params)
         args = []
         for b, slot in zip(kernel.params, slots):
             buf = plan.buffers[b]
-            if buf.kind == "scalar":
+            if buf.kind in BY_VALUE:   # a 0-d argument, a loop body's index
                 from symgrad.codegen.dtypes import ctype
                 args.append(ctype(buf.dtype).from_address(slot).value)
             else:
@@ -162,6 +163,120 @@ def test_scalars_reductions_scatter_and_out(fake_gpu):
     t, k = rng.normal(size=6), np.array([0, 2, 2, 5, -1])
     np.testing.assert_allclose(sg.grad(gather, target="cuda")(t, k), sg.grad(gather, target="python")(t, k))
     assert "cuMemsetD8Async" in fake_gpu
+
+
+def _same_index_error(build, *args):
+    """``build(target)``'s call on ``args`` raises on target='cuda' the IndexError it raises
+    on target='cpu', message and all."""
+    with pytest.raises(IndexError) as want:
+        build("cpu")(*args)
+    with pytest.raises(IndexError) as got:
+        build("cuda")(*args)
+    assert str(got.value) == str(want.value) and "out of bounds" in str(got.value)
+
+
+def _gather_loss(x, i):
+    return np.sum(np.sin(x[i]) * x[i])
+
+
+def _takes(x, i, rows):
+    return np.sum(np.take(x, i) + np.take_along_axis(rows, i[:, None] % 3, axis=1)[:, 0])
+
+
+def _writes(x, i):
+    y = np.ones(5)
+    y[i] = x
+    z = np.zeros(5)
+    z[i] += x * x
+    np.add.at(z, i, x)
+    return y, z
+
+
+def _loop_gather(x, i):             # a gather in a loop body: a kernel of the body's plan
+    total = x[0] * 0.0
+    for k in range(i.shape[0]):
+        total = total + x[i[k]] * x[k]
+    return total
+
+
+def test_out_of_range_indices_raise_index_error_as_on_the_cpu(fake_gpu):
+    """A traced index out of range: the kernels clamp it (memory stays safe) and note it in
+    the call's error word, and the launcher raises the CPU target's IndexError after the
+    kernels, for values, gradients and vmap; the next call with good indices is right."""
+    x, rows = np.linspace(0.5, 1.5, 5), np.arange(15.0).reshape(5, 3)
+    good, high, low = np.array([0, 4, -5, 2, 2]), np.array([0, 5, 1, 1, 1]), np.array([-6, 0, 1, 1, 1])
+    for bad in (high, low):
+        _same_index_error(lambda t: sg.differentiate(_gather_loss, target=t), x, bad)
+        _same_index_error(lambda t: sg.grad(_gather_loss, target=t), x, bad)   # a scatter-add
+        _same_index_error(lambda t: sg.differentiate(_takes, target=t), x, bad, rows)
+        _same_index_error(lambda t: sg.differentiate(_writes, target=t), x, bad)
+        _same_index_error(lambda t: sg.grad(_loop_gather, target=t), x, bad)
+        batch = np.stack([good, bad])
+        _same_index_error(lambda t: sg.vmap(_gather_loss, in_axes=(None, 0), target=t), x, batch)
+        _same_index_error(lambda t: sg.vmap(sg.grad(_gather_loss), in_axes=(None, 0), target=t),
+                          x, batch)
+    for build, args in ((lambda t: sg.value_and_grad(_gather_loss, target=t), (x, good)),
+                        (lambda t: sg.differentiate(_takes, target=t), (x, good, rows)),
+                        (lambda t: sg.differentiate(_writes, target=t), (x, good)),
+                        (lambda t: sg.grad(_loop_gather, target=t), (x, good))):
+        got, want = build("cuda")(*args), build("python")(*args)
+        for a, b in zip(_flat(got), _flat(want), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def _flat(t):
+    return [x for e in t for x in _flat(e)] if isinstance(t, tuple) else [t]
+
+
+def test_the_error_word_of_device_results(fake_gpu):
+    """With device arrays in and out the launcher still reads the error word (the call's one
+    synchronisation) and raises; a good call after it is right (the word is zeroed per call)."""
+    from symgrad.codegen.cuda import DeviceArray
+    x = np.linspace(0.5, 1.5, 5)
+    g = sg.grad(_gather_loss, target="cuda")
+    dx = DeviceArray.from_host(x)
+    with pytest.raises(IndexError, match="out of bounds"):
+        g(dx, DeviceArray.from_host(np.array([0, 9, 1])))
+    got = g(dx, DeviceArray.from_host(np.array([0, 4, 1])))
+    assert isinstance(got, DeviceArray)
+    np.testing.assert_allclose(got.get(), sg.grad(_gather_loss, target="python")(x, np.array([0, 4, 1])),
+                               rtol=1e-12)
+
+
+def _halvings(x):
+    t = x * 1.0
+    n = 0.0
+    while np.max(t) > 1.0:         # 40 trips for 2**40: more than the first cap (16)
+        t = t * 0.5
+        n = n + 1.0
+    return n + np.sum(t * t)
+
+
+def _inverse_sum(A):
+    return np.sum(np.linalg.inv(A) * A)
+
+
+def test_the_guards_raise_on_cuda_as_on_the_cpu(fake_gpu):
+    """The other run-time checks are hidden outputs of the graph (symgrad.guards), computed by
+    the kernels like any value: a while loop's cap grows, a singular matrix raises NumPy's
+    LinAlgError, the side of an ``if`` on data that raised while tracing raises when taken."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_branch_errors import X, index_in_else
+    x = np.array([2.0 ** 40, 3.0])
+    for build in (sg.differentiate, sg.grad):
+        np.testing.assert_allclose(build(_halvings, target="cuda")(x),
+                                   build(_halvings, target="python")(x), rtol=1e-12)
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    for build in (sg.differentiate, sg.grad):
+        with pytest.raises(np.linalg.LinAlgError) as want:
+            build(_inverse_sum, target="cpu")(singular)
+        with pytest.raises(np.linalg.LinAlgError) as got:
+            build(_inverse_sum, target="cuda")(singular)
+        assert str(got.value) == str(want.value)
+        np.testing.assert_allclose(build(_inverse_sum, target="cuda")(singular + np.eye(2)),
+                                   build(_inverse_sum, target="python")(singular + np.eye(2)))
+    _same_index_error(lambda t: sg.differentiate(index_in_else, target=t), -np.ones(3), X)
+    np.testing.assert_allclose(sg.differentiate(index_in_else, target="cuda")(np.ones(3), X), 9.0)
 
 
 def test_device_arrays_zero_copy_and_device_out(fake_gpu):

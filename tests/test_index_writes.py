@@ -67,6 +67,23 @@ def assign_traced_mask(x):           # a mask computed from the data, one value:
     return y
 
 
+def update_traced_mask(x, s):        # y[mask] op= v, a mask from data: where(mask, y op v, y)
+    y = x * 1.0
+    y[x > 1.0] += 0.25
+    y[x < 0.8] -= s                  # a traced 0-d value
+    y[x > 1.2] *= s * s
+    y[x < 1.0] /= np.float64(3.0)
+    return y
+
+
+def update_traced_mask_rows(X, s):   # a mask over the rows: one value, or one per column
+    Y = X * 1.0
+    Y[X[:, 0] > 1.0] *= s
+    Y[X[:, 1] < 1.0] -= np.array([1.0, 2.0, 3.0])
+    Y[X[:, 2] > 0.7] += np.array([[0.5, 0.25, 0.125]])   # a leading length-1 axis: dropped
+    return Y
+
+
 def assign_traced_position(x):       # a traced integer scalar as the index
     y = x * 1.0
     y[np.argmax(x)] = 0.0
@@ -136,6 +153,8 @@ CASES = {   # name: (program, arguments)
     "mask": (assign_mask, (floats(6), floats(3))),
     "traced mask": (assign_traced_mask, (floats(6),)),
     "traced position": (assign_traced_position, (floats(6),)),
+    "traced mask update": (update_traced_mask, (floats(6), 1.7)),
+    "traced mask update rows": (update_traced_mask_rows, (floats(5, 3), 0.6)),
     "add buffered": (add_buffered, (floats(6), floats(6), REPEATED)),
     "add.at": (add_at, (floats(6), floats(6), REPEATED)),
     "subtract.at columns": (subtract_at_columns, (floats(3, 4), floats(3, 6), ints(5, 0, 5, -1))),
@@ -263,7 +282,8 @@ def test_gradient_goes_to_the_winner_only():
         np.testing.assert_allclose(y_grad, WEIGHTS[:6])     # y[idx] + v: y passes through
 
 
-@pytest.mark.parametrize("name", ["repeated", "pairs", "add.at", "for"])
+@pytest.mark.parametrize("name", ["repeated", "pairs", "add.at", "for", "traced mask update",
+                                  "traced mask update rows"])
 def test_gradients_in_the_cuda_plan(name):
     program, args = CASES[name]
     wrt = _float_arguments(args)
@@ -316,6 +336,44 @@ def test_vmap_of_the_writes(in_axes, target):
     for i, e in enumerate(example):
         np.testing.assert_allclose(per_example[i], sg.grad(_loss(assign), target="python")(*e),
                                    rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vmap_of_updates_through_a_traced_mask(target):
+    X, S = floats(4, 6), floats(4)
+    got = sg.vmap(update_traced_mask, in_axes=(0, 0), target=target)(X, S)
+    np.testing.assert_array_equal(got, np.stack([update_traced_mask(x, s) for x, s in zip(X, S)]))
+    g = sg.vmap(sg.grad(_loss(update_traced_mask), wrt=(0, 1)), in_axes=(0, 0), target=target)(X, S)
+    for i in range(4):
+        want = sg.grad(_loss(update_traced_mask), wrt=(0, 1), target="python")(X[i], S[i])
+        np.testing.assert_allclose(g[0][i], want[0], rtol=1e-12)
+        np.testing.assert_allclose(g[1][i], want[1], rtol=1e-12)
+
+
+def _gathers(x, idx):
+    return x[idx] * 2.0 + np.take(x, idx) * x[idx]
+
+
+def test_vmap_of_gathers_counts_negative_indices_per_example():
+    """vmap of a gather with both the array and the index batched gathers from the batch
+    flattened: a negative index counts from its own example's end (it read the previous
+    example's last element), one out of range raises (it read another example's element)."""
+    X, idx = floats(3, 4), ints(0, -1, 3, -4, -2, 2).reshape(3, 2)
+    want = np.stack([_gathers(x, i) for x, i in zip(X, idx)])
+    loss = _loss(_gathers)
+    for target in TARGETS:
+        np.testing.assert_array_equal(sg.vmap(_gathers, target=target)(X, idx), want)
+        per_example = sg.vmap(sg.grad(loss), target=target)(X, idx)
+        for x, i, g in zip(X, idx, per_example):
+            np.testing.assert_allclose(g, sg.grad(loss, target="python")(x, i), rtol=1e-13)
+        for bad in (ints(0, 4, 1, 1, 1, 1), ints(0, 0, -5, 0, 1, 1)):
+            with pytest.raises(IndexError):
+                sg.vmap(_gathers, target=target)(X, bad.reshape(3, 2))
+    f = sg.vmap(_gathers)
+    np.testing.assert_array_equal(ptx_emulate.run(f._graph([X, idx]), [X, idx]), want)
+    with pytest.raises(IndexError, match="out of bounds"):
+        bad = ints(0, 4, 1, 1, 1, 1).reshape(3, 2)
+        ptx_emulate.run(f._graph([X, bad]), [X, bad])
 
 
 # -- indices out of range, empty ones, what is refused --------------------------------------------
@@ -377,6 +435,18 @@ def traced_mask_with_an_array(x):
     return y
 
 
+def traced_mask_update_with_an_array(x):
+    y = x * 1.0
+    y[x > 1.0] += x
+    return y
+
+
+def traced_mask_update_int_by_float(x):
+    y = np.arange(6)
+    y[x > 1.0] += 1.5
+    return y
+
+
 def float_index(x, k):
     y = np.zeros(6)
     y[k] = x
@@ -388,7 +458,9 @@ def test_refusals_name_the_construct_and_line():
     cases = [(write_into_argument, (x, idx), 1, r"argument array 'y'"),
              (add_at_into_argument, (x, idx), 1, r"np\.add\.at into argument array 'y'"),
              (add_at_into_expression, (x, idx), 2, r"np\.add\.at into an expression"),
-             (traced_mask_with_an_array, (x,), 2, r"y\[mask\] = v with an array v")]
+             (traced_mask_with_an_array, (x,), 2, r"y\[mask\] = v with an array v"),
+             (traced_mask_update_with_an_array, (x,), 2,
+              r"y\[mask\] \+= v with a boolean mask from data and an array v of shape \(6,\)")]
     for program, args, line, construct in cases:   # line: of the write, below the def
         with pytest.raises(sg.UnsupportedSyntaxError, match=construct) as info:
             sg.differentiate(program, target="python")(*args)
@@ -403,6 +475,11 @@ def test_wrong_values_and_dtypes_are_numpy_errors():
         sg.differentiate(mismatched_value, target="python")(floats(4), REPEATED)
     with pytest.raises(IndexError, match="integer"):
         sg.differentiate(float_index, target="python")(floats(2), np.array([0.0, 1.0]))
+    with pytest.raises(TypeError, match="same_kind"):          # NumPy: y[mask] += 1.5 on ints
+        traced_mask_update_int_by_float(floats(6))
+    for target in TARGETS:
+        with pytest.raises(TypeError, match="same_kind"):
+            sg.differentiate(traced_mask_update_int_by_float, target=target)(floats(6))
 
 
 def _add_at_copy(y, v, idx):

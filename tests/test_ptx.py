@@ -318,6 +318,19 @@ def test_kernels_use_libdevice_not_intrinsics(emitted):
     assert ".target sm_80" in text
 
 
+def test_gathers_through_data_report_to_the_error_word(emitted):
+    """A gather or scatter-add through an index from data notes an out-of-range index with an
+    atomic max into the call's error word (codegen.cuda raises IndexError from it); the
+    kernels of a case without one have no such parameter or atomic (ptxas assembles both in
+    test_ptxas_assembles_every_kernel)."""
+    d, _ = emitted
+    for case in ("take", "index_writes"):
+        text = (d / f"{case}-float64.sm_80.ptx").read_text()
+        assert "atom.global.max.u32" in text or "red.global.max.u32" in text, case
+    text = (d / "exp-float64.sm_80.ptx").read_text()
+    assert ".max.u32" not in text
+
+
 def test_every_op_is_lowered_or_listed():
     from symgrad.codegen import ptx
     from symgrad.codegen.ptx_regions import region_bodies

@@ -85,3 +85,37 @@ def test_zero_size_arrays():
     graph = Graph("empty", ("g", "k", "x"), (g, k, x),
                   (ops.scatter_add(g, k, 0, 4), ops.reduce("sum", x), ops.exp(x)), (0, 1, 2))
     _check("empty", graph, [np.zeros((0, 3)), np.zeros(0, np.int64), np.zeros(0)])
+
+
+def test_an_index_out_of_range_sets_the_error_word():
+    """A gather or scatter-add through an index from data checks it: the kernels that compute
+    one get the plan's error word (a buffer of kind "flag"; kernels without one, and gathers
+    through constant indices, checked while tracing, do not), set it when an index is out of
+    range (reading a clamped position meanwhile), and the run raises target='cpu''s IndexError;
+    for the value, the gradient (a scatter-add) and vmap."""
+    import symgrad as sg
+    from symgrad.codegen import ptx
+
+    def loss(x, i):
+        return np.sum(np.exp(x) * 2.0) + np.sum(x[i] * x[i])
+
+    x = np.linspace(0.5, 1.5, 5)
+    good, bad = np.array([0, 4, -5]), np.array([0, 4, -6])
+    for f, args in ((sg.differentiate(loss), (x, bad)), (sg.grad(loss), (x, bad)),
+                    (sg.vmap(loss, in_axes=(None, 0)), (x, np.stack([good, bad])))):
+        graph = f._graph(list(args))
+        compiled = ptx_emulate.compile_plan(graph)   # the kernels' parameters: set as built
+        p = compiled[0]
+        assert p.buffers[p.flag].kind == "flag"
+        flagged = [k for _, k in ptx.all_kernels(p) if k.flag == p.flag]
+        assert flagged and all(p.flag in k.params for k in flagged)
+        assert all(p.flag not in k.params for _, k in ptx.all_kernels(p) if k.flag is None)
+        with pytest.raises(IndexError) as cpu:    # target='cpu', the default: the reference
+            f(*args)
+        with pytest.raises(IndexError) as emulated:
+            ptx_emulate.run(graph, list(args), compiled)
+        assert str(emulated.value) == str(cpu.value)
+        ok = list(args[:-1]) + [np.stack([good, good]) if args[-1].ndim == 2 else good]
+        _check("in range", f._graph(ok), ok)
+    constant = sg.differentiate(lambda x: x[np.array([0, 3, -1])] * 2.0)
+    assert ptx.plan(constant._graph([x])).flag is None
