@@ -5,6 +5,7 @@ and central differences, and through the CUDA emulation (tests/user_program_chec
 constructs that are not supported, which must raise sg.UnsupportedSyntaxError at their line."""
 import math
 import os
+import random
 import sys
 
 import numpy as np
@@ -222,3 +223,48 @@ def test_unsupported_constructs_name_their_line():
             sg.grad(fn, target="python")(x)
         assert info.value.lineno == fn.__code__.co_firstlineno + line_offset
         assert info.value.filename == __file__
+
+
+RNG_GLOBAL = np.random.default_rng(0)
+
+
+def test_random_draws_inside_a_traced_function_are_refused():
+    """NumPy draws new numbers on every call; a trace would run the draw once and bake it in
+    (the same "noise" forever): refused at the line, with the way out."""
+    def dropout_np(x):
+        mask = np.random.rand(*x.shape) > 0.5
+        return np.sum(x * mask)
+
+    def noisy_generator(x):
+        return np.sum(x + 0.1 * RNG_GLOBAL.normal(size=x.shape))
+
+    def python_random(x):
+        return np.sum(x) * random.random()
+    x = np.ones(3)
+    for fn, word in ((dropout_np, "random draw"), (noisy_generator, "'normal' of Generator"),
+                     (python_random, "random draw")):
+        for target in ("cpu", "python"):
+            with pytest.raises(sg.UnsupportedSyntaxError, match=word) as info:
+                sg.differentiate(fn, target=target)(x)
+            assert info.value.lineno == fn.__code__.co_firstlineno + 1
+            assert word != "random draw" or "pass them as an argument" in str(info.value)
+
+    def noise_as_argument(x, noise):
+        return np.sum(x * noise)
+    check_program(noise_as_argument, [x, RNG.normal(size=3)], wrt=(0, 1))
+
+
+def test_a_misspelled_name_is_reported_once_at_its_line():
+    """A NameError cites the user's file and line once (the lookup gave its own location and
+    the statement added it again)."""
+    def helper(y):
+        return y * learning_rte   # noqa: F821 (the misspelling under test)
+
+    def loss(x):
+        return np.sum(helper(x))
+    for target in ("cpu", "python"):
+        with pytest.raises(NameError) as info:
+            sg.grad(loss, target=target)(np.ones(2))
+        message = str(info.value)
+        assert message.startswith(f"{__file__}:{helper.__code__.co_firstlineno + 1}: name 'learning_rte'")
+        assert message.count(__file__) == 1
