@@ -280,9 +280,12 @@ class Expressions:
                 if container is getattr(np, name, None):
                     self.fail(node, f"np.{name}[...] is not supported",
                               "use np.concatenate / np.stack / np.arange")
-            if isinstance(container, (list, tuple)) and stackable(container) and \
-                    isinstance(key, Node) and key.ndim == 0 and key.dtype in INT_DTYPES:
-                return ops.take(ops.stack(list(container)), key, 0)   # xs[t] in a loop region
+            if isinstance(container, (list, tuple)) and isinstance(key, Node) and key.ndim == 0 \
+                    and key.dtype in INT_DTYPES:
+                if not container:   # no index is in range: Python's error (a side of a data-
+                    raise IndexError(f"{type(container).__name__} index out of range")   # dependent if
+                if stackable(container, least=1):                        # may never run it)
+                    return ops.take(ops.stack(list(container)), key, 0)   # xs[t], parts[parent[i]]
             self.fail(node, f"indexing a {type(container).__name__} with a traced value")
         return container[key]
 

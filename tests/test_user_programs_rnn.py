@@ -258,3 +258,109 @@ def test_adbench_hand_angle_axis_small_angle():
     pts = RNG.normal(size=(5, 3))
     pose = np.array([1e-6, 0.0, 0.0, 0.1, 0.2, 0.3])
     check_program(hand_pose_points, [pose, pts], wrt=(0, 1))
+
+
+def apply_global_transform(pose_params, positions):
+    R = angle_axis_to_rotation_matrix(pose_params[0])
+    s = pose_params[1]
+    R *= s[np.newaxis, :]
+    t = pose_params[2]
+    return (R @ positions.T).T + t
+
+def relatives_to_absolutes(relatives, parents):
+    absolutes = []
+    for i in range(len(relatives)):
+        if parents[i] == -1:
+            absolutes.append(relatives[i])
+        else:
+            absolutes.append(absolutes[parents[i]] @ relatives[i])
+    return np.array(absolutes)
+
+def euler_angles_to_rotation_matrix(xzy):
+    tx, ty, tz = xzy[0], xzy[2], xzy[1]
+    Rx = np.array([[1, 0, 0], [0, np.cos(tx), -np.sin(tx)], [0, np.sin(tx), np.cos(tx)]])
+    Ry = np.array([[np.cos(ty), 0, np.sin(ty)], [0, 1, 0], [-np.sin(ty), 0, np.cos(ty)]])
+    Rz = np.array([[np.cos(tz), -np.sin(tz), 0], [np.sin(tz), np.cos(tz), 0], [0, 0, 1]])
+    return Rz @ Ry @ Rx
+
+def get_posed_relatives(pose_params, base_relatives):
+    def inner(rot_param, base_relative):
+        M = np.eye(4)
+        M[:3, :3] = euler_angles_to_rotation_matrix(rot_param)
+        return base_relative @ M
+    offset = 3
+    return np.array([inner(pose_params[i + offset], base_relatives[i]) for i in range(base_relatives.shape[0])])
+
+def get_skinned_vertex_positions(pose_params, base_relatives, parents, inverse_base_absolutes,
+                                 base_positions, weights, mirror_factor):
+    relatives = get_posed_relatives(pose_params, base_relatives)
+    absolutes = relatives_to_absolutes(relatives, parents)
+    transforms = np.matmul(absolutes, inverse_base_absolutes)
+    n = base_positions.shape[0]
+    base_h = np.concatenate([base_positions, np.ones((n, 1))], axis=1)
+    positions = np.einsum('kij,nj->nki', transforms, base_h)
+    positions = np.sum(positions * weights[:, :, None], axis=1)[:, :3]
+    positions[:, 0] *= mirror_factor
+    positions = apply_global_transform(pose_params, positions)
+    return positions
+
+def hand_objective(params, base_relatives, parents, inverse_base_absolutes, base_positions,
+                   weights, mirror_factor, points, correspondences):
+    pose = params.reshape(-1, 3)
+    vertex_positions = get_skinned_vertex_positions(pose, base_relatives, parents, inverse_base_absolutes,
+                                                    base_positions, weights, mirror_factor)
+    return points - vertex_positions[correspondences]
+
+def hand_args(parents=(-1, 0, 1, 1)):
+    rng = np.random.default_rng(2)
+    bones = len(parents)
+    base_rel = np.tile(np.eye(4), (bones, 1, 1))
+    base_rel[:, :3, 3] = rng.normal(size=(bones, 3))
+    inv_abs = np.tile(np.eye(4), (bones, 1, 1))
+    inv_abs[:, :3, 3] = rng.normal(size=(bones, 3)) * 0.1
+    base_pos = rng.normal(size=(6, 3))
+    weights = rng.random((6, bones))
+    weights /= weights.sum(1, keepdims=True)
+    params = rng.normal(size=(3 + bones) * 3) * 0.3
+    params[3:6] = [1.0, 1.1, 0.9]   # the global scale
+    return [params, base_rel, np.array(parents), inv_abs, base_pos, weights, -1.0,
+            rng.normal(size=(5, 3)), np.array([0, 2, 3, 5, 1])]
+
+
+def test_adbench_hand_objective_with_the_parents_array():
+    """ADBench's hand tracking objective as its NumPy reference reads: the kinematic chain
+    appends each bone's absolute transform to a list and reads its parent's back through the
+    int array ``parents`` (a traced index into a list: at i = 0 the list is empty, which only
+    the side of ``if parents[i] == -1`` not taken would index)."""
+    args = hand_args()
+    check_program(hand_objective, args)
+    for target in ("cpu", "python"):
+        jac = sg.jacobian(hand_objective, target=target)(*args)
+        assert jac.shape == (5, 3, args[0].size)
+        np.testing.assert_allclose(jac.sum(axis=(0, 1)), sg.grad(hand_objective, target="python")(*args),
+                                   rtol=1e-10, atol=1e-12)
+
+
+def test_adbench_hand_objective_with_bad_parents_raises_as_numpy():
+    """A root that is not -1 makes NumPy index the empty list; a parent out of range, the
+    list past its end: IndexError from the call on every target, as NumPy."""
+    for parents in ((0, 0, 1, 1), (-1, 0, 7, 1)):
+        args = hand_args(parents)
+        with pytest.raises(IndexError):
+            hand_objective(*args)
+        for target in ("cpu", "python"):
+            with pytest.raises(IndexError):
+                sg.differentiate(hand_objective, target=target)(*args)
+            with pytest.raises(IndexError):
+                sg.grad(hand_objective, target=target)(*args)
+
+
+def test_a_traced_index_into_a_list_of_one_array():
+    def pick(x, i):
+        parts = [np.sin(x)]
+        return np.sum(parts[i] * x)
+    check_program(pick, [np.array([0.3, -0.7]), np.array(0)])
+    check_program(pick, [np.array([0.3, -0.7]), np.array(-1)])
+    for target in ("cpu", "python"):
+        with pytest.raises(IndexError):
+            sg.differentiate(pick, target=target)(np.array([0.3, -0.7]), np.array(1))
