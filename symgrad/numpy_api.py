@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import math
+import numbers
 
 import numpy as np
 
@@ -87,9 +88,25 @@ def _like(value):
     return build
 
 
+def _filled(shape, fill, dtype: str) -> Node:
+    """An array of ``shape`` holding ``fill`` cast to ``dtype``: a constant for a Python or
+    NumPy number, a broadcast for a traced value or an array (``np.full((2, 3), row)``)."""
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(fill, numbers.Number) or isinstance(fill, np.generic):
+        return ops.full(shape, fill, dtype)
+    return ops.broadcast_to(ops.cast(_array(fill), dtype), shape)
+
+
+def _full(shape, fill_value, dtype=None):
+    """NumPy's dtype: ``dtype``, else the fill value's (a Python float is float64)."""
+    if dtype is None:
+        dtype = _array(fill_value).dtype
+    return _filled(shape, fill_value, np.dtype(dtype).name)
+
+
 def _full_like(x, fill, dtype=None):
     x = ops.lift(x)
-    return ops.full(x.shape, fill, np.dtype(dtype).name if dtype else x.dtype)
+    return _filled(x.shape, fill, np.dtype(dtype).name if dtype else x.dtype)
 
 
 def _pow(a, b):
@@ -156,7 +173,7 @@ FUNCTIONS = {
     "stack": (np.stack, _stack), "concatenate": (np.concatenate, _concatenate),
     "zeros": (np.zeros, _zeros), "ones": (np.ones, _ones),
     "zeros_like": (np.zeros_like, _like(0)), "ones_like": (np.ones_like, _like(1)),
-    "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
+    "full": (np.full, _full), "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),

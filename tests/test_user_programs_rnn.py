@@ -231,6 +231,30 @@ def test_adbench_bundle_adjustment_jacobian():
             np.testing.assert_allclose(jac[0][:, k], col, rtol=1e-5, atol=1e-4)
 
 
+def ba_objective(cams, X, w, obs, feats):
+    n = obs.shape[0]
+    reproj_err = np.empty((n, 2))
+    for i in range(n):
+        cam_idx, pt_idx = obs[i, 0], obs[i, 1]
+        reproj_err[i] = compute_reproj_err(cams[cam_idx], X[pt_idx], w[i], feats[i])
+    w_err = compute_zach_weight_error(w)
+    return reproj_err, w_err
+
+def test_adbench_bundle_adjustment_objective_over_observations():
+    """ADBench's ba objective: np.empty filled row by row in a loop over observations whose
+    camera and point are gathered through the int array obs; one camera with an exactly zero
+    rotation takes rodrigues' other branch inside the loop."""
+    rng = np.random.default_rng(3)
+    cams = np.tile(ba_cam(), (2, 1))
+    cams[1, :3] = 0.0
+    cams[:, 3:6] += rng.normal(size=(2, 3)) * 0.01
+    X = rng.normal(size=(3, 3)) * 0.3 + [0, 0, 2.0]
+    obs = np.array([[0, 0], [0, 1], [1, 2], [1, 0], [0, 2], [1, 1]])
+    w = rng.uniform(0.5, 1.0, 6)
+    feats = rng.normal(size=(6, 2)) * 50 + [320, 240]
+    check_program(ba_objective, [cams, X, w, obs, feats], wrt=(0, 1, 2), fd_rtol=1e-5, fd_atol=1e-4)
+
+
 def angle_axis_to_rotation_matrix(angle_axis):
     n = np.sqrt(np.sum(angle_axis ** 2))
     if n < 0.0001:

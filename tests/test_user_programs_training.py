@@ -169,3 +169,33 @@ def test_keras_style_training_loop_with_sg_optim():
         m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
         w_np = w_np - 0.05 * math.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-7)
     np.testing.assert_allclose(w_sg, w_np, rtol=1e-6, atol=1e-8)
+
+
+def test_label_smoothing_with_np_full_of_a_traced_epsilon():
+    """np.full with a float argument's value (a default float parameter is traced) and
+    np.full_like with one: a broadcast, not a constant."""
+    def loss(W, x, labels, eps=0.1):
+        k = W.shape[1]
+        y = np.full((x.shape[0], k), eps / k)
+        y[np.arange(x.shape[0]), labels] += 1 - eps
+        z = x @ W
+        z = z - z.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return -(y * logp).sum(axis=1).mean() + np.sum(np.full_like(z, eps) * z)
+    args = [RNG.normal(size=(3, 4)), RNG.normal(size=(6, 3)), RNG.integers(0, 4, 6), 0.1]
+    check_program(loss, args, wrt=(0, 3))
+
+
+def test_np_full_fill_values_and_dtypes_as_numpy():
+    def filled(x, c):
+        return (np.full((2, 3), c) * np.full((2, 3), x[:3]), np.full(3, [c, 2.0 * c, 1.0]),
+                np.full((2,), 3), np.full(3, True), np.full(3, 2.7, dtype=int),
+                np.full((2, 2), 1.5, dtype=np.float32), np.full_like(np.arange(3), c),
+                np.full_like(x, 2))
+    x, c = np.arange(1.0, 5.0), 2.5
+    for target in ("cpu", "python"):
+        got = sg.differentiate(filled, target=target)(x, c)
+        for a, b in zip(got, filled(x, c)):
+            assert np.asarray(a).dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+    check_program(lambda x, c: np.sum(filled(x, c)[0]) + np.sum(filled(x, c)[1]), [x, c], wrt=(0, 1))
