@@ -215,6 +215,16 @@ CALLABLES[builtins.abs] = DUALS["abs"]
 # Python's own round/divmod on static values (round(2.5) is the int 2), NumPy's when traced
 CALLABLES[builtins.round] = _dual(builtins.round, FUNCTIONS["round"][1], "round")
 CALLABLES[builtins.divmod] = _dual(builtins.divmod, FUNCTIONS["divmod"][1], "divmod")
+
+
+def _builtin_pow(base, exp, mod=None):
+    """``pow(a, b)`` is ``a ** b`` (its three-argument modular form is for integers)."""
+    if mod is not None:
+        raise TypeError("pow() with a modulus is not supported on traced values")
+    return ops.pow_(base, exp)
+
+
+CALLABLES[builtins.pow] = _dual(builtins.pow, _builtin_pow, "pow")
 for _name in numpy_extra.numpy_linalg.LINALG_NAMES:   # np.linalg.det is sg.det, ...
     CALLABLES[getattr(np.linalg, _name)] = DUALS[_name]
 for _name, (_eager, _build) in numpy_extra.reductions.UFUNC_METHODS.items():   # np.add.reduce

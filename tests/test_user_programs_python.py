@@ -268,3 +268,15 @@ def test_a_misspelled_name_is_reported_once_at_its_line():
         message = str(info.value)
         assert message.startswith(f"{__file__}:{helper.__code__.co_firstlineno + 1}: name 'learning_rte'")
         assert message.count(__file__) == 1
+
+
+def test_builtin_pow_on_traced_values():
+    """pow(a, b) is a ** b (it was refused as an unknown call on traced values)."""
+    def f(a, x):
+        return pow(a, 3) + pow(2.0, a) + np.sum(pow(x, 2)) + pow(a, 0.5) * np.sum(pow(x, a)) + pow(3, 2)
+    check_program(f, [1.3, np.array([0.5, 1.5])], wrt=(0, 1))
+    x32 = np.array([1.5, 0.5], dtype=np.float32)
+    for target in ("cpu", "python"):
+        assert sg.differentiate(lambda x: pow(x, 2), target=target)(x32).dtype == np.float32
+        with pytest.raises(TypeError, match="modulus"):
+            sg.differentiate(lambda a: pow(a, 2, 3), target=target)(1.5)
