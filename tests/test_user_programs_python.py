@@ -280,3 +280,21 @@ def test_builtin_pow_on_traced_values():
         assert sg.differentiate(lambda x: pow(x, 2), target=target)(x32).dtype == np.float32
         with pytest.raises(TypeError, match="modulus"):
             sg.differentiate(lambda a: pow(a, 2, 3), target=target)(1.5)
+
+
+def test_generated_source_never_prints_a_double_minus():
+    """The negation of a product that starts with a negative factor (the gradient of
+    1 / (1 + exp(-x)) is -(-1.0 / t**2 * t1)) drops that sign rather than printing '--1.0';
+    the source still computes the same numbers."""
+    def sigmoid_sum(x):
+        return np.sum(1.0 / (1.0 + np.exp(-x)))
+
+    def negated_products(x, y):
+        return -(-2.0 * x * y) + -(-x / y) - (-(np.array([1.0, -2.0]) @ np.stack([x, y])) * 3.0).sum()
+    x, y = np.array([0.3, -1.2]), np.array([1.5, 0.7])
+    for fn, args in ((sigmoid_sum, [x]), (negated_products, [x, y])):
+        g = sg.grad(fn, wrt=0, target="python")
+        g(*args)
+        code = [line for line in g.source.splitlines() if not line.lstrip().startswith("#")]
+        assert not any("--" in line for line in code), g.source
+        check_program(fn, args, wrt=0)
