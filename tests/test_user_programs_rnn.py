@@ -144,9 +144,6 @@ def test_adbench_lstm_objective():
     state = RNG.normal(size=(2 * layers, b)) * 0.5
     seq = RNG.normal(size=(5, b))
 
-    def objective(main, extra, state, seq):
-        # ADBench's weights: w[0] (input scale), one (4b,) row per layer, w[-1] (output scale)
-        return lstm_objective(main[:, :], extra, state, seq)
 
     def sliced(main, extra, state, seq):
         return lstm_objective(_rows(main, b), _rows(extra, b), state, seq)

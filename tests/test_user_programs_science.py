@@ -178,3 +178,36 @@ def test_pairwise_energy_vectorised():
         inv = np.triu(1.0 / np.sqrt(r2), k=1)
         return np.sum(inv)
     check_program(energy, [RNG.normal(size=(6, 3))])
+
+
+def newton_sqrt(a, tol=1e-12):
+    x = a
+    while abs(x * x - a) > tol:
+        x = 0.5 * (x + a / x)
+    return x
+
+
+def bisect_sqrt(a, tol=1e-10):
+    lo, hi = 0.0, 2.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if mid * mid - a > 0:
+            hi = mid
+        else:
+            lo = mid
+    return 0.5 * (lo + hi)
+
+
+def test_while_loops_with_a_tolerance_vmap_and_hessian():
+    check_program(newton_sqrt, [2.0])
+    a = np.array([0.5, 2.0, 9.0, 100.0])
+    for target in ("cpu", "python"):
+        np.testing.assert_allclose(sg.vmap(sg.differentiate(newton_sqrt, target=target))(a), np.sqrt(a),
+                                   rtol=1e-14)
+        np.testing.assert_allclose(sg.vmap(sg.grad(newton_sqrt, target=target))(a), 0.5 / np.sqrt(a),
+                                   rtol=1e-12)
+        assert sg.hessian(newton_sqrt, target=target)(4.0) == pytest.approx(-0.25 * 4.0 ** -1.5, rel=1e-10)
+        # bisection: piecewise constant in a, so its gradient is 0 (as central differences)
+        f = sg.differentiate(bisect_sqrt, target=target)
+        assert f(2.0) == pytest.approx(bisect_sqrt(2.0), rel=1e-15)
+        assert f.grad(2.0) == 0.0

@@ -199,3 +199,34 @@ def test_np_full_fill_values_and_dtypes_as_numpy():
             assert np.asarray(a).dtype == b.dtype
             np.testing.assert_array_equal(a, b)
     check_program(lambda x, c: np.sum(filled(x, c)[0]) + np.sum(filled(x, c)[1]), [x, c], wrt=(0, 1))
+
+
+def test_gradient_descent_unrolled_inside_the_loss():
+    """The inner loop of a meta-learning step: 50 gradient-descent steps written by hand,
+    differentiated with respect to the start, the data and the learning rate."""
+    def gd_inner(w0, x, y, lr=0.1, steps=50):
+        w = w0
+        for _ in range(steps):
+            g = 2 * x.T @ (x @ w - y) / len(y)
+            w = w - lr * g
+        return np.sum((x @ w - y) ** 2)
+    check_program(gd_inner, [np.zeros(3), X, Y, 0.1], wrt=(0, 1, 2, 3), fd_rtol=1e-5)
+
+
+def test_adam_and_cosine_schedule_loops_with_clipping():
+    def adam_loop(w, x, y):
+        m, v = np.zeros_like(w), np.zeros_like(w)
+        for t in range(1, 11):
+            g = 2 * x.T @ (x @ w - y) / len(y)
+            w, m, v = adam_step(w, g, m, v, t, lr=0.01)
+        return np.sum(w ** 2)
+
+    def cosine_clipped(w, x, y, lr0=0.1):
+        for t in range(20):
+            lr = lr0 * 0.5 * (1 + math.cos(math.pi * t / 20))
+            g = 2 * x.T @ (x @ w - y) / len(y)
+            g = g * np.minimum(1.0, 0.5 / np.sqrt(np.sum(g * g)))
+            w = w - lr * g
+        return np.sum((x @ w - y) ** 2)
+    check_program(adam_loop, [W, X, Y], wrt=(0, 1), fd_rtol=1e-5)
+    check_program(cosine_clipped, [W, X, Y, 0.1], wrt=(0, 3), fd_rtol=1e-5)
