@@ -144,7 +144,6 @@ def test_adbench_lstm_objective():
     state = RNG.normal(size=(2 * layers, b)) * 0.5
     seq = RNG.normal(size=(5, b))
 
-
     def sliced(main, extra, state, seq):
         return lstm_objective(_rows(main, b), _rows(extra, b), state, seq)
     check_program(sliced, [main, extra, state, seq], wrt=(0, 1))
