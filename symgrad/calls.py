@@ -22,7 +22,8 @@ from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_b
                       shared_with_arguments, zero_d_buffers)
 from .array_writes import is_ufunc_at
 from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
-from .expressions import _PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH
+from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH, RANDOM_DRAW,
+                          RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
@@ -60,20 +61,6 @@ def _callable_name(fn) -> str:
 
 _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
                  builtins.input: "input() (I/O)", builtins.exec: "exec()", builtins.eval: "eval()"}
-
-# Random number generators: NumPy draws new numbers on every call (and advances the
-# generator's state), but a call on static arguments would run once, while tracing, and its
-# draw become a constant of the compiled function: the same "random" numbers forever.
-_RANDOM_MODULES = ("numpy.random", "random")
-
-
-def _draws_random_numbers(fn) -> bool:
-    """A function or method of numpy.random (its module functions, RandomState's and
-    Generator's methods) or of Python's random module."""
-    owner = getattr(fn, "__self__", None)   # a generator's method: its class's module
-    modules = (getattr(fn, "__module__", None) or "", type(owner).__module__ if owner is not None else "")
-    return any(m == r or m.startswith(r + ".") for m in modules for r in _RANDOM_MODULES)
-
 
 # methods of lists and dicts that put values in; and all that change the container
 _ADDING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__setitem__"}
@@ -304,10 +291,8 @@ class Calls:
                       "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")
         if fn in _UNSAFE_CALLS:
             self.fail(node, _UNSAFE_CALLS[fn])
-        if _draws_random_numbers(fn):
-            self.fail(node, f"{_callable_name(fn)}() (a random draw: traced once, it would be "
-                            "the same numbers on every call)",
-                      "draw the random numbers outside the function and pass them as an argument")
+        if draws_random_numbers(fn):
+            self.fail(node, f"{_callable_name(fn)}() ({RANDOM_DRAW})", RANDOM_HINT)
         if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
             self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
         if isinstance(fn, types.FunctionType):

@@ -241,13 +241,12 @@ def test_random_draws_inside_a_traced_function_are_refused():
     def python_random(x):
         return np.sum(x) * random.random()
     x = np.ones(3)
-    for fn, word in ((dropout_np, "random draw"), (noisy_generator, "'normal' of Generator"),
-                     (python_random, "random draw")):
+    for fn in (dropout_np, noisy_generator, python_random):
         for target in ("cpu", "python"):
-            with pytest.raises(sg.UnsupportedSyntaxError, match=word) as info:
+            with pytest.raises(sg.UnsupportedSyntaxError, match="random draw") as info:
                 sg.differentiate(fn, target=target)(x)
             assert info.value.lineno == fn.__code__.co_firstlineno + 1
-            assert word != "random draw" or "pass them as an argument" in str(info.value)
+            assert "pass them as an argument" in str(info.value)
 
     def noise_as_argument(x, noise):
         return np.sum(x * noise)
