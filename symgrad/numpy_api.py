@@ -173,6 +173,9 @@ FUNCTIONS = {
     "stack": (np.stack, _stack), "concatenate": (np.concatenate, _concatenate),
     "zeros": (np.zeros, _zeros), "ones": (np.ones, _ones),
     "zeros_like": (np.zeros_like, _like(0)), "ones_like": (np.ones_like, _like(1)),
+    # NumPy leaves an empty array's contents unspecified: zeros are one choice (and the same
+    # on every target, where a constant of NumPy's uninitialised memory would not be)
+    "empty": (np.empty, _zeros), "empty_like": (np.empty_like, _like(0)),
     "full": (np.full, _full), "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),

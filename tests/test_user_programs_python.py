@@ -297,3 +297,22 @@ def test_generated_source_never_prints_a_double_minus():
         code = [line for line in g.source.splitlines() if not line.lstrip().startswith("#")]
         assert not any("--" in line for line in code), g.source
         check_program(fn, args, wrt=0)
+
+
+def test_empty_and_empty_like_filled_in_a_loop():
+    """np.empty_like(x) of a traced x (refused before), np.empty of a static shape: filled
+    element by element, as NumPy code does (their unspecified contents are zeros here)."""
+    def squares(x):
+        y = np.empty_like(x)
+        for i in range(x.shape[0]):
+            y[i] = x[i] ** 2
+        z = np.empty((2, x.shape[0]))
+        z[0] = y
+        z[1] = np.sin(x)
+        return np.sum(z * y)
+    check_program(squares, [RNG.normal(size=6)])
+    check_program(squares, [RNG.normal(size=3)])
+    for target in ("cpu", "python"):
+        got = sg.differentiate(lambda x: (np.empty_like(x), np.empty(3, dtype=np.int32)), target=target)(np.ones(2))
+        assert got[0].dtype == np.float64 and got[0].shape == (2,)
+        assert got[1].dtype == np.int32 and got[1].shape == (3,)
