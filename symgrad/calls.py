@@ -22,8 +22,8 @@ from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_b
                       shared_with_arguments, zero_d_buffers)
 from .array_writes import is_ufunc_at
 from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
-from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH, RANDOM_DRAW,
-                          RANDOM_HINT, draws_random_numbers)
+from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
+                          RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
@@ -92,11 +92,22 @@ def _weakly_typed(fn, args, value):
     return value
 
 
+def _python_call_method(obj):
+    """The ``__call__`` function of an instance of a user's class (``self.layer(x)``), or
+    None (a function, a class, or an object of a library, whose source symgrad does not read)."""
+    if isinstance(obj, type):
+        return None
+    method = getattr(type(obj), "__call__", None)
+    module = (getattr(type(obj), "__module__", None) or "").split(".")[0]
+    return method if isinstance(method, types.FunctionType) and module not in LIBRARY_PACKAGES else None
+
+
 def _may_inline(fn) -> bool:
     """Whether a call may run the callee's own source (its parameters then need to know
     where the arguments live)."""
     from .api import Function
-    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function))
+    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function)) or \
+        _python_call_method(fn) is not None
 
 
 def _is_pure(fn) -> bool:
@@ -310,6 +321,9 @@ class Calls:
             self.fail(node, "range() over a traced value (loop bounds must be static)")
         if _container_method(fn):
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
+        call_method = _python_call_method(fn)
+        if call_method is not None:       # a layer object, self.dense(x): its __call__, inlined
+            return self.call_python(call_method, [fn] + list(args), kwargs, node)
         traced = any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
         if traced:
             self.fail(node, f"call to {_callable_name(fn)} on traced values",

@@ -316,3 +316,55 @@ def test_empty_and_empty_like_filled_in_a_loop():
         got = sg.differentiate(lambda x: (np.empty_like(x), np.empty(3, dtype=np.int32)), target=target)(np.ones(2))
         assert got[0].dtype == np.float64 and got[0].shape == (2,)
         assert got[1].dtype == np.int32 and got[1].shape == (3,)
+
+
+class Dense:
+    """A layer object as Keras/PyTorch users write one: configuration in __init__, the
+    computation in __call__."""
+
+    def __init__(self, act=np.tanh):
+        self.act = act
+
+    def __call__(self, W, x):
+        return self.act(x @ W)
+
+
+class TwoLayerModel:
+    def __init__(self):
+        self.hidden = Dense()
+        self.output = Dense(act=lambda z: z)
+        self.reg = 1e-3
+
+    def loss(self, W1, W2, x, y):
+        out = self.output(W2, self.hidden(W1, x))[:, 0]
+        return np.mean((out - y) ** 2) + self.reg * (np.sum(W1 ** 2) + np.sum(W2 ** 2))
+
+
+def test_callable_layer_objects_inside_a_bound_method():
+    """self.hidden(W1, x) calls an instance's __call__ (refused before as a call to
+    '<Dense object at 0x...>'): inlined like a bound method, its attributes read like
+    globals (rebinding one is seen by the next call)."""
+    model = TwoLayerModel()
+    args = [RNG.normal(size=(3, 4)), RNG.normal(size=(4, 1)), RNG.normal(size=(5, 3)), RNG.normal(size=5)]
+    check_program(model.loss, args, wrt=(0, 1))
+
+    def uses_model(W1, W2, x, y):
+        return model.loss(W1, W2, x, y)
+    check_program(uses_model, args, wrt=(0, 1))
+    f = sg.differentiate(model.loss, target="cpu")
+    before = f(*args)
+    model.hidden.act = np.sin
+    assert f(*args) == pytest.approx(model.loss(*args), rel=1e-12) and f(*args) != before
+
+    def writes_its_argument(self, W, x):
+        x[0] = 0.0   # NumPy would change the caller's array
+        return W
+
+    class Bad:
+        __call__ = writes_its_argument
+    bad = Bad()
+
+    def calls_bad(W, x):
+        return np.sum(bad(W, x))
+    with pytest.raises(sg.UnsupportedSyntaxError, match="item assignment into argument array 'x'"):
+        sg.differentiate(calls_bad, target="python")(np.ones(2), np.ones(2))
