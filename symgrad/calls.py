@@ -321,6 +321,8 @@ class Calls:
             self.fail(node, "range() over a traced value (loop bounds must be static)")
         if _container_method(fn):
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
+        if fn is builtins.map and len(args) >= 2 and not kwargs:   # each call traced like f(x)
+            return iter([self.call(args[0], list(items), {}, node) for items in zip(*args[1:])])
         call_method = _python_call_method(fn)
         if call_method is not None:       # a layer object, self.dense(x): its __call__, inlined
             return self.call_python(call_method, [fn] + list(args), kwargs, node)

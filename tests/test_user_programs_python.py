@@ -368,3 +368,18 @@ def test_callable_layer_objects_inside_a_bound_method():
         return np.sum(bad(W, x))
     with pytest.raises(sg.UnsupportedSyntaxError, match="item assignment into argument array 'x'"):
         sg.differentiate(calls_bad, target="python")(np.ones(2), np.ones(2))
+
+
+def test_builtin_map_over_traced_values():
+    """map(f, ...) calls f on each item as f(x) would be traced (it was refused as a call to
+    builtins.map on traced values), for lambdas, NumPy functions, helpers and builtins."""
+    def helper(v, w):
+        return v * w
+
+    def uses_map(x):
+        a = sum(map(lambda v: v ** 2, [x[0], x[1]]))
+        b = np.sum(np.array(list(map(np.tanh, x))))
+        c = np.sum(np.stack(list(map(helper, [x, x ** 2], [x, 2.0]))))
+        d = sum(map(np.sum, (x, x * 3)))
+        return a + b + c + d + sum(map(abs, [1, -2]))
+    check_program(uses_map, [np.array([0.3, -0.5, 1.2])])
