@@ -22,7 +22,8 @@ from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_b
                       shared_with_arguments, zero_d_buffers)
 from .array_writes import is_ufunc_at
 from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
-from .expressions import _PURE_MODULES, _STRUCTURAL_BUILTINS, MAX_CALL_DEPTH
+from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
+                          RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
@@ -34,8 +35,9 @@ from .source import function_source
 
 # NumPy's kind of a 0-d result (checked against NumPy: type(np.where(True, 1.0, 2.0)) is
 # ndarray, type(np.sin(1.0)) is np.float64). Functions that always return a 0-d ndarray:
-_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "zeros", "ones", "zeros_like",
-                           "ones_like", "full_like", "expand_dims", "roll", "tile", "pad"}
+_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "zeros", "ones", "full", "empty",
+                           "zeros_like", "ones_like", "full_like", "empty_like", "expand_dims", "roll",
+                           "tile", "pad"}
 _ZERO_D_VIEW_FUNCTIONS = {"asarray", "expand_dims"}     # ... of their 0-d array operand
 # ... a view of a 0-d ndarray operand, but a scalar for a NumPy scalar operand and a 0-d
 # ndarray for a Python number (np.reshape(1.0, ()) vs np.reshape(np.float64(1), ())):
@@ -90,11 +92,22 @@ def _weakly_typed(fn, args, value):
     return value
 
 
+def _python_call_method(obj):
+    """The ``__call__`` function of an instance of a user's class (``self.layer(x)``), or
+    None (a function, a class, or an object of a library, whose source symgrad does not read)."""
+    if isinstance(obj, type):
+        return None
+    method = getattr(type(obj), "__call__", None)
+    module = (getattr(type(obj), "__module__", None) or "").split(".")[0]
+    return method if isinstance(method, types.FunctionType) and module not in LIBRARY_PACKAGES else None
+
+
 def _may_inline(fn) -> bool:
     """Whether a call may run the callee's own source (its parameters then need to know
     where the arguments live)."""
     from .api import Function
-    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function))
+    return isinstance(fn, (InterpFunction, types.FunctionType, types.MethodType, Function)) or \
+        _python_call_method(fn) is not None
 
 
 def _is_pure(fn) -> bool:
@@ -290,6 +303,8 @@ class Calls:
                       "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")
         if fn in _UNSAFE_CALLS:
             self.fail(node, _UNSAFE_CALLS[fn])
+        if draws_random_numbers(fn):
+            self.fail(node, f"{_callable_name(fn)}() ({RANDOM_DRAW})", RANDOM_HINT)
         if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
             self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
         if isinstance(fn, types.FunctionType):
@@ -306,6 +321,11 @@ class Calls:
             self.fail(node, "range() over a traced value (loop bounds must be static)")
         if _container_method(fn):
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
+        if fn is builtins.map and len(args) >= 2 and not kwargs:   # each call traced like f(x)
+            return iter([self.call(args[0], list(items), {}, node) for items in zip(*args[1:])])
+        call_method = _python_call_method(fn)
+        if call_method is not None:       # a layer object, self.dense(x): its __call__, inlined
+            return self.call_python(call_method, [fn] + list(args), kwargs, node)
         traced = any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
         if traced:
             self.fail(node, f"call to {_callable_name(fn)} on traced values",

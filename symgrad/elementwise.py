@@ -64,7 +64,8 @@ def _neg_spell(args, node):
     # -(a * b) is spelled -a * b: the sign flip commutes exactly with * / @ in IEEE arithmetic.
     (text, prec), = args
     if prec >= sp.MUL and node.inputs[0].op in ("mul", "div", "matmul"):
-        return f"-{text}", sp.MUL
+        # a product that starts negative (-1.0 / b * c) loses that sign instead of printing --
+        return (text[1:] if text.startswith("-") else f"-{text}"), sp.MUL
     return sp.prefix("-")(args, node)
 
 

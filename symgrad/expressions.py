@@ -55,6 +55,24 @@ _PURE_MODULES = ("math", "numpy", "builtins", "operator", "functools", "itertool
 # symgrad's own helpers read only their module's functions).
 LIBRARY_PACKAGES = frozenset(_PURE_MODULES + ("symgrad", "scipy"))
 
+# Random number generators: NumPy draws new numbers on every call (and advances the
+# generator's state), but a call on static arguments would run once, while tracing, and its
+# draw become a constant of the compiled function: the same "random" numbers forever.
+_RANDOM_MODULES = ("numpy.random", "random")
+
+
+def draws_random_numbers(fn) -> bool:
+    """A function or method of numpy.random (its module functions, RandomState's and
+    Generator's methods) or of Python's random module."""
+    owner = getattr(fn, "__self__", None)   # a generator's method: its class's module
+    modules = (getattr(fn, "__module__", None) or "", type(owner).__module__ if owner is not None else "")
+    return any(m == r or m.startswith(r + ".") for m in modules for r in _RANDOM_MODULES)
+
+
+RANDOM_DRAW = "a random draw: traced once, it would be the same numbers on every call"
+RANDOM_HINT = "draw the random numbers outside the function and pass them as an argument"
+
+
 _OP_SYMBOLS = {ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 
@@ -240,6 +258,8 @@ class Expressions:
             if type(own) is dict and own.get(node.attr, MISSING) is result:
                 self.captured(own, node.attr, result)   # model.scale = 3.0 is seen, like a global
             return result
+        if draws_random_numbers(getattr(value, node.attr, None)):   # rng.normal of a Generator
+            self.fail(node, f"{type(value).__name__}.{node.attr} ({RANDOM_DRAW})", RANDOM_HINT)
         self.fail(node, f"attribute '{node.attr}' of {type(value).__name__}")
 
     def expr_Subscript(self, node, frame):
@@ -280,9 +300,12 @@ class Expressions:
                 if container is getattr(np, name, None):
                     self.fail(node, f"np.{name}[...] is not supported",
                               "use np.concatenate / np.stack / np.arange")
-            if isinstance(container, (list, tuple)) and stackable(container) and \
-                    isinstance(key, Node) and key.ndim == 0 and key.dtype in INT_DTYPES:
-                return ops.take(ops.stack(list(container)), key, 0)   # xs[t] in a loop region
+            if isinstance(container, (list, tuple)) and isinstance(key, Node) and key.ndim == 0 \
+                    and key.dtype in INT_DTYPES:
+                if not container:   # no index is in range: Python's error (a side of a data-
+                    raise IndexError(f"{type(container).__name__} index out of range")   # dependent if
+                if stackable(container, least=1):                        # may never run it)
+                    return ops.take(ops.stack(list(container)), key, 0)   # xs[t], parts[parent[i]]
             self.fail(node, f"indexing a {type(container).__name__} with a traced value")
         return container[key]
 

@@ -145,9 +145,10 @@ def _part(value, body=()):
     return None
 
 
-def stackable(items) -> bool:
-    """Whether ``items`` are traced arrays of one dtype and shape (two at least)."""
-    if len(items) < 2 or not all(isinstance(v, Node) for v in items):
+def stackable(items, least: int = 2) -> bool:
+    """Whether ``items`` are traced arrays of one dtype and shape (``least`` of them at least:
+    a loop over one item is no loop, but a traced index may pick the only one)."""
+    if len(items) < least or not all(isinstance(v, Node) for v in items):
         return False
     return all(v.dtype == items[0].dtype and v.shape == items[0].shape for v in items)
 

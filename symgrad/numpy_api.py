@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import math
+import numbers
 
 import numpy as np
 
@@ -87,9 +88,25 @@ def _like(value):
     return build
 
 
+def _filled(shape, fill, dtype: str) -> Node:
+    """An array of ``shape`` holding ``fill`` cast to ``dtype``: a constant for a Python or
+    NumPy number, a broadcast for a traced value or an array (``np.full((2, 3), row)``)."""
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(fill, numbers.Number) or isinstance(fill, np.generic):
+        return ops.full(shape, fill, dtype)
+    return ops.broadcast_to(ops.cast(_array(fill), dtype), shape)
+
+
+def _full(shape, fill_value, dtype=None):
+    """NumPy's dtype: ``dtype``, else the fill value's (a Python float is float64)."""
+    if dtype is None:
+        dtype = _array(fill_value).dtype
+    return _filled(shape, fill_value, np.dtype(dtype).name)
+
+
 def _full_like(x, fill, dtype=None):
     x = ops.lift(x)
-    return ops.full(x.shape, fill, np.dtype(dtype).name if dtype else x.dtype)
+    return _filled(x.shape, fill, np.dtype(dtype).name if dtype else x.dtype)
 
 
 def _pow(a, b):
@@ -156,7 +173,10 @@ FUNCTIONS = {
     "stack": (np.stack, _stack), "concatenate": (np.concatenate, _concatenate),
     "zeros": (np.zeros, _zeros), "ones": (np.ones, _ones),
     "zeros_like": (np.zeros_like, _like(0)), "ones_like": (np.ones_like, _like(1)),
-    "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
+    # NumPy leaves an empty array's contents unspecified: zeros are one choice (and the same
+    # on every target, where a constant of NumPy's uninitialised memory would not be)
+    "empty": (np.empty, _zeros), "empty_like": (np.empty_like, _like(0)),
+    "full": (np.full, _full), "full_like": (np.full_like, _full_like), "arange": (np.arange, ops.arange),
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
@@ -198,6 +218,16 @@ CALLABLES[builtins.abs] = DUALS["abs"]
 # Python's own round/divmod on static values (round(2.5) is the int 2), NumPy's when traced
 CALLABLES[builtins.round] = _dual(builtins.round, FUNCTIONS["round"][1], "round")
 CALLABLES[builtins.divmod] = _dual(builtins.divmod, FUNCTIONS["divmod"][1], "divmod")
+
+
+def _builtin_pow(base, exp, mod=None):
+    """``pow(a, b)`` is ``a ** b`` (its three-argument modular form is for integers)."""
+    if mod is not None:
+        raise TypeError("pow() with a modulus is not supported on traced values")
+    return ops.pow_(base, exp)
+
+
+CALLABLES[builtins.pow] = _dual(builtins.pow, _builtin_pow, "pow")
 for _name in numpy_extra.numpy_linalg.LINALG_NAMES:   # np.linalg.det is sg.det, ...
     CALLABLES[getattr(np.linalg, _name)] = DUALS[_name]
 for _name, (_eager, _build) in numpy_extra.reductions.UFUNC_METHODS.items():   # np.add.reduce

@@ -138,7 +138,7 @@ class Frame:
             return SAFE_BUILTINS[name]
         if hasattr(builtins, name):   # calls are vetted in Tracer.call
             return getattr(builtins, name)
-        raise NameError(f"{self.source.loc(node)}: name '{name}' is not defined")
+        raise NameError(f"name '{name}' is not defined")   # located by the statement (frontend._locate)
 
     def buffers_of(self, name: str) -> frozenset:
         """The buffers ``name``'s value may live in, resolved like :meth:`lookup` (globals
