@@ -19,7 +19,7 @@ Values are float64 (and bool, from comparisons; one byte in memory). Smaller sta
 stage of W1-W3 and ADBench's GMM: at most ~10 ops) keep LLVM's loop vectoriser, which also
 handles what this does not: reductions, gathers, strided inner axes, integer and float32
 values, loops reading what they write. Since their compile time grows only linearly, loops
-made of such code alone may grow to ``WIDE_STAGE_OPS`` ops (``Growth``), four times
+made of such code alone may grow to ``WIDE_STAGE_OPS`` ops (``Growth``), eight times
 the loop vectoriser's bound: fewer values handed between loops through memory.
 
 Lanes compute the same IEEE operations, in the same order, as the scalar loop; the masked-off
@@ -34,6 +34,7 @@ from llvmlite import ir
 
 from symgrad.ir import Node
 
+from .fusion import COSTLY_MIN
 from .lower import LOWER, Scalar
 from .mathlib import INTRINSICS, MATH_NAMES, OWN_F64, CPUMath
 from .text_builder import Lines, TextBuilder, Value
@@ -51,9 +52,10 @@ MEMORY = ("float64", "bool")   # the dtypes a wide stage loads and stores (bool:
 WIDE_MIN_OPS = 64
 # A loop of such code alone grows to this many ops (schedule.STAGE_OPS for the others). Fewer,
 # longer loops hand fewer values over in memory (straight-line code of 1000 statements on a
-# vector: 2.1 -> 1.5 MB of IR, LLVM 1.24 -> 0.83 s); past ~2000 the code generator's cost
-# per op rises.
-WIDE_STAGE_OPS = 1024
+# vector: 2.1 -> 1.5 MB of IR at 1024, LLVM 1.24 -> 0.83 s; 2048 with Growth.may_recompute's
+# rule: 1.38 -> 1.09 MB, code generation 420 -> 351 ms); at 4096 the code generator's cost
+# per op rises (0.86 MB, but 487 ms).
+WIDE_STAGE_OPS = 2048
 SUFFIX = ".wide"
 # The loop body as IR text made line by line (codegen.text_builder) instead of llvmlite objects:
 # the same instructions (tests compare the two), a third of the lowering's time.
@@ -204,8 +206,28 @@ class Growth:
 
     def may_recompute(self, nodes, k: int) -> bool:
         """May loop k recompute ``nodes`` (Schedule._clonable's plan)? In a grown loop, only
-        what grows it."""
-        return k not in self.grown or all(self.grows(n, self.s.stages[k]) for n in nodes)
+        what grows it; in a long loop (STAGE_OPS ops or grown) of fewer than COSTLY_MIN
+        elements, only what it computes from values it already has (``_reads_nothing_new``)."""
+        st = self.s.stages[k]
+        if k in self.grown and not all(self.grows(n, st) for n in nodes):
+            return False
+        long = k in self.grown or len(st.ssa) >= self.bounds.STAGE_OPS
+        return not long or prod(st.shape) >= COSTLY_MIN or self._reads_nothing_new(nodes, k)
+
+    def _reads_nothing_new(self, nodes, k: int) -> bool:
+        """Does recomputing ``nodes`` in loop k read only what its nodes read already? Recomputing
+        saves a pass over memory, which under COSTLY_MIN elements is a pass over the cache; a
+        chain that needs loads of its own costs more instructions than loading the value it
+        makes (a math call is 20-70 and clobbers every vector register: spills around it). In
+        straight-line code each statement reads a random earlier value, which lives in another
+        loop ever more often as the program grows: the gradient's recomputed nodes grew with
+        the square of the program (2175 / 5789 / 14239 at 1000 / 2000 / 4000 statements; 500 /
+        1110 / 1988 with this rule, math calls 1327 / 3077 / 6751 -> 1125 / 2293 / 4429 at
+        WIDE_STAGE_OPS 2048), for ~2-4% more loads and stores."""
+        has = self.s._operands_of(k)
+        planned = set(nodes)
+        return all(y.op in LEAF_INLINE or y in planned or y in has or self.s._in_stage(y, k)
+                   for n in nodes for y in n.inputs)
 
     def grows(self, n: Node, st) -> bool:
         """Can a wide loop over ``st.shape`` compute ``n`` (its inputs read from memory at a
