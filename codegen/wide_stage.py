@@ -53,8 +53,8 @@ WIDE_MIN_OPS = 64
 # A loop of such code alone grows to this many ops (schedule.STAGE_OPS for the others). Fewer,
 # longer loops hand fewer values over in memory (straight-line code of 1000 statements on a
 # vector: 2.1 -> 1.5 MB of IR at 1024, LLVM 1.24 -> 0.83 s; 2048 with Growth.may_recompute's
-# rule: 1.38 -> 1.09 MB, code generation 420 -> 351 ms); at 4096 the code generator's cost
-# per op rises (0.86 MB, but 487 ms).
+# rule: 1.38 -> 1.09 MB, code generation 449 -> 388 ms on one thread); at 4096 the code
+# generator's cost per op rises (0.86 MB, but more code generation than at 1024).
 WIDE_STAGE_OPS = 2048
 SUFFIX = ".wide"
 # The loop body as IR text made line by line (codegen.text_builder) instead of llvmlite objects:
@@ -220,10 +220,10 @@ class Growth:
         chain that needs loads of its own costs more instructions than loading the value it
         makes (a math call is 20-70 and clobbers every vector register: spills around it). In
         straight-line code each statement reads a random earlier value, which lives in another
-        loop ever more often as the program grows: the gradient's recomputed nodes grew with
-        the square of the program (2175 / 5789 / 14239 at 1000 / 2000 / 4000 statements; 500 /
-        1110 / 1988 with this rule, math calls 1327 / 3077 / 6751 -> 1125 / 2293 / 4429 at
-        WIDE_STAGE_OPS 2048), for ~2-4% more loads and stores."""
+        loop ever more often as the program grows: the gradient's recomputed nodes grew 2.5-2.7x
+        per doubling of the program (2175 / 5789 / 14239 at 1000 / 2000 / 4000 statements; 500
+        / 1110 / 1988 with this rule, math calls 1327 / 3077 / 6751 -> 1125 / 2293 / 4429 at
+        WIDE_STAGE_OPS 2048), for 5-7% more loads and stores."""
         has = self.s._operands_of(k)
         planned = set(nodes)
         return all(y.op in LEAF_INLINE or y in planned or y in has or self.s._in_stage(y, k)
