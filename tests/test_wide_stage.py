@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.codegen import jit, llvm, module_split, schedule, wide_stage
+from symgrad.codegen import jit, llvm, module_split, schedule, wide_growth, wide_stage
 from symgrad.codegen.mathlib import MATH_NAMES
 
 STATEMENTS = 60
@@ -186,19 +186,19 @@ def test_long_small_loops_recompute_only_from_what_they_read(tmp_path, monkeypat
     already has: a recomputed chain that needs loads of its own costs more instructions than
     loading its value (an L1 hit), and in straight-line code such chains grew with the square
     of the program. Fewer recomputed nodes and math calls than without the rule
-    (COSTLY_MIN 0 in wide_stage), the same bits (the elementwise loops are wide: one SIMD
+    (COSTLY_MIN 0 in wide_growth), the same bits (the elementwise loops are wide: one SIMD
     width), the reference back end's values."""
     monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 512)   # (several loops of 300 statements)
     fn = _function(tmp_path, statements=300)
     x = np.random.default_rng(9).uniform(-1, 1, 1000)
     sched, seen = _recomputes(monkeypatch, fn, x)
-    long_small = [new for k, long, size, new in seen if long and size < wide_stage.COSTLY_MIN]
+    long_small = [new for k, long, size, new in seen if long and size < wide_growth.COSTLY_MIN]
     assert long_small and not any(long_small)
     assert any(new for k, long, size, new in seen if not long)   # (short loops: as before)
     value, grad, f = _results(fn, (x,))
     assert len(_wide_bodies(f.grad.llvm_ir(x))) > 2
 
-    monkeypatch.setattr(wide_stage, "COSTLY_MIN", 0)
+    monkeypatch.setattr(wide_growth, "COSTLY_MIN", 0)
     before, _ = _recomputes(monkeypatch, fn, x)
     old_value, old_grad, old = _results(fn, (x,))
 
