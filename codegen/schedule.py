@@ -30,7 +30,7 @@ import numpy as np
 
 from symgrad.ir import Graph, Node, toposort, use_counts
 
-from . import fusion, tiling, wide_stage
+from . import fusion, tiling, wide_growth
 from .buffers import Buffer, contiguous_strides
 from .lower import LOWER
 from .opsets import CONSTANTS, REDUCTIONS, VIEWS
@@ -90,7 +90,7 @@ class Schedule:
             self.out_of.setdefault(o, k)
         self.flag: int | None = None
         self.clones: dict[int, set] = {}        # stage -> nodes it recomputes
-        self.growth = wide_stage.Growth(self)   # which loops may pass STAGE_OPS
+        self.growth = wide_growth.Growth(self)   # which loops may pass STAGE_OPS
         self._operands: dict[int, tuple] = {}   # stage -> (nodes seen, their inputs)
         self.uses = use_counts(graph.outputs)   # consumers per node (outputs count once)
         self.once = fusion.computed_once(graph.outputs)   # never recomputed in another loop

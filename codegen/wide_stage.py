@@ -19,7 +19,7 @@ Values are float64 (and bool, from comparisons; one byte in memory). Smaller sta
 stage of W1-W3 and ADBench's GMM: at most ~10 ops) keep LLVM's loop vectoriser, which also
 handles what this does not: reductions, gathers, strided inner axes, integer and float32
 values, loops reading what they write. Since their compile time grows only linearly, loops
-made of such code alone may grow to ``WIDE_STAGE_OPS`` ops (``Growth``), four times
+made of such code alone may grow to ``WIDE_STAGE_OPS`` ops (``codegen.wide_growth``), eight times
 the loop vectoriser's bound: fewer values handed between loops through memory.
 
 Lanes compute the same IEEE operations, in the same order, as the scalar loop; the masked-off
@@ -27,8 +27,6 @@ lanes of the last step compute on zeros and are never stored.
 """
 from __future__ import annotations
 
-import bisect
-from math import prod
 
 from llvmlite import ir
 
@@ -51,9 +49,10 @@ MEMORY = ("float64", "bool")   # the dtypes a wide stage loads and stores (bool:
 WIDE_MIN_OPS = 64
 # A loop of such code alone grows to this many ops (schedule.STAGE_OPS for the others). Fewer,
 # longer loops hand fewer values over in memory (straight-line code of 1000 statements on a
-# vector: 2.1 -> 1.5 MB of IR, LLVM 1.24 -> 0.83 s); past ~2000 the code generator's cost
-# per op rises.
-WIDE_STAGE_OPS = 1024
+# vector: 2.1 -> 1.5 MB of IR at 1024, LLVM 1.24 -> 0.83 s; 2048 with Growth.may_recompute's
+# rule: 1.38 -> 1.09 MB, code generation 449 -> 388 ms on one thread); at 4096 the code
+# generator's cost per op rises (0.86 MB, but more code generation than at 1024).
+WIDE_STAGE_OPS = 2048
 SUFFIX = ".wide"
 # The loop body as IR text made line by line (codegen.text_builder) instead of llvmlite objects:
 # the same instructions (tests compare the two), a third of the lowering's time.
@@ -129,126 +128,6 @@ def _node_widens(math, n: Node, width: int) -> bool:
         return (n.dtype == "float64" and all(x.dtype == "float64" for x in n.inputs)
                 and _variant(math, n.op, len(n.inputs), width) is not None)
     return False
-
-
-def grows(n: Node, size: int) -> bool:
-    """May elementwise node ``n`` be in a loop of ``size`` iterations grown past
-    ``schedule.STAGE_OPS`` (which only a stage emitted here may be)? A float64 op this module
-    widens on the host, in a loop too large to be compiled light."""
-    if not _HOST:
-        from . import jit
-        from .kernel import LIGHT_MAX_ITERATIONS
-        math = jit.target()["math"]
-        _HOST.update(math=math, lanes=lanes(math), light=LIGHT_MAX_ITERATIONS)
-    return (size > _HOST["light"] and n.dtype in MEMORY and n.op in LOWER
-            and _node_widens(_HOST["math"], n, _HOST["lanes"]))
-
-
-_HOST: dict = {}   # grows' view of the host: its math, lanes and the light bound (read once)
-
-
-class Growth:
-    """Which loops of a ``codegen.schedule.Schedule`` may take more than ``STAGE_OPS`` ops (up
-    to ``WIDE_STAGE_OPS``): those whose every op, load and store this module emits, as they
-    join. A sink this module cannot emit (a reduction) never joins a grown loop: it reads its
-    value from memory in a loop of its own, so no loop past STAGE_OPS ends up with the loop
-    vectoriser, whose time grows with the square of the loop."""
-
-    def __init__(self, schedule):
-        from . import schedule as bounds   # (its STAGE_OPS, read when asked: tests set it)
-        self.s, self.bounds = schedule, bounds
-        self.grown: set[int] = set()        # loops that took ops past STAGE_OPS
-        self._seen: dict[int, tuple] = {}   # loop -> (ops, sinks checked, all wide so far)
-        self._memo: dict[tuple, bool] = {}  # (node, loop shape) -> _node_grows
-        self._open: dict[tuple, list] = {}  # loop shape -> loops that may take more, in order
-        self._indexed = 0                   # stages filed in _open so far
-
-    def loops(self, shape, lo: int):
-        """The loops over ``shape`` from stage ``lo`` on that may still take work, in order
-        (Schedule.loop_stage asks ``takes`` of each). A loop that can take nothing more
-        (STAGE_OPS ops and either WIDE_STAGE_OPS or not wide: ops only join) leaves the list
-        for good, so a node no longer scans every full loop between its inputs and the end
-        (straight-line code on a vector: 1.6 / 2.1 / 3.2 loops asked per node at 1000 / 2000
-        / 4000 statements)."""
-        stages = self.s.stages
-        for k in range(self._indexed, len(stages)):
-            if stages[k].kind == "loop":
-                self._open.setdefault(stages[k].shape, []).append(k)
-        self._indexed = len(stages)
-        found = self._open.get(shape, []) if isinstance(shape, tuple) else []
-        i = bisect.bisect_left(found, lo)
-        while i < len(found):
-            k = found[i]
-            ops = len(stages[k].ssa)
-            if ops >= self.bounds.STAGE_OPS and (ops >= WIDE_STAGE_OPS
-                                                 or not self._seen.get(k, (0, 0, True))[2]):
-                del found[i]   # (takes would say no to every node and sink from now on)
-                continue
-            yield k
-            i += 1
-
-    def takes(self, k: int, joining: Node | None) -> bool:
-        """May elementwise node ``joining`` (None: a sink) join loop k? (The schedule's
-        callers add a node the answer admits, so a loop admitted past STAGE_OPS is recorded
-        as grown here.) Asked of every full loop a node scans past: the common answers first."""
-        ops = len(self.s.stages[k].ssa)
-        if ops < self.bounds.STAGE_OPS:
-            return True
-        if joining is None or ops >= WIDE_STAGE_OPS or not self._seen.get(k, (0, 0, True))[2]:
-            return False
-        st = self.s.stages[k]
-        if self.grows(joining, st) and self._stays_wide(k):
-            self.grown.add(k)
-            return True
-        return False
-
-    def may_recompute(self, nodes, k: int) -> bool:
-        """May loop k recompute ``nodes`` (Schedule._clonable's plan)? In a grown loop, only
-        what grows it."""
-        return k not in self.grown or all(self.grows(n, self.s.stages[k]) for n in nodes)
-
-    def grows(self, n: Node, st) -> bool:
-        """Can a wide loop over ``st.shape`` compute ``n`` (its inputs read from memory at a
-        unit or zero inner stride)? (Asked once per node and shape: a full loop is asked
-        again by every node that scans past it.)"""
-        key = (n, st.shape)
-        found = self._memo.get(key)
-        if found is None:
-            found = self._memo[key] = self._node_grows(n, st.shape)
-        return found
-
-    def _node_grows(self, n: Node, shape) -> bool:
-        if not grows(n, prod(shape)):
-            return False
-        for x in n.inputs:
-            if x in self.s.loc and x.op not in LEAF_INLINE:
-                view = self.s.loc[x].align(shape)
-                if view.strides[-1] not in (0, 1) or self.s.buffers[view.buf].dtype not in MEMORY:
-                    return False
-        return True
-
-    def _stays_wide(self, k: int) -> bool:
-        """Is every op and sink of loop k one this module emits? (Brought up to date as the
-        loop grows: a scan per question would be quadratic.)"""
-        st = self.s.stages[k]
-        ops, sinks, wide = self._seen.get(k, (0, 0, True))
-        if len(st.ssa) < ops or len(st.sinks) < sinks:
-            ops, sinks, wide = 0, 0, True
-        if wide:
-            size = prod(st.shape)
-            wide = all(grows(n, size) for n in st.ssa[ops:]) and all(
-                self.wide_sink(sk) for sk in st.sinks[sinks:])
-        self._seen[k] = (len(st.ssa), len(st.sinks), wide)
-        return wide
-
-    def wide_sink(self, sk) -> bool:
-        return (sk.kind == "store" and sk.node.dtype in MEMORY and sk.dest.strides[-1] == 1
-                and self.s.buffers[sk.dest.buf].dtype == sk.node.dtype)
-
-    def home_loop(self, k: int, sink=None) -> bool:
-        """Is stage k, the home of a value, a loop that may take ``sink`` of it (None: any)?"""
-        return self.s.stages[k].kind == "loop" and (
-            k not in self.grown or (sink is not None and self.wide_sink(sink)))
 
 
 def applies(km, st, loads: dict, gathers: dict) -> bool:

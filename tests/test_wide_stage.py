@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.codegen import jit, llvm, module_split, schedule, wide_stage
+from symgrad.codegen import jit, llvm, module_split, schedule, wide_growth, wide_stage
+from symgrad.codegen.mathlib import MATH_NAMES
 
 STATEMENTS = 60
 OPS = ("np.sin({a}) * 0.9 + {b} * 0.1", "{a} * {b} * 0.5 + 0.25",
@@ -157,6 +158,60 @@ def test_wide_loops_grow_and_others_stay_bounded(tmp_path):
     assert others and all(len(b.split("\n")) < 8 * schedule.STAGE_OPS for b in others)
     py_value = sg.differentiate(fn, target="python")(x)
     np.testing.assert_allclose(f(x), py_value, rtol=1e-11)
+
+
+def _recomputes(monkeypatch, fn, x):
+    """The gradient's schedule, and per recomputation (Schedule._recompute): the loop, whether
+    it was long then (STAGE_OPS ops or grown), its size, and the plan's operands the loop
+    neither computes nor read before (new memory reads)."""
+    seen = []
+    recompute = schedule.Schedule._recompute
+
+    def recording(s, plan, k):
+        st, planned = s.stages[k], set(plan)
+        new = {y for c in plan for y in c.inputs if y.op not in schedule.LEAF_INLINE
+               and y not in planned and not s._in_stage(y, k) and y not in s._operands_of(k)}
+        long = k in s.growth.grown or len(st.ssa) >= schedule.STAGE_OPS
+        seen.append((k, long, st.size, new))
+        return recompute(s, plan, k)
+
+    monkeypatch.setattr(schedule.Schedule, "_recompute", recording)
+    sched = schedule.Schedule(sg.differentiate(fn).grad._inspect_entry(x).graph)
+    monkeypatch.setattr(schedule.Schedule, "_recompute", recompute)
+    return sched, seen
+
+
+def test_long_small_loops_recompute_only_from_what_they_read(tmp_path, monkeypatch):
+    """A long loop under fusion.COSTLY_MIN elements recomputes a value only from values it
+    already has: a recomputed chain that needs loads of its own costs more instructions than
+    loading its value (an L1 hit), and in straight-line code such chains grew with the square
+    of the program. Fewer recomputed nodes and math calls than without the rule
+    (COSTLY_MIN 0 in wide_growth), the same bits (the elementwise loops are wide: one SIMD
+    width), the reference back end's values."""
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 512)   # (several loops of 300 statements)
+    fn = _function(tmp_path, statements=300)
+    x = np.random.default_rng(9).uniform(-1, 1, 1000)
+    sched, seen = _recomputes(monkeypatch, fn, x)
+    long_small = [new for k, long, size, new in seen if long and size < wide_growth.COSTLY_MIN]
+    assert long_small and not any(long_small)
+    assert any(new for k, long, size, new in seen if not long)   # (short loops: as before)
+    value, grad, f = _results(fn, (x,))
+    assert len(_wide_bodies(f.grad.llvm_ir(x))) > 2
+
+    monkeypatch.setattr(wide_growth, "COSTLY_MIN", 0)
+    before, _ = _recomputes(monkeypatch, fn, x)
+    old_value, old_grad, old = _results(fn, (x,))
+
+    def count(s):   # recomputed nodes, math calls
+        ssa = [n for st in s.stages for n in st.ssa]
+        return sum(map(len, s.clones.values())), sum(n.op in MATH_NAMES for n in ssa)
+    (clones, calls), (old_clones, old_calls) = count(sched), count(before)
+    assert clones < old_clones and calls < old_calls
+    assert np.asarray(value).tobytes() == np.asarray(old_value).tobytes()
+    assert np.asarray(grad).tobytes() == np.asarray(old_grad).tobytes()
+    py_value, py_grad, _ = _results(fn, (x,), target="python")
+    np.testing.assert_allclose(value, py_value, rtol=1e-11)
+    np.testing.assert_allclose(grad, py_grad, rtol=1e-11, atol=1e-11)
 
 
 def test_bool_loads_and_stores(tmp_path):
@@ -353,6 +408,7 @@ def test_values_updated_in_place_are_wide(tmp_path, monkeypatch):
     """A stage that stores a value over the very view it reads another from (the gradient's
     schedule reuses a buffer in place) is emitted wide: every lane reads the old element
     before the step's first store to that buffer, as the scalar loop does."""
+    monkeypatch.setattr(wide_stage, "WIDE_STAGE_OPS", 1024)   # (two loops, the second updates)
     fn = _function(tmp_path, statements=100)
     x = np.random.default_rng(14).uniform(-1, 1, 300)
     f = sg.differentiate(fn, wrt=0)
