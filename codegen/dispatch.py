@@ -22,42 +22,54 @@ return: once the caller is done every opened pass has had all its parts claimed,
 worker finds nothing to claim and touches nothing but its block, which its job holds alive.
 
 The waits spin with ``pause`` for ``SPINS`` rounds (the caller's glue between passes is a
-few microseconds), then call ``sched_yield`` in a loop. The block (int64 words):
+few microseconds), then call ``sched_yield``; a worker, after ``YIELDS`` of those, naps
+(``nanosleep``) in a loop, so that one idle through a long serial stage gives its core back
+(the caller only yields: its wake-up is the call's critical path). The block (int64 words):
 ``[0]`` passes opened, ``[1]`` closed (set when the caller stops early: waiting workers
-leave), ``[2]`` passes, ``[3]`` sched_yield's address, ``[4]`` the params' address,
-``[5 + k]`` pass k's record's word offset; a record: claimed, done, the part function's
-address, parts, bounds (parts + 1), the parts' table addresses (parts).
+leave), ``[2]`` passes, ``[3]`` sched_yield's address, ``[4]`` the params' address, ``[5]``
+nanosleep's, ``[6:8]`` its timespec, ``[HEAD + k]`` pass k's record's word offset; a record:
+claimed, done, the part function's address, parts, bounds (parts + 1), the parts' table
+addresses (parts).
 """
 from __future__ import annotations
 
 import ctypes
+import re
 from typing import NamedTuple
 
 import numpy as np
 
-SPINS = 4096
-HEAD = 5           # block words before the record offsets
+SPINS = 4096       # pauses before a wait yields (~0.1 ms)...
+YIELDS = 256       # ...then sched_yield calls before it naps...
+NAP_NS = 20_000    # ...of this long each (a worker idle through a long serial stage)
+HEAD = 8           # block words before the record offsets
 RECORD_HEAD = 4    # claimed, done, function, parts
 
+# Every function optnone: a light module (jit.is_light: no IR pipeline, -O0 code generation;
+# 1 ms to compile where -O3 took 60): none of it is hot, the parts' stages are.
 _IR = """
 declare void @llvm.x86.sse2.pause()
 
-define internal ptr @word(ptr %base, i64 %k) alwaysinline {
+define internal ptr @word(ptr %base, i64 %k) noinline optnone {
   %p = getelementptr i64, ptr %base, i64 %k
   ret ptr %p
 }
 
-define internal i64 @get(ptr %base, i64 %k) alwaysinline {
+define internal i64 @get(ptr %base, i64 %k) noinline optnone {
   %p = getelementptr i64, ptr %base, i64 %k
   %v = load i64, ptr %p
   ret i64 %v
 }
 
-; wait until *word >= target (true) or the block is closed (false)
-define internal i1 @wait(ptr %block, ptr %word, i64 %target) {
+; wait until *word >= target (true) or the block is closed (false): spin, then yield, then
+; (a worker: the caller is what a call waits for) sleep in short naps
+define internal i1 @wait(ptr %block, ptr %word, i64 %target, i1 %may.nap) noinline optnone {
 entry:
   %yield.i = call i64 @get(ptr %block, i64 3)
   %yield = inttoptr i64 %yield.i to ptr
+  %nap.i = call i64 @get(ptr %block, i64 5)
+  %nap = inttoptr i64 %nap.i to ptr
+  %nap.time = call ptr @word(ptr %block, i64 6)
   %closed = call ptr @word(ptr %block, i64 1)
   br label %loop
 loop:
@@ -71,12 +83,20 @@ check:
   br i1 %stop, label %no, label %idle
 idle:
   %spin = icmp ult i64 %n, SPINS
-  br i1 %spin, label %pause, label %give
+  br i1 %spin, label %pause, label %idle.long
 pause:
   call void @llvm.x86.sse2.pause()
   br label %again
+idle.long:
+  %short = icmp ult i64 %n, YIELD_UNTIL
+  %no.nap = xor i1 %may.nap, true
+  %yields = or i1 %short, %no.nap
+  br i1 %yields, label %give, label %sleep
 give:
   %r = call i32 %yield()
+  br label %again
+sleep:
+  %s = call i32 %nap(ptr %nap.time, ptr null)
   br label %again
 again:
   %n.next = add i64 %n, 1
@@ -87,7 +107,7 @@ no:
   ret i1 false
 }
 
-define internal ptr @record(ptr %block, i64 %k) alwaysinline {
+define internal ptr @record(ptr %block, i64 %k) noinline optnone {
   %at = add i64 %k, HEAD
   %off = call i64 @get(ptr %block, i64 %at)
   %r = getelementptr i64, ptr %block, i64 %off
@@ -95,7 +115,7 @@ define internal ptr @record(ptr %block, i64 %k) alwaysinline {
 }
 
 ; claim parts of a pass and run them until none is left
-define internal void @claim(ptr %block, ptr %rec) {
+define internal void @claim(ptr %block, ptr %rec) noinline optnone {
 entry:
   %params.i = call i64 @get(ptr %block, i64 4)
   %params = inttoptr i64 %params.i to ptr
@@ -124,19 +144,19 @@ exit:
 }
 
 ; the calling thread: open pass k, run parts of it, wait until all are done
-define void @"sg_caller"(ptr %block, i64 %k) {
+define void @"sg_caller"(ptr %block, i64 %k) noinline optnone {
   %opened = add i64 %k, 1
   store atomic i64 %opened, ptr %block release, align 8
   %rec = call ptr @record(ptr %block, i64 %k)
   call void @claim(ptr %block, ptr %rec)
   %parts = call i64 @get(ptr %rec, i64 3)
   %done = call ptr @word(ptr %rec, i64 1)
-  %all = call i1 @wait(ptr %block, ptr %done, i64 %parts)
+  %all = call i1 @wait(ptr %block, ptr %done, i64 %parts, i1 false)
   ret void
 }
 
 ; a pool worker: each pass as it opens, until the last or the block is closed
-define void @"sg_worker"(ptr %block) {
+define void @"sg_worker"(ptr %block) noinline optnone {
 entry:
   %passes = call i64 @get(ptr %block, i64 2)
   br label %loop
@@ -146,7 +166,7 @@ loop:
   br i1 %more, label %wait, label %exit
 wait:
   %k1 = add i64 %k, 1
-  %open = call i1 @wait(ptr %block, ptr %block, i64 %k1)
+  %open = call i1 @wait(ptr %block, ptr %block, i64 %k1, i1 true)
   br i1 %open, label %run, label %exit
 run:
   %rec = call ptr @record(ptr %block, i64 %k)
@@ -157,7 +177,7 @@ exit:
   ret void
 }
 
-define void @"sg_close"(ptr %block) {
+define void @"sg_close"(ptr %block) noinline optnone {
   %closed = getelementptr i64, ptr %block, i64 1
   store atomic i64 1, ptr %closed release, align 8
   ret void
@@ -169,10 +189,9 @@ _runtime: dict = {}
 
 def text() -> str:
     """The dispatch module's IR with its constants filled in."""
-    out = _IR
-    for name, value in (("RECORD_HEAD", RECORD_HEAD), ("HEAD", HEAD), ("SPINS", SPINS)):
-        out = out.replace(name, str(value))
-    return out
+    constants = {"RECORD_HEAD": RECORD_HEAD, "HEAD": HEAD, "SPINS": SPINS,
+                 "YIELD_UNTIL": SPINS + YIELDS}
+    return re.sub(r"\b[A-Z][A-Z_]+\b", lambda m: str(constants[m.group(0)]), _IR)
 
 
 def functions():
@@ -186,16 +205,26 @@ def functions():
         _runtime["close"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addrs["sg_close"])
         libc = ctypes.CDLL(None)
         _runtime["yield"] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
+        _runtime["nap"] = ctypes.cast(libc.nanosleep, ctypes.c_void_p).value
     return _runtime["caller"], _runtime["worker"], _runtime["close"]
+
+
+class Table(NamedTuple):
+    """A part's own pointer table: the call's, with some buffers elsewhere (the part's
+    accumulators, initialised by ``init`` per call as the first part's are; or a tile group's
+    chunk memory for that part)."""
+    table: np.ndarray
+    buffers: np.ndarray    # the buffers it moves...
+    where: np.ndarray      # ...and their addresses
+    init: object           # the stage's sg_init, or None (a tile group's chunk memory)
 
 
 class Pass(NamedTuple):
     """One parallel pass as a call runs it (``Plan.steps``)."""
+    k: int                 # its index among the passes (its block record)
     inits: list            # ctypes sg_init<k> of its stages (run on the call's table first)
-    parts: int             # len(bounds) - 1 of llvm.split_bounds
-    tables: list           # per part after the first: its own table (int64 array), or None
-    redirect: list         # per such table: [(buffer, address)] it changes of the call's
-    folds: list            # per part after the first: [(buffer, accumulator, kind)]
+    tables: list           # Table of each part that has its own
+    folds: list            # (buffer, accumulator, kind) of the parts after the first, in order
 
 
 class Serial(NamedTuple):
@@ -208,13 +237,13 @@ class Serial(NamedTuple):
 
 class Plan(NamedTuple):
     """A native's threaded call for one (parallel_min, threads) and one state: the steps in
-    order, the block every call starts from (copied per call), per pass the block word of its
-    first part's table address, the pool jobs to submit, and the memory the block names."""
+    order, the block every call starts from (copied per call: its counters start at 0 and
+    a late worker may still read it), the pool jobs to submit, and the memory it names."""
     steps: list            # Pass or Serial
     block: np.ndarray
-    table_at: list
     helpers: int
     keep: list             # accumulators, tables, tile-group chunk memory
+    views: dict            # buffer -> (address, array there): the folds' destinations
 
 
 def plan_for(native, ptrs, least: int, nt: int) -> Plan:
@@ -233,7 +262,7 @@ def _plan(native, ptrs, least: int, nt: int) -> Plan:
     from .llvm import split_bounds
     functions()
     steps, records, keep = [], [], []
-    tiles = native.tiles
+    tiles, addr = native.tiles, ptrs.ctypes.data
     for k, call in enumerate(native.stages):
         if k in tiles.calls:
             group = tiles.calls[k]
@@ -245,30 +274,39 @@ def _plan(native, ptrs, least: int, nt: int) -> Plan:
             made = [tile_run.thread_table(native, ptrs, group, t) if group.local else (None, None)
                     for t in range(1, len(bounds) - 1)]
             keep += made               # (tables and their chunk memory)
-            tables = [table for table, _ in made]
-            redirect = [[(buf, int(table[buf])) for buf, _ in group.local] if table is not None
-                        else [] for table in tables]
-            records.append((_address(group.run), bounds))
-            steps.append(Pass(inits, len(bounds) - 1, tables, redirect, [[] for _ in tables]))
+            tables = [_table(table, [(buf, int(table[buf])) for buf, _ in group.local], None)
+                      for table, _ in made if table is not None]
+            records.append((_address(group.run), bounds,
+                            [addr] + [addr if table is None else table.ctypes.data
+                                      for table, _ in made]))
+            steps.append(Pass(len(records) - 1, inits, tables, []))
         elif k in tiles.grouped:
             continue
         elif call.work < least or call.extent0 < 2:
             steps.append(Serial([call.init], call.stage, call.extent0))
         else:
             bounds = split_bounds(call.extent0, min(nt, call.extent0), call.vector_axis)
-            tables, redirect, folds = [], [], []
+            tables, folds, addrs = [], [], [addr]
             for _ in range(1, len(bounds) - 1):   # reductions over the split axis: each part
                 part = [(buf, _accumulator(native, buf, keep), kind)   # its own accumulators
                         for buf, kind in call.partial]
-                tables.append(np.empty_like(ptrs) if part else None)
-                redirect.append([(buf, acc.ctypes.data) for buf, acc, _ in part])
-                folds.append(part)
-            keep += tables
-            records.append((_address(call.stage), bounds))
-            steps.append(Pass([call.init], len(bounds) - 1, tables, redirect, folds))
-    block, table_at = _block(records, native.params_addr)
-    helpers = max([len(b) - 2 for _, b in records] + [0])
-    return Plan(steps, block, table_at, helpers, keep)
+                folds += part
+                if not part:
+                    addrs.append(addr)
+                    continue
+                table = _table(np.empty_like(ptrs), [(buf, acc.ctypes.data) for buf, acc, _ in part],
+                               call.init)
+                tables.append(table)
+                addrs.append(table.table.ctypes.data)
+            records.append((_address(call.stage), bounds, addrs))
+            steps.append(Pass(len(records) - 1, [call.init], tables, folds))
+    helpers = max([len(b) - 2 for _, b, _ in records] + [0])
+    return Plan(steps, _block(records, native.params_addr), helpers, keep + steps, {})
+
+
+def _table(table: np.ndarray, moved: list, init) -> Table:
+    return Table(table, np.array([b for b, _ in moved], np.intp),
+                 np.array([w for _, w in moved], np.int64), init)
 
 
 def _address(fn) -> int:
@@ -282,71 +320,67 @@ def _accumulator(native, buf: int, keep: list) -> np.ndarray:
     return acc
 
 
-def _block(records: list, params_addr: int) -> tuple[np.ndarray, list]:
-    """The block (module docstring) for passes of ``records`` ((function address, bounds)),
-    and per pass the word of its first part's table address."""
-    words = HEAD + len(records) + sum(RECORD_HEAD + 2 * len(b) - 1 for _, b in records)
+def _block(records: list, params_addr: int) -> np.ndarray:
+    """The block (module docstring) for passes of ``records`` ((function address, bounds,
+    part table addresses))."""
+    words = HEAD + len(records) + sum(RECORD_HEAD + 2 * len(b) - 1 for _, b, _ in records)
     block = np.zeros(words, np.int64)
     block[2], block[3], block[4] = len(records), _runtime["yield"], params_addr
-    at, table_at = HEAD + len(records), []
-    for k, (fn, bounds) in enumerate(records):
+    block[5], block[6], block[7] = _runtime["nap"], 0, NAP_NS   # nanosleep, its timespec
+    at = HEAD + len(records)
+    for k, (fn, bounds, tables) in enumerate(records):
         parts = len(bounds) - 1
         block[HEAD + k] = at
         block[at + 2], block[at + 3] = fn, parts
         block[at + RECORD_HEAD: at + RECORD_HEAD + parts + 1] = bounds
-        table_at.append(at + RECORD_HEAD + parts + 1)
+        block[at + RECORD_HEAD + parts + 1: at + RECORD_HEAD + 2 * parts + 1] = tables
         at += RECORD_HEAD + 2 * parts + 1
-    return block, table_at
+    return block
 
 
 def execute(native, plan: Plan, ptrs, pool):
     """Run a threaded call by ``plan`` with ``ptrs`` (its table, filled for this call);
     ``pool()``: the thread pool."""
-    from .llvm import _COMBINE, _memory
+    from .llvm import _COMBINE
     caller, worker, close = functions()
     block = plan.block.copy()
-    addr, params = ptrs.ctypes.data, native.params_addr
     block_addr = block.ctypes.data
-    submitted, k = False, 0
+    addr, params = ptrs.ctypes.data, native.params_addr
+    passes, submitted = 0, False
     try:
         for step in plan.steps:
-            if type(step) is Serial:
-                for init in step.inits:
-                    init(addr, params)
-                step.run(addr, params, 0, step.extent)
-                continue
             for init in step.inits:
                 init(addr, params)
-            _fill_tables(block, plan.table_at[k], step, ptrs, params)
+            if type(step) is Serial:
+                step.run(addr, params, 0, step.extent)
+                continue
+            for table, buffers, where, init in step.tables:
+                np.copyto(table, ptrs)
+                table[buffers] = where
+                if init is not None:
+                    init(table.ctypes.data, params)
             if not submitted and plan.helpers:
                 submitted = _submit(pool, worker, block, plan.helpers)
-            caller(block_addr, k)
-            k += 1
-            for part in step.folds:   # the other parts' partial reductions, in part order
-                for buf, acc, kind in part:
-                    size, dtype = native.partial_specs[buf]
-                    mine = _memory(int(ptrs[buf]), size, dtype)
-                    _COMBINE[kind](mine, acc, out=mine)
+            caller(block_addr, step.k)
+            passes += 1
+            for buf, acc, kind in step.folds:   # the other parts' partials, in part order
+                mine = _partials(native, plan.views, buf, int(ptrs[buf]))
+                _COMBINE[kind](mine, acc, out=mine)
     finally:
-        if submitted and k < len(plan.table_at):   # stopped early: waiting workers leave
+        if submitted and passes < int(block[2]):   # stopped early: waiting workers leave
             close(block_addr)
 
 
-def _fill_tables(block, at: int, step: Pass, ptrs, params):
-    """The parts' table addresses for this call: the call's own table, or a copy of it with
-    the part's accumulators (initialised here, as the first part's were) or chunk memory."""
-    addr = ptrs.ctypes.data
-    block[at] = addr
-    for t, (table, redirect) in enumerate(zip(step.tables, step.redirect), 1):
-        if table is None:
-            block[at + t] = addr
-            continue
-        table[:] = ptrs
-        for buf, where in redirect:
-            table[buf] = where
-        if step.folds[t - 1]:
-            step.inits[0](table.ctypes.data, params)
-        block[at + t] = table.ctypes.data
+def _partials(native, views: dict, buf: int, addr: int) -> np.ndarray:
+    """The call's own partial results of ``buf`` (at ``addr``) as an array: made once per
+    address (a 0-d result's scratch cell, a workspace buffer; an output array's is new per
+    call)."""
+    view = views.get(buf)
+    if view is None or view[0] != addr:
+        from .llvm import _memory
+        size, dtype = native.partial_specs[buf]
+        view = views[buf] = (addr, _memory(addr, size, dtype))
+    return view[1]
 
 
 def _work(worker, block):

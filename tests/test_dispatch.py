@@ -130,7 +130,7 @@ def threads(request, monkeypatch):
 @pytest.mark.parametrize("name, fn, args", CASES, ids=[c[0] for c in CASES])
 def test_bits_equal_the_per_pass_hand_off(monkeypatch, threads, name, fn, args):
     if name == "gmm-tiled":
-        from codegen import tiling
+        from symgrad.codegen import tiling
         monkeypatch.setattr(tiling, "CHUNK_BYTES", 3 * 2 * 29 * 5 * 8)   # several chunks
     passes = []
     execute = dispatch.execute
