@@ -294,8 +294,8 @@ def _plan(native, ptrs, least: int, nt: int) -> Plan:
                 if not part:
                     addrs.append(addr)
                     continue
-                table = _table(np.empty_like(ptrs), [(buf, acc.ctypes.data) for buf, acc, _ in part],
-                               call.init)
+                moved = [(buf, acc.ctypes.data) for buf, acc, _ in part]
+                table = _table(np.empty_like(ptrs), moved, call.init)
                 tables.append(table)
                 addrs.append(table.table.ctypes.data)
             records.append((_address(call.stage), bounds, addrs))

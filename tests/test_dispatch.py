@@ -192,7 +192,8 @@ def test_two_python_threads_at_once(threads):
                 _same([fn(*args)], [want])
         except BaseException as e:   # (reported by the main thread)
             errors.append(e)
-    for pair in ([(f.grad, (x, t), want_f)] * 2, [(f.grad, (x, t), want_f), (g.grad, (a,), want_g)]):
+    one, other = (f.grad, (x, t), want_f), (g.grad, (a,), want_g)
+    for pair in ([one, one], [one, other]):
         workers = [threading.Thread(target=hammer, args=job) for job in pair]
         for w in workers:
             w.start()
