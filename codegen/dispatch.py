@@ -22,9 +22,12 @@ return: once the caller is done every opened pass has had all its parts claimed,
 worker finds nothing to claim and touches nothing but its block, which its job holds alive.
 
 The waits spin with ``pause`` for ``SPINS`` rounds (the caller's glue between passes is a
-few microseconds), then call ``sched_yield``; a worker, after ``YIELDS`` of those, naps
-(``nanosleep``) in a loop, so that one idle through a long serial stage gives its core back
-(the caller only yields: its wake-up is the call's critical path). The block (int64 words):
+few microseconds), then call ``sched_yield`` ``YIELDS`` times, then nap (``nanosleep``) in a
+loop. Why they nap so soon (measured, benchmarks/RESULTS.md "branch ``w2pool``"): on a
+shared machine the scheduler treats a thread that spins or yields as busy and one that
+sleeps as a waker to run promptly; with 4096 spins and 256 yields before the first nap,
+W2's two-thread call took 1.7-5 ms at load 8-9 where the per-pass hand-off (threads that
+block) took 1.1-1.9, and with the short spin 1.3-1.9. The block (int64 words):
 ``[0]`` passes opened, ``[1]`` closed (set when the caller stops early: waiting workers
 leave), ``[2]`` passes, ``[3]`` sched_yield's address, ``[4]`` the params' address, ``[5]``
 nanosleep's, ``[6:8]`` its timespec, ``[HEAD + k]`` pass k's record's word offset; a record:
@@ -39,9 +42,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-SPINS = 4096       # pauses before a wait yields (~0.1 ms)...
-YIELDS = 256       # ...then sched_yield calls before it naps...
-NAP_NS = 20_000    # ...of this long each (a worker idle through a long serial stage)
+SPINS = 512        # pauses before a wait naps (~10 us: the glue between two passes)...
+YIELDS = 0         # ...then sched_yield calls before it does...
+NAP_NS = 20_000    # ...and each nap (nanosleep; with the timer slack ~70 us)
 HEAD = 8           # block words before the record offsets
 RECORD_HEAD = 4    # claimed, done, function, parts
 
@@ -61,9 +64,9 @@ define internal i64 @get(ptr %base, i64 %k) noinline optnone {
   ret i64 %v
 }
 
-; wait until *word >= target (true) or the block is closed (false): spin, then yield, then
-; (a worker: the caller is what a call waits for) sleep in short naps
-define internal i1 @wait(ptr %block, ptr %word, i64 %target, i1 %may.nap) noinline optnone {
+; wait until *word >= target (true) or the block is closed (false): spin, then yield,
+; then sleep in short naps
+define internal i1 @wait(ptr %block, ptr %word, i64 %target) noinline optnone {
 entry:
   %yield.i = call i64 @get(ptr %block, i64 3)
   %yield = inttoptr i64 %yield.i to ptr
@@ -89,9 +92,7 @@ pause:
   br label %again
 idle.long:
   %short = icmp ult i64 %n, YIELD_UNTIL
-  %no.nap = xor i1 %may.nap, true
-  %yields = or i1 %short, %no.nap
-  br i1 %yields, label %give, label %sleep
+  br i1 %short, label %give, label %sleep
 give:
   %r = call i32 %yield()
   br label %again
@@ -151,7 +152,7 @@ define void @"sg_caller"(ptr %block, i64 %k) noinline optnone {
   call void @claim(ptr %block, ptr %rec)
   %parts = call i64 @get(ptr %rec, i64 3)
   %done = call ptr @word(ptr %rec, i64 1)
-  %all = call i1 @wait(ptr %block, ptr %done, i64 %parts, i1 false)
+  %all = call i1 @wait(ptr %block, ptr %done, i64 %parts)
   ret void
 }
 
@@ -166,7 +167,7 @@ loop:
   br i1 %more, label %wait, label %exit
 wait:
   %k1 = add i64 %k, 1
-  %open = call i1 @wait(ptr %block, ptr %block, i64 %k1, i1 true)
+  %open = call i1 @wait(ptr %block, ptr %block, i64 %k1)
   br i1 %open, label %run, label %exit
 run:
   %rec = call ptr @record(ptr %block, i64 %k)
