@@ -35,7 +35,7 @@ from symgrad.runtime import top_level, unflatten_tree, write_out
 
 from symgrad import settings
 
-from . import jit, plans, tile_run
+from . import dispatch, jit, plans, tile_run
 from .call_plan import call_plan
 from .workspace import Workspace, workspace_bytes
 
@@ -202,6 +202,7 @@ class Native:
         self.lock = threading.Lock()
         self.cached = self._state(workspace.memory())
         self.plans: dict = {}     # argument kinds -> the hot path's plan (codegen.call_plan)
+        self.dispatch: dict = {}  # (parallel_min, threads) -> the threaded call's plan
         _natives.add(self)
 
     @property
@@ -350,37 +351,7 @@ class Native:
         if self.work < least or nt == 1:
             self.run(ptrs.ctypes.data, self.params_addr)
             return
-        addr = ptrs.ctypes.data
-        for stage, init, extent0, size, partial, vector_axis in tile_run.ungrouped(self, ptrs, least, nt):
-            init(addr, self.params_addr)
-            if size < least or extent0 < 2:
-                stage(addr, self.params_addr, 0, extent0)
-                continue
-            bounds = split_bounds(extent0, min(nt, extent0), vector_axis)
-            parts = len(bounds) - 1
-            tables, extra, keep = [addr], [], []
-            for t in range(1, parts):
-                if partial:   # reductions over axis 0: each thread gets its own accumulators
-                    p = ptrs.copy()
-                    for buf, _ in partial:
-                        size, dtype = self.partial_specs[buf]
-                        acc = np.empty(size, np.dtype(dtype))
-                        p[buf] = acc.ctypes.data
-                        extra.append((buf, acc))
-                    keep.append(p)
-                    init(p.ctypes.data, self.params_addr)
-                    tables.append(p.ctypes.data)
-                else:
-                    tables.append(addr)
-            futures = [_executor().submit(stage, tables[t], self.params_addr, bounds[t],
-                                          bounds[t + 1]) for t in range(1, parts)]
-            stage(addr, self.params_addr, bounds[0], bounds[1])
-            for f in futures:
-                f.result()
-            for buf, acc in extra:   # fold the other threads' partial reductions in
-                size, dtype = self.partial_specs[buf]
-                mine = _memory(int(ptrs[buf]), size, dtype)
-                _COMBINE[dict(partial)[buf]](mine, acc, out=mine)
+        dispatch.execute(self, dispatch.plan_for(self, ptrs, least, nt), ptrs, _executor)
 
 
 def _picker(tree):

@@ -4,8 +4,9 @@ its rows split among the threads, for ``codegen.llvm``.
 ``sg_group<k>(ptrs, params, begin, end)`` calls the group's stage functions chunk by chunk of
 rows ``[begin, end)`` of their common outer axis, with each chunk-local buffer addressed so
 that the chunk's rows fall in its one chunk of memory. ``sg_run`` calls it over all rows after
-the stages' inits; on the threads (:func:`execute`) each gets a share of the rows and, in a
-pointer table of its own, chunk memory of its own."""
+the stages' inits; on the threads each gets a share of the rows and, in a
+pointer table of its own, chunk memory of its own (:func:`thread_table`), when
+``codegen.dispatch`` runs the group as one of a threaded call's passes."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -85,45 +86,6 @@ class Tiles:
         self.grouped = {j for stages, _, _, _ in groups for j in stages}
         self.work = max((g.work for g in self.calls.values()), default=0)
         self.private: dict = {}
-
-
-def ungrouped(native, ptrs, least: int, nt: int):
-    """The stages of a threaded call (``llvm.Native._execute``) that run one by one, in
-    order; each tile group runs (:func:`execute`) where its first stage would. Without
-    groups, the stages themselves (no generator on the hot path: W2's call is ~1 ms)."""
-    if not native.tiles.calls:
-        return native.stages
-    return _with_groups(native, ptrs, least, nt)
-
-
-def _with_groups(native, ptrs, least: int, nt: int):
-    tiles = native.tiles
-    for k, call in enumerate(native.stages):
-        if k in tiles.calls:
-            execute(native, tiles.calls[k], ptrs, least, nt)
-        elif k not in tiles.grouped:
-            yield call
-
-
-def execute(native, group: GroupCall, ptrs, least: int, nt: int):
-    """A tile group in a threaded call (``llvm.Native._execute``): its stages' inits, then
-    its rows split among the threads, each running its rows chunk by chunk."""
-    from .llvm import _executor, split_bounds
-    addr, params = ptrs.ctypes.data, native.params_addr
-    for j in group.stages:
-        native.stages[j].init(addr, params)
-    if group.work < least or group.extent < 2:
-        group.run(addr, params, 0, group.extent)
-        return
-    bounds = split_bounds(group.extent, min(nt, group.extent), False)
-    # (each with the memory its chunks use: alive until the threads are done)
-    tables = [(ptrs, None)] + [thread_table(native, ptrs, group, t)
-                               for t in range(1, len(bounds) - 1)]
-    futures = [_executor().submit(group.run, tables[t][0].ctypes.data, params, bounds[t],
-                                  bounds[t + 1]) for t in range(1, len(tables))]
-    group.run(addr, params, bounds[0], bounds[1])
-    for f in futures:
-        f.result()
 
 
 def thread_table(native, ptrs, group: GroupCall, t: int):
