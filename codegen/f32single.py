@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from .f32math import EXP_CLAMP, OWN_F32, _define, define_float
-from .f64math import _F64, Scalar, _any_lane, _far_function, _far_name, _if_far, _mark_no_caller_saved
+from .f64math import (_F64, Scalar, _any_lane, _far_function, _far_name, _if_far,
+                      _mark_no_caller_saved, log_terms)
 
 if TYPE_CHECKING:
     from .mathlib import CPUMath
@@ -104,24 +105,10 @@ def _exp_single(f: _F32, x):
     return f.scale(b.fadd(f.c(1.0), p), k)
 
 
-def _log_parts_f32(f: _F32, u, low):
-    """log u + low for a finite u > 0 (normal: the callers scale subnormals) and a small
-    ``low``: u = 2^e m, m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), log m = 2 atanh s, s
-    = f / (2 + f), arranged as fdlibm's logf: e LOG_LN2_HI - ((f^2/2 - (s (f^2/2 + R) + e
-    LOG_LN2_LO + low)) - f), where the big terms are exact."""
-    b = f.b
-    bits = f.bits(u)
-    e = b.ashr(b.sub(bits, f.i(SQRT_HALF_BITS_F32)), f.i(23))
-    m = f.from_bits(b.sub(bits, b.shl(e, f.i(23))))
-    frac = b.fsub(m, f.c(1.0))
-    s = b.fdiv(frac, b.fadd(f.c(2.0), frac))
-    z = b.fmul(s, s)
-    r = b.fmul(z, f.horner(z, LOG_POLY_F32))
-    hfsq = b.fmul(b.fmul(frac, frac), f.c(0.5))
-    return e, frac, s, r, hfsq
-
-
 def _log_sum_f32(f: _F32, ef, frac, s, r, hfsq, low):
+    """log u + low from log_terms of u (ef: e as a float) and a small ``low``, arranged as
+    fdlibm's logf: e LOG_LN2_HI - ((f^2/2 - (s (f^2/2 + R) + e LOG_LN2_LO + low)) - f), where
+    the big terms are exact."""
     b = f.b
     low = f.fma(ef, f.c(LOG_LN2_F32[1]), low)
     inner = b.fsub(b.fsub(hfsq, f.fma(s, b.fadd(hfsq, r), low)), frac)
@@ -133,7 +120,7 @@ def _log_single(f: _F32, x):
     b = f.b
     sub = b.fcmp_ordered("<", x, f.c(MIN_NORMAL_F32))
     u = b.select(sub, b.fmul(x, f.c(2.0 ** 23)), x)
-    e, frac, s, r, hfsq = _log_parts_f32(f, u, None)
+    e, frac, s, r, hfsq = log_terms(f, u, SQRT_HALF_BITS_F32, LOG_POLY_F32)
     e = b.sub(e, b.select(sub, f.i(23), f.i(0)))
     y = _log_sum_f32(f, b.sitofp(e, f.f), frac, s, r, hfsq, f.c(0.0))
     y = b.select(b.fcmp_ordered("==", x, f.c(float("inf"))), x, y)
@@ -150,7 +137,7 @@ def _log1p_single(f: _F32, x):
     small = b.fcmp_ordered("<", x, f.c(1.0))
     big, other = b.select(small, f.c(1.0), x), b.select(small, x, f.c(1.0))
     c = b.fdiv(b.fsub(other, b.fsub(u, big)), u)
-    e, frac, s, r, hfsq = _log_parts_f32(f, u, c)
+    e, frac, s, r, hfsq = log_terms(f, u, SQRT_HALF_BITS_F32, LOG_POLY_F32)
     y = _log_sum_f32(f, b.sitofp(e, f.f), frac, s, r, hfsq, c)
     y = b.select(b.fcmp_ordered("<", f.abs(x), f.c(2.0 ** -25)), x, y)
     y = b.select(b.fcmp_ordered("==", x, f.c(float("inf"))), x, y)

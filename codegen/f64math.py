@@ -220,6 +220,24 @@ class Scalar:
         return self.from_bits(self.b.xor(self.bits(x), self.b.and_(sign, self.i(self.sign_bit))))
 
 
+def log_terms(f: Scalar, u, sqrt_half_bits: int, poly):
+    """fdlibm's terms of log u for a finite u > 0 (normal: callers scale subnormals): u = 2^e m
+    with m in [sqrt(1/2), sqrt(2)) (``sqrt_half_bits``: the bits of sqrt(1/2) in u's type),
+    f = m - 1 (exact), s = f / (2 + f), R = s^2 poly(s^2) and f^2 / 2; returns (e as an
+    integer, f, s, R, f^2 / 2). log m = 2 atanh s = f - (f^2/2 - s (f^2/2 + R))."""
+    b = f.b
+    mantissa = {64: 52, 32: 23}[f.itype.width]
+    bits = f.bits(u)
+    e = b.ashr(b.sub(bits, f.i(sqrt_half_bits)), f.i(mantissa))
+    m = f.from_bits(b.sub(bits, b.shl(e, f.i(mantissa))))
+    frac = b.fsub(m, f.c(1.0))
+    s = b.fdiv(frac, b.fadd(f.c(2.0), frac))
+    z = b.fmul(s, s)
+    r = b.fmul(z, f.horner(z, poly))
+    hfsq = b.fmul(b.fmul(frac, frac), f.c(0.5))
+    return e, frac, s, r, hfsq
+
+
 class _F64(Scalar):
     """Scalar double arithmetic."""
 
@@ -641,14 +659,7 @@ def _log1p_body(b, x, math=None):
     f = _F64(b, math is None or math.fma)
     u = b.fadd(f.c(1.0), x)
     c = b.fdiv(b.fsub(x, b.fsub(u, f.c(1.0))), u)
-    bits = f.bits(u)
-    e = b.ashr(b.sub(bits, f.i(0x3FE6A09E667F3BCD)), f.i(52))      # bits of sqrt(1/2)
-    m = f.from_bits(b.sub(bits, b.shl(e, f.i(52))))
-    frac = b.fsub(m, f.c(1.0))
-    s = b.fdiv(frac, b.fadd(f.c(2.0), frac))
-    z = b.fmul(s, s)
-    r = b.fmul(z, f.horner(z, LOG_POLY))
-    hfsq = b.fmul(b.fmul(frac, frac), f.c(0.5))
+    e, frac, s, r, hfsq = log_terms(f, u, 0x3FE6A09E667F3BCD, LOG_POLY)   # bits of sqrt(1/2)
     # e as a double without an int-to-float conversion (slow on AVX2): the bits of SHIFTER
     # plus e are the double SHIFTER + e (one binade, ulp 1, for |e| < 2^51)
     ef = b.fsub(f.from_bits(b.add(e, f.bits(f.c(SHIFTER)))), f.c(SHIFTER))
