@@ -9,12 +9,9 @@ import pytest
 
 import symgrad as sg
 from adbench_models import gmm_adbench
-from test_sum_pull import _numeric_grad   # central differences in float64
+from test_sum_pull import _numeric_grad, assert_emulator_agrees   # (float64 central differences)
 from symgrad import simplify as simplify_module
-from symgrad.codegen import ptx_emulate
-from symgrad.emit_python import compile_python
 from symgrad.ir import toposort
-from symgrad.runtime import finish
 from symgrad.simplify import simplify
 
 
@@ -186,14 +183,7 @@ def test_cuda_kernels_agree(fn, dtype):
     """The rewritten graph is every target's: the CUDA plan, run by the emulator, agrees
     with the reference back end."""
     args = [a.astype(dtype) for a in _args(fn, np.random.default_rng(4))]
-    graph = _graph(fn, args)
-    got = ptx_emulate.run(graph, args)
-    ref_fn, _ = compile_python(graph)
-    want = finish(ref_fn(*args), graph, args)
-    got, want = (w if isinstance(w, tuple) else (w,) for w in (got, want))
-    tol = 3e-5 if dtype == "float32" else 1e-11
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+    assert_emulator_agrees(_graph(fn, args), args, dtype)
 
 
 def test_adbench_gmm_gradient_against_main_form():

@@ -129,6 +129,17 @@ def test_groups_and_chunk_local_buffers(small_chunks):
     assert s.buffers[product].size * k // group.rows == untiled
 
 
+def _gmm_gradient_groups(small_chunks, k, n, d):
+    """The GMM gradient's native at (k, n, d) in small chunks: (native, its schedule, its
+    tile groups, the first group's forward matmul stage)."""
+    small_chunks(k, n, d)
+    native = native_of(sg.differentiate(gmm, wrt=(0, 1, 2)).grad, gmm_args(k, n, d))
+    s = native.program.schedule
+    first = s.tile_groups[0]
+    forward = next(st for st in (s.stages[j] for j in first.stages) if st.kind == "matmul")
+    return native, s, s.tile_groups, forward
+
+
 def test_the_gradient_keeps_what_crosses_the_logsumexp(small_chunks):
     """The gradient's groups: the forward stages, and the backward ones after the logsumexp
     over K; the product the backward reads again is a whole buffer, the backward's own
@@ -137,12 +148,7 @@ def test_the_gradient_keeps_what_crosses_the_logsumexp(small_chunks):
     between them is moved before the second group. (n < 4 d: the backward reads the product
     itself, not the Gram product symgrad.gram_pull forms from 4 d rows on.)"""
     k, n, d = 7, 11, 3
-    small_chunks(k, n, d)
-    args = gmm_args(k, n, d)
-    native = native_of(sg.differentiate(gmm, wrt=(0, 1, 2)).grad, args)
-    s = native.program.schedule
-    first, second = s.tile_groups
-    forward = next(st for st in (s.stages[j] for j in first.stages) if st.kind == "matmul")
+    native, s, (first, second), forward = _gmm_gradient_groups(small_chunks, k, n, d)
     product = forward.sinks[0].dest.buf
     assert product not in first.local   # read again after the logsumexp
     backward = [s.stages[j] for j in second.stages if s.stages[j].kind == "matmul"]
@@ -167,12 +173,7 @@ def test_the_gram_form_keeps_nothing_across_the_logsumexp(small_chunks):
     (symgrad.gram_pull): the forward product is chunk-local in the first group (nothing reads
     it after the logsumexp) and no whole (K, n, d) scratch is left."""
     k, n, d = 7, 13, 3
-    small_chunks(k, n, d)
-    args = gmm_args(k, n, d)
-    native = native_of(sg.differentiate(gmm, wrt=(0, 1, 2)).grad, args)
-    s = native.program.schedule
-    first, second = s.tile_groups
-    forward = next(st for st in (s.stages[j] for j in first.stages) if st.kind == "matmul")
+    native, s, (first, second), forward = _gmm_gradient_groups(small_chunks, k, n, d)
     assert forward.sinks[0].dest.buf in first.local
     assert not [buf for buf, nbytes in native.tmp if nbytes >= k * n * d * 8]
 
