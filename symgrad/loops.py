@@ -33,7 +33,7 @@ from .ir import Node, toposort
 from .loop_plan import (BodyDone, StackedList, _Counter, _Fallback, _Guarded, _PeelFirst,
                         _Reshaped, _Static)
 from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
-                        _target_names, row_view_pairs, written_in_place)
+                        _target_names, row_view_pairs, span_of, written_in_place)
 from .loop_plan import (carry_buffers, check_carried_memory, container_carries, drop_leaves,
                         leaves_after_body, rebuild_carry, shown_carry)
 from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
@@ -74,6 +74,28 @@ def _stays_weak(value, kind) -> bool:
     (a node standing for a Python number of the same type)."""
     return isinstance(value, Node) and ops.weak_kind(value) is not None and \
         value.dtype == kind[0]
+
+
+def _read_as(ph: Node, dtype: str, values) -> bool:
+    """Whether ``values`` read ``ph`` only cast to ``dtype``: a Python number carried through
+    a loop whose first iteration, promoting it weakly, computes what every later one does on
+    it cast to ``dtype`` first (``s = 0.0`` then ``s += x[j]`` of a float32 ``x``)."""
+    roots = [v for v in values if isinstance(v, Node)]
+    return all(m.op == "cast" and m.dtype == dtype for m in toposort(roots) if ph in m.inputs) \
+        and ph not in roots
+
+
+def _strong_from_start(carried, phs, weak, child):
+    """Carry as a NumPy value from the start (its dtype after the first iteration) the first
+    Python number the body makes one of and reads only cast to that dtype (``_read_as``):
+    raises ``_Reshaped`` for it (else ``_Fallback``: the first iteration must run as written,
+    and a span's may not run at all)."""
+    values = [child.env.get(c) for c, _ in carried]
+    for (name, kind), ph, value in zip(carried, phs, values):
+        if name in weak and not _stays_weak(value, kind) and isinstance(value, Node) and \
+                value.shape == kind[1] and _read_as(ph, value.dtype, values):
+            raise _Reshaped(name, kind, (value.dtype, value.shape, True), True)
+    raise _Fallback()
 
 
 def _where(frame, node):
@@ -138,8 +160,21 @@ class Loops:
                     return None
             trips = min(_length(p) for p in parts)
             return _Plan(trips, parts, True)
+        span = self._span(it, frame)
+        if span is not None:
+            return _Plan(span.cap, [("span", span)], False)
         part = _part(self.eval(it, frame), stmt.body)
         return None if part is None else _Plan(_length(part), [part], False)
+
+    def _span(self, it, frame):
+        """The :class:`~symgrad.loop_plan.Span` of ``range(...)`` over integers made from
+        enclosing loop regions' indices (``range(i + 1, n)``), else None."""
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords
+                and not any(isinstance(a, ast.Starred) for a in it.args) and
+                frame.lookup(it.func.id, it) is builtins.range):
+            return None
+        args = [self.eval(a, frame) for a in it.args]
+        return span_of(args, getattr(self, "index_ranges", {}))
 
     def loop_region(self, stmt, frame, plan: _Plan, force: bool = False):
         """Trace the loop as a region: True when done; else what is left to unroll (False:
@@ -158,7 +193,9 @@ class Loops:
     def _loop_region(self, stmt, frame, plan: _Plan, force: bool):
         assigned, appended, jumps, exits = _body_facts(stmt.body)
         # (a short loop unrolls unless it may break or continue: on data, only a region can)
-        if not force and (jumps or (plan.trips <= UNROLL_MAX and not exits) or (exits and appended)):
+        spanned = plan.parts[0][0] == "span"   # its bounds are traced: it cannot unroll
+        if not force and (jumps or (plan.trips <= UNROLL_MAX and not exits and not spanned) or
+                          (exits and appended)):
             return False
         targets = _target_names(stmt.target)
         overrides: dict = {}
@@ -180,8 +217,9 @@ class Loops:
                 overrides[("counter", c.name)] = c.step
                 continue
             except _PeelFirst:
-                # (a while whose static trips already broke on data cannot run one unguarded)
-                if peeled or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
+                # (a while whose static trips already broke on data cannot run one unguarded;
+                # a span's first iteration may not run at all)
+                if peeled or spanned or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
                     return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
@@ -195,8 +233,11 @@ class Loops:
                     return self._left(frame, plan, peeled)
                 if r.before[2] and r.before[1] == r.after[1]:   # a Python number: its dtype is the loop's
                     overrides[r.name] = r.after
+                    if spanned and r.cast_first:   # (a span cannot peel its first iteration)
+                        overrides[("strong", r.name)] = True
                     continue
-                if peeled or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
+                if peeled or spanned or plan.trips <= UNROLL_MAX + 1 or \
+                        isinstance(frame.env.get(DONE), Node):
                     return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
@@ -287,12 +328,17 @@ class Loops:
             with ops.weak_scope():
                 self._traced_region(stmt, frame, plan, assigned, appended, targets, overrides,
                                     peeled, exits, containers)
+            if plan.parts[0][0] == "span" and "break" not in exits:   # (a break carries it)
+                self._bind_last_item(stmt, frame, plan.parts[0][1])
         finally:
             drop_leaves(frame, containers)
 
     def _traced_region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled,
                        exits, containers):
         n = plan.trips
+        span = plan.parts[0][1] if plan.parts[0][0] == "span" else None
+        if span is not None and appended:   # (a list's length would depend on the index)
+            raise _Fallback()
         # An array whose rows the body writes into (through the loop variable) is carried: the
         # row written in iteration i is read from the input rows (no earlier iteration wrote
         # it) and written into the carried array.
@@ -327,7 +373,7 @@ class Loops:
                 child.env[name] = value
                 continue
             step = overrides.get(("counter", name))
-            if step is not None and done is None:
+            if step is not None and done is None and span is None:
                 counters[name] = value
                 child.env[name] = ops.mark_weak(index * step + value)
                 continue
@@ -337,7 +383,7 @@ class Loops:
             if kind is None:
                 raise _Fallback()
             ph = regions.placeholder(kind[0], kind[1])
-            if kind[2]:
+            if kind[2] and ("strong", name) not in overrides:
                 weak.append(name)
                 if kind == _carry_type(value):   # still the Python number's own type
                     ops.mark_weak(ph)
@@ -364,7 +410,12 @@ class Loops:
             lists[name] = child.env[name] = StackedList()
         rows, xs, items = [], [], []
         for part in plan.parts:
-            if part[0] == "range":
+            if part[0] == "span":
+                item = index if (span.start, span.step) == (0, 1) else \
+                    ops.add(ops.mul(index, span.step), span.start)
+                self.index_ranges[item] = span.bounds
+                items.append(ops.mark_weak(item))
+            elif part[0] == "range":
                 r = part[1]
                 item = index if (r.start, r.step) == (0, 1) else index * r.step + r.start
                 items.append(ops.mark_weak(item))
@@ -406,8 +457,8 @@ class Loops:
                 if frame.env.get(name) == value and type(frame.env.get(name)) is type(value):
                     raise _Static(name)
                 raise _PeelFirst()
-            if name in weak and kind[0] == "int64" and done is None and isinstance(value, Node) \
-                    and value.op == "add" and ph in value.inputs:
+            if name in weak and kind[0] == "int64" and done is None and span is None and \
+                    isinstance(value, Node) and value.op == "add" and ph in value.inputs:
                 other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
                 if other.op == "const" and isinstance(other.attrs[0], int):
                     raise _Counter(name, other.attrs[0])
@@ -422,6 +473,8 @@ class Loops:
         if turned:
             kinds = {kind[0] for kind in turned}
             if not kinds <= {"float64", "int64", "bool"} or _mixes_narrow(child):
+                if span is not None:   # (its first iteration may not run: it cannot peel)
+                    _strong_from_start(carried, phs, weak, child)
                 if not peeled:
                     raise _PeelFirst()
                 raise _Fallback()
@@ -435,7 +488,8 @@ class Loops:
                 if after[0] != kind[0] and after[1] == kind[1] and kind[2] is False and \
                         isinstance(value, Node):
                     raise _Reshaped(name, kind, (after[0], after[1], False))
-                raise _Reshaped(name, kind, (after[0], after[1], kind[2]))
+                raise _Reshaped(name, kind, (after[0], after[1], kind[2]),
+                                _read_as(ph, after[0], [child.env.get(c) for c, _ in carried]))
             new.append(ops.lift(value) if isinstance(value, Node) else
                        ops.full((), value, kind[0]))
         # Variables first bound in the body: their last value, carried from zeros.
@@ -449,6 +503,8 @@ class Loops:
             phs.append(ph)
             new.append(v)   # reads of it inside the body come after its assignment
         exit_ = None
+        if span is not None and done is None:   # only the iterations of the range run
+            exit_ = regions.COUNT,
         if done is not None and not lists:   # the loop stops once done, counting its trips
             trips = regions.placeholder("int64")
             exit_ = (regions.UNTIL, 0, len(carried))
@@ -467,16 +523,20 @@ class Loops:
             # once done, an iteration changes nothing (and computes nothing: a branch node)
             outer = {m for v in frame.env.values() for m in walk_nodes(v)}
             new = regions.cond(done, list(phs), new, outer=outer | set(phs) | set(rows) | {index})
+            if span is not None:   # ... and once the range's iterations have run
+                new[0] = ops.logical_or(new[0], ops.ge(index + 1, span.count))
+                inits[0] = ops.logical_or(inits[0], ops.le(span.count, 0))
         ys = []
         for name, recorder in lists.items():
             for item in list.__iter__(recorder):
                 item = ops.lift(item)
                 ys.append(item)
-        index_name = targets[0] if targets and plan.parts[0][0] == "range" else "i"
+        index_name = targets[0] if targets and plan.parts[0][0] in ("range", "span") else "i"
         memo: dict = {}
         finals, stacks = regions.scan(n, index, phs, inits, rows, xs, new, ys,
                                       names=(_shown(index_name), *(_shown(c[0]) for c in carried)),
-                                      memo=memo, exit=exit_)
+                                      memo=memo, exit=exit_,
+                                      count=None if span is None else span.count)
         for old, new_node in memo.items():
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
@@ -504,7 +564,7 @@ class Loops:
             k += count
             for t in range(n):
                 frame.env[name].extend(ops.getitem(s, t) for s in mine)
-        if n and done is None:   # the loop variables keep their last values, as in Python
+        if n and done is None and span is None:   # the loop variables keep their last values, as in Python
             last = [self._item(plan, p, n - 1) for p in plan.parts]
             self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt,
                         origin=self._items_origin(stmt, frame, plan))
@@ -512,3 +572,20 @@ class Loops:
                 if base in written:
                     frame.env[name] = ops.getitem(frame.env[base], plan.first + n - 1)
             self.bind_row_views(stmt, frame, plan.first + n - 1)
+
+    def _bind_last_item(self, stmt, frame, span):
+        """After a loop over a span, its variable holds the last item, as in Python; where the
+        span may be empty, its value before the loop (if it had one: otherwise it is unbound
+        where the span is empty, and reading it after the loop is refused)."""
+        name = stmt.target.id if isinstance(stmt.target, ast.Name) else None
+        if name is None:
+            return
+        last = ops.add(ops.mul(ops.sub(span.count, 1), span.step), span.start)
+        before = frame.env.get(name, MISSING)
+        if isinstance(before, (Node, int)) and not isinstance(before, bool) and \
+                getattr(before, "dtype", "int64") == "int64":
+            last = ops.where(ops.gt(span.count, 0), last, before)
+        elif (_int_range(span.count, self.index_ranges) or (0, 0))[0] <= 0:
+            last = Undefined(name, frame.source.loc(stmt))
+        frame.env[name] = ops.mark_weak(last) if isinstance(last, Node) and \
+            ops.weak_kind(span.count) is not None else last
