@@ -12,9 +12,14 @@ NumPy promotes them (``symgrad.op_base.weak_scope``): ``x * t`` of a float32 ``x
 An array whose rows the body writes into through the loop variable (``row[j] = v``: NumPy's row
 is a view, ``symgrad.array_writes``) is carried, its row i updated in iteration i.
 
+A ``range`` whose bounds are integers made from enclosing loop regions' indices (a triangular
+loop: ``for j in range(i + 1, n)``, ``range(i)``, ``range(n - 1, i, -1)``) is a region too,
+sized by its longest range, that runs only its own iterations (``symgrad.loop_plan.Span``):
+such a loop never unrolls, so neither does the loop around it.
+
 What a loop region cannot express falls back to unrolling, which is also kept as the
-optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
-the loop index, a static value the body needs (``range(i)``), containers rebound in the body.
+optimisation for short loops: ``return`` in the body, a list indexed by the loop index, a
+static value the body needs (``x[:i]``), containers rebound in the body.
 
 A ``while`` on data (``symgrad.while_loops``) is traced through :meth:`Loops.loop_region` too
 (``force``: it cannot unroll); the guards of while loops in a body are carried, one bool per

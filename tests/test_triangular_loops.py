@@ -415,3 +415,26 @@ def test_a_new_n_reuses_the_machine_code():
                                rtol=1e-10, atol=1e-12)
     texts = [re.sub(r"^;.*$", "", g.llvm_ir(_positions(n)), flags=re.M) for n in (12, 30)]
     assert texts[0] == texts[1]   # (but for the comments, which name the shapes)
+
+
+# ---------------------------------------------------------------------------------------------
+# A gather's cotangent in a loop: stacked per iteration, scattered once after the loop
+
+def gathered_and_whole(x, w):
+    """x[i] (a gather: its cotangent scattered) and all of x (accumulated) in one loop."""
+    t = 0.0
+    for i in range(x.shape[0]):
+        t = t + x[i] * np.sum(w * x) + np.sin(w[i] * x[i])
+    return t
+
+
+def test_gathered_and_whole_input():
+    check_program(gathered_and_whole, [RNG.normal(size=6), RNG.normal(size=6)], wrt=(0, 1))
+
+
+def test_gather_cotangent_is_scattered_after_the_loops():
+    """The backward of ``pos[j]`` in the pair loop scatters one row per pair, not a pass over
+    all of ``pos``'s cotangent per pair: the scatter (``np.add.at``) runs once, after the loops."""
+    source = sg.differentiate(lennard_jones, target="python").grad.source_for(_positions(7))
+    scatters = [line for line in source.splitlines() if "np.add.at" in line]
+    assert scatters and all(line.startswith("    np.add.at") for line in scatters), source
