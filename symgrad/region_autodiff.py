@@ -100,7 +100,7 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     # A loop-invariant input's cotangent: its scattered terms (a gather's, x[j]) stacked per
     # iteration and scattered once after the loop, the rest accumulated in a carry.
     varying = {b_index, *(g for g in g_next if g is not None), *b_rows}
-    split = [_scattered_terms(rebuilt(g, k), varying) if g is not None else (None, [])
+    split = [_scattered_terms(rebuilt(g, k), varying, n) if g is not None else (None, [])
              for g, k in zip(g_consts, consts)]
     acc = [placeholder(k.dtype, k.shape) if rest is not None else None
            for k, (rest, _) in zip(consts, split)]
@@ -231,11 +231,17 @@ def remat_vjp(node: Node, cts: dict, reverse_pass):
     return [grads_in.get(k) for k in range(len(node.inputs))], None
 
 
-def _scattered_terms(g: Node, varying: set):
-    """(the rest of ``g``, or None; its terms that scatter fewer values than ``g`` holds and
-    vary with the iteration): a gather's cotangent, ``scatter_add(v, j)``, costs a pass over
-    the whole array per iteration as a carry's update, and ``v`` and ``j`` per iteration as
-    stacked outputs (scattered once after the loop)."""
+# The most values (of all iterations) a loop's stacked scatter terms may hold, beyond the
+# size of the array they scatter into (``_scattered_terms``).
+STACKED_SCATTER_MAX = 1 << 24
+
+
+def _scattered_terms(g: Node, varying: set, trips: int):
+    """(the rest of ``g``, or None; its terms that scatter at most a quarter of the values
+    ``g`` holds and vary with the iteration): a gather's cotangent, ``scatter_add(v, j)``,
+    costs a pass over the whole array per iteration as a carry's update, and ``v`` and ``j``
+    per iteration as stacked outputs (scattered once after the loop; at most
+    ``STACKED_SCATTER_MAX`` values over the ``trips`` iterations, or the array's size)."""
     depends = set(varying)
     for m in toposort([g]):
         if m not in depends and any(i in depends for i in m.inputs):
@@ -245,7 +251,8 @@ def _scattered_terms(g: Node, varying: set):
         t = pending.pop()
         if t.op == "add" and all(i.shape == t.shape and i.dtype == t.dtype for i in t.inputs):
             pending.extend(t.inputs)
-        elif t.op == "scatter_add" and t in depends and t.inputs[0].size < t.size:
+        elif t.op == "scatter_add" and t in depends and 4 * t.inputs[0].size <= t.size and \
+                trips * t.inputs[0].size <= max(STACKED_SCATTER_MAX, t.size):
             terms.append(t)
         else:
             rest.append(t)
