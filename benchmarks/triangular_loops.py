@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
