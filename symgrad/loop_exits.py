@@ -2,18 +2,23 @@
 sequence, the straight-line expansion): a loop that stops once its done flag is set
 (``("until", k, c)``, ``symgrad.regions``) or runs only its first ``m`` iterations
 (``("count",)``) becomes a loop of the same results over all its iterations, each iteration
-the exit would skip keeping the carries (and stacking zeros).
+the exit would skip keeping the carries (and stacking zeros), by a branch that does not run
+the body there.
 """
 from __future__ import annotations
 
 from .ir import Graph, Node, make, substitute, toposort
-from .ops import cast, logical_not, lt, where, zeros_like
-from .regions import COUNT, REGION_OPS, Body, loop_count, loop_exit, placeholder, rebuild_loop
+from .ops import logical_not, lt, zeros_like
+from .regions import COUNT, REGION_OPS, Body, cond, loop_count, loop_exit, placeholder, rebuild_loop
 
 
 def plain_loop(loop: Node) -> Node:
     """A loop of the same results that runs all its iterations (for a back end without early
-    exits): an iteration that the exit would skip keeps the carries (and stacks zeros)."""
+    exits): an iteration that the exit would skip keeps the carries (and stacks zeros), by a
+    branch that does not run the body. (Past a triangular loop's count,
+    ``symgrad.loop_plan.Span``, its index is outside the range: the body would index past the
+    end of the arrays, or divide by a zero distance; past a done flag, the loop's own test
+    said stop.)"""
     body, _trips, nc, nx, _reverse, exit_ = loop.attrs
     params = body.params
     if exit_ == (COUNT,):
@@ -21,10 +26,10 @@ def plain_loop(loop: Node) -> Node:
         live, outer = lt(params[0], bound), {bound: loop_count(loop)}
     else:
         live, outer = logical_not(params[1 + exit_[1]]), {}
-    carries = [cast(where(live, r, p), r.dtype) for r, p in zip(body.results, params[1:1 + nc])]
-    ys = [cast(where(live, y, zeros_like(y)), y.dtype) for y in body.results[nc:]]
-    return rebuild_loop(loop, list(params[:1 + nc + nx]), carries + ys,
-                        list(loop.inputs[:nc + nx]), nc, outer=outer, exit=None)
+    kept = [*params[1:1 + nc], *(zeros_like(y) for y in body.results[nc:])]
+    results = cond(live, list(body.results), kept, outer=set(params) | set(outer))
+    return rebuild_loop(loop, list(params[:1 + nc + nx]), results, list(loop.inputs[:nc + nx]),
+                        nc, outer=outer, exit=None)
 
 
 def without_exits(graph):
@@ -50,8 +55,19 @@ def without_exits(graph):
 
 
 def _body_exits(region: Node) -> bool:
-    return any(m.op == "loop" and loop_exit(m) is not None
-               for body in region.attrs if isinstance(body, Body) for m in toposort(body.results))
+    """Whether a loop inside ``region``'s bodies (at any depth: a branch's bodies in a loop
+    body too) exits early."""
+    stack = [region]
+    while stack:
+        node = stack.pop()
+        for body in node.attrs:
+            if isinstance(body, Body):
+                for m in toposort(body.results):
+                    if m.op == "loop" and loop_exit(m) is not None:
+                        return True
+                    if m.op in REGION_OPS:
+                        stack.append(m)
+    return False
 
 
 def _bodies_without_exits(region: Node) -> Node:

@@ -154,7 +154,57 @@ def stackable(items, least: int = 2) -> bool:
 
 
 def _length(part) -> int:
+    if part[0] == "span":
+        return part[1].cap
     return len(part[1]) if part[0] == "range" else part[1].shape[0]
+
+
+class Span:
+    """``range(start, stop, step)`` whose bounds are integers made from enclosing loop regions'
+    indices (a triangular loop: ``range(i + 1, n)``): ``count`` (an int64 node; at most ``cap``,
+    negative for no trips) iterations of ``start + k * step``, k = 0, 1, ...; ``cap``, the most
+    iterations any value of the indices gives, is the static length of the loop region, which
+    runs only the first ``count`` (its ``("count",)`` exit): an iteration outside the range is
+    never run, forward or backward. ``bounds``: the lowest and highest item of any of them."""
+
+    def __init__(self, start, step: int, count: Node, cap: int, bounds):
+        self.start, self.step, self.count, self.cap, self.bounds = start, step, count, cap, bounds
+
+
+def span_of(args, ranges: dict):
+    """The :class:`Span` of ``range(*args)`` whose bounds are integers of loop indices (and
+    static ints) of known range, step 1 or -1; None for any other range (a static one, a bound
+    made from data: a loop cannot be sized by it)."""
+    from . import ops   # (ops sits above this module)
+    if not 1 <= len(args) <= 3 or not any(isinstance(a, Node) for a in args):
+        return None
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args[:2], args[2] if len(args) == 3 else 1)
+    if not isinstance(step, int) or isinstance(step, bool) or step not in (1, -1):
+        return None
+    bounds = [_static_range(v, ranges) for v in (start, stop)]
+    if None in bounds:
+        return None
+    (lo_a, hi_a), (lo_b, hi_b) = bounds
+    if step == 1:
+        count, cap = ops.sub(stop, start), max(hi_b - lo_a, 0)
+        items = (lo_a, min(hi_b - 1, hi_a + cap - 1))
+    else:
+        count, cap = ops.sub(start, stop), max(hi_a - lo_b, 0)
+        items = (max(lo_b + 1, lo_a - cap + 1), hi_a)
+    count = ops.lift(count)
+    if (count.dtype, count.shape) != ("int64", ()):
+        return None
+    return Span(start, step, count, cap, items)
+
+
+def _static_range(value, ranges: dict):
+    """(lowest, highest) of a range bound: a Python int, or an int64 scalar node of loop
+    indices (``_int_range``); None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    if isinstance(value, Node) and value.shape == () and value.dtype == "int64":
+        return _int_range(value, ranges)
+    return None
 
 
 def _carry_type(value):
@@ -230,10 +280,12 @@ class _Guarded(Exception):
 
 
 class _Reshaped(Exception):
-    """A carry changed type in the first iteration: peel it and try again."""
+    """A carry changed type in the first iteration: peel it and try again. ``cast_first``:
+    the body reads the carry only cast to its new dtype (its first iteration is every other
+    one on the carry's start cast to that dtype: it needs no peeling)."""
 
-    def __init__(self, name, before, after):
-        self.name, self.before, self.after = name, before, after
+    def __init__(self, name, before, after, cast_first=False):
+        self.name, self.before, self.after, self.cast_first = name, before, after, cast_first
 
 
 class StackedList(list):

@@ -12,9 +12,14 @@ NumPy promotes them (``symgrad.op_base.weak_scope``): ``x * t`` of a float32 ``x
 An array whose rows the body writes into through the loop variable (``row[j] = v``: NumPy's row
 is a view, ``symgrad.array_writes``) is carried, its row i updated in iteration i.
 
+A ``range`` whose bounds are integers made from enclosing loop regions' indices (a triangular
+loop: ``for j in range(i + 1, n)``, ``range(i)``, ``range(n - 1, i, -1)``) is a region too,
+sized by its longest range, that runs only its own iterations (``symgrad.loop_plan.Span``):
+such a loop never unrolls, so neither does the loop around it.
+
 What a loop region cannot express falls back to unrolling, which is also kept as the
-optimisation for short loops: ``break``/``continue``/``return`` in the body, a list indexed by
-the loop index, a static value the body needs (``range(i)``), containers rebound in the body.
+optimisation for short loops: ``return`` in the body, a list indexed by the loop index, a
+static value the body needs (``x[:i]``), containers rebound in the body.
 
 A ``while`` on data (``symgrad.while_loops``) is traced through :meth:`Loops.loop_region` too
 (``force``: it cannot unroll); the guards of while loops in a body are carried, one bool per
@@ -27,15 +32,15 @@ import builtins
 
 from . import guards as guards_table
 from . import ops, regions
-from .aliases import ZIPPED_ITEMS, row_buffers
 from .errors import UnsupportedSyntaxError
 from .ir import Node, toposort
 from .loop_plan import (BodyDone, StackedList, _Counter, _Fallback, _Guarded, _PeelFirst,
                         _Reshaped, _Static)
 from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _part,
-                        _target_names, row_view_pairs, written_in_place)
+                        _target_names, row_view_pairs, span_of, written_in_place)
 from .loop_plan import (carry_buffers, check_carried_memory, container_carries, drop_leaves,
                         leaves_after_body, rebuild_carry, shown_carry)
+from .loop_steps import DONE, LoopSteps
 from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -43,10 +48,8 @@ from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
 UNROLL_MAX = 4
 
 
-# The hidden variable of a loop with a break on data: whether the loop has stopped (not an
-# identifier, so no user variable can be called that).
-DONE = "<break>"
-# ... and the number of its iterations that ran (the trips its backward pass walks).
+# The number of iterations that ran of a loop with a break on data (the trips its backward
+# pass walks; its done flag is ``symgrad.loop_steps.DONE``).
 TRIPS = "<trips>"
 
 
@@ -76,12 +79,29 @@ def _stays_weak(value, kind) -> bool:
         value.dtype == kind[0]
 
 
-def _where(frame, node):
-    loc = frame.source.loc(node)
-    return loc.filename, loc.lineno, loc.col, loc.text
+def _read_as(ph: Node, dtype: str, values) -> bool:
+    """Whether ``values`` read ``ph`` only cast to ``dtype``: a Python number carried through
+    a loop whose first iteration, promoting it weakly, computes what every later one does on
+    it cast to ``dtype`` first (``s = 0.0`` then ``s += x[j]`` of a float32 ``x``)."""
+    roots = [v for v in values if isinstance(v, Node)]
+    return all(m.op == "cast" and m.dtype == dtype for m in toposort(roots) if ph in m.inputs) \
+        and ph not in roots
 
 
-class Loops:
+def _strong_from_start(carried, phs, weak, child):
+    """Carry as a NumPy value from the start (its dtype after the first iteration) the first
+    Python number the body makes one of and reads only cast to that dtype (``_read_as``):
+    raises ``_Reshaped`` for it (else ``_Fallback``: the first iteration must run as written,
+    and a span's may not run at all)."""
+    values = [child.env.get(c) for c, _ in carried]
+    for (name, kind), ph, value in zip(carried, phs, values):
+        if name in weak and not _stays_weak(value, kind) and isinstance(value, Node) and \
+                value.shape == kind[1] and _read_as(ph, value.dtype, values):
+            raise _Reshaped(name, kind, (value.dtype, value.shape, True), True)
+    raise _Fallback()
+
+
+class Loops(LoopSteps):
     """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
 
     def in_bounds(self, key: Node, array: Node) -> bool:
@@ -90,33 +110,6 @@ class Loops:
         bounds = _int_range(key, getattr(self, "index_ranges", {}))
         return bounds is not None and array.ndim >= 1 and \
             -array.shape[0] <= bounds[0] and bounds[1] < array.shape[0]
-
-    def exec_exit_if(self, stmt, frame, cont, cond):
-        """A data-dependent ``if`` whose branches break or continue the loop region being
-        traced: each side runs with the rest of the loop body (up to its break/continue; a
-        break sets the loop's done flag), and one branch node chooses what they bound."""
-        rest = [s for block in cont for s in block]
-        sides, scopes = [], []
-        for body in (stmt.body, stmt.orelse):
-            child = fork(frame)
-            self.frames.append(child)
-            self.open_guards()
-            try:
-                try:
-                    self.exec_block(body + rest, child, ())
-                except Break:
-                    child.env[DONE] = True
-                except (Continue, BodyDone):
-                    pass
-            finally:
-                self.frames.pop()
-                scopes.append(self.close_guards())
-                self.frame = frame
-            sides.append(child)
-        keys = self.guards_into_sides(sides, scopes)
-        self.join_branches(cond, sides[0], sides[1], stmt, frame)
-        self.guards_out_of(frame, keys)
-        raise BodyDone()
 
     def plan_of(self, stmt, frame):
         """The loop's :class:`_Plan`, or None when it is not one a region can express."""
@@ -138,8 +131,21 @@ class Loops:
                     return None
             trips = min(_length(p) for p in parts)
             return _Plan(trips, parts, True)
+        span = self._span(it, frame)
+        if span is not None:
+            return _Plan(span.cap, [("span", span)], False)
         part = _part(self.eval(it, frame), stmt.body)
         return None if part is None else _Plan(_length(part), [part], False)
+
+    def _span(self, it, frame):
+        """The :class:`~symgrad.loop_plan.Span` of ``range(...)`` over integers made from
+        enclosing loop regions' indices (``range(i + 1, n)``), else None."""
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords
+                and not any(isinstance(a, ast.Starred) for a in it.args) and
+                frame.lookup(it.func.id, it) is builtins.range):
+            return None
+        args = [self.eval(a, frame) for a in it.args]
+        return span_of(args, getattr(self, "index_ranges", {}))
 
     def loop_region(self, stmt, frame, plan: _Plan, force: bool = False):
         """Trace the loop as a region: True when done; else what is left to unroll (False:
@@ -158,7 +164,9 @@ class Loops:
     def _loop_region(self, stmt, frame, plan: _Plan, force: bool):
         assigned, appended, jumps, exits = _body_facts(stmt.body)
         # (a short loop unrolls unless it may break or continue: on data, only a region can)
-        if not force and (jumps or (plan.trips <= UNROLL_MAX and not exits) or (exits and appended)):
+        spanned = plan.parts[0][0] == "span"   # its bounds are traced: it cannot unroll
+        if not force and (jumps or (plan.trips <= UNROLL_MAX and not exits and not spanned) or
+                          (exits and appended)):
             return False
         targets = _target_names(stmt.target)
         overrides: dict = {}
@@ -180,8 +188,9 @@ class Loops:
                 overrides[("counter", c.name)] = c.step
                 continue
             except _PeelFirst:
-                # (a while whose static trips already broke on data cannot run one unguarded)
-                if peeled or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
+                # (a while whose static trips already broke on data cannot run one unguarded;
+                # a span's first iteration may not run at all)
+                if peeled or spanned or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
                     return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
@@ -195,8 +204,11 @@ class Loops:
                     return self._left(frame, plan, peeled)
                 if r.before[2] and r.before[1] == r.after[1]:   # a Python number: its dtype is the loop's
                     overrides[r.name] = r.after
+                    if spanned and r.cast_first:   # (a span cannot peel its first iteration)
+                        overrides[("strong", r.name)] = True
                     continue
-                if peeled or plan.trips <= UNROLL_MAX + 1 or isinstance(frame.env.get(DONE), Node):
+                if peeled or spanned or plan.trips <= UNROLL_MAX + 1 or \
+                        isinstance(frame.env.get(DONE), Node):
                     return self._left(frame, plan, peeled)
                 peeled = True
                 plan = self._peel(stmt, frame, plan, exits)
@@ -211,74 +223,6 @@ class Loops:
                 return self._left(frame, plan, peeled)   # unrolling reproduces a genuine error at the user's line
         return self._left(frame, plan, peeled)
 
-    def _left(self, frame, plan, peeled):
-        """What remains to unroll when the region is given up (after a peeled iteration:
-        the rest, as long as it did not break on data)."""
-        if not peeled:
-            return False
-        done = frame.env.pop(DONE, False)
-        if done is not False:
-            raise UnsupportedSyntaxError("a break on data in a loop that cannot be traced as a "
-                                         "loop region", *_where(frame, self.node))
-        return plan
-
-    def plan_items(self, plan) -> list:
-        """The items of the iterations ``plan`` describes (for unrolling them)."""
-        columns = [[self._item(plan, p, i) for i in range(plan.trips)] for p in plan.parts]
-        return list(zip(*columns)) if plan.tupled else columns[0]
-
-    def _peel(self, stmt, frame, plan, exits):
-        """Run the first iteration unrolled (a break or continue on data in it handled as in
-        the region: the done flag it sets starts the rest); the plan for the rest."""
-        items = [self._item(plan, p, 0) for p in plan.parts]
-        self.assign(stmt.target, tuple(items) if plan.tupled else items[0], frame, stmt,
-                    origin=self._items_origin(stmt, frame, plan))
-        self.bind_row_views(stmt, frame, plan.first)
-        if self.run_iteration(stmt, frame, exits):
-            frame.env[DONE] = True
-        rest = []
-        for p in plan.parts:
-            if p[0] == "range":
-                rest.append(("range", p[1][1:]))
-            else:
-                rest.append(("rows", ops.getitem(p[1], slice(1, None))))
-        return _Plan(plan.trips - 1, rest, plan.tupled, plan.first + 1)
-
-    def run_iteration(self, stmt, frame, exits) -> bool:
-        """Run the loop body once as written; whether it ended in a static break. With a
-        break/continue in the body (``exits``), one on data (an ``if`` on data) runs the rest
-        of the body under the branch and leaves the done flag that starts a loop region."""
-        depth, saved_exits = frame.loop_depth, frame.exits
-        frame.loop_depth += 1
-        if exits:
-            frame.exits = frame.loop_depth
-            frame.env[DONE] = False
-        try:
-            self.exec_block(stmt.body, frame, ())
-        except (BodyDone, Continue):
-            pass
-        except Break:
-            return True
-        finally:
-            frame.loop_depth, frame.exits = depth, saved_exits
-        return False
-
-    def _items_origin(self, stmt, frame, plan):
-        """Where the loop's items live, as the unrolled loop binds them (rows of an array are
-        views of it, item by item for enumerate/zip): a write into a row writes into its array
-        or is refused, in a region too, never silently dropped."""
-        if not plan.tupled:
-            return row_buffers(plan.parts[0][1], self.origin_of(stmt.iter, frame))
-        it = stmt.iter   # enumerate(a) or zip(a, b, ...) of arrays and ranges (plan_of)
-        zipped = ZIPPED_ITEMS[getattr(builtins, it.func.id)]
-        iterated = plan.parts[1:] if it.func.id == "enumerate" else plan.parts
-        return zipped([row_buffers(p[1], self.origin_of(a, frame))
-                       for a, p in zip(it.args, iterated)])
-
-    @staticmethod
-    def _item(plan, part, i):
-        return part[1][i] if part[0] == "range" else ops.getitem(part[1], i)
-
     def _region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled, exits):
         # The index, counters and Python numbers carried stand for Python numbers in the body:
         # they promote weakly, as NumPy promotes them (a float32 loop stays float32).
@@ -287,12 +231,17 @@ class Loops:
             with ops.weak_scope():
                 self._traced_region(stmt, frame, plan, assigned, appended, targets, overrides,
                                     peeled, exits, containers)
+            if plan.parts[0][0] == "span" and "break" not in exits:   # (a break carries it)
+                self._bind_last_item(stmt, frame, plan.parts[0][1])
         finally:
             drop_leaves(frame, containers)
 
     def _traced_region(self, stmt, frame, plan, assigned, appended, targets, overrides, peeled,
                        exits, containers):
         n = plan.trips
+        span = plan.parts[0][1] if plan.parts[0][0] == "span" else None
+        if span is not None and appended:   # (a list's length would depend on the index)
+            raise _Fallback()
         # An array whose rows the body writes into (through the loop variable) is carried: the
         # row written in iteration i is read from the input rows (no earlier iteration wrote
         # it) and written into the carried array.
@@ -327,7 +276,7 @@ class Loops:
                 child.env[name] = value
                 continue
             step = overrides.get(("counter", name))
-            if step is not None and done is None:
+            if step is not None and done is None and span is None:
                 counters[name] = value
                 child.env[name] = ops.mark_weak(index * step + value)
                 continue
@@ -337,7 +286,7 @@ class Loops:
             if kind is None:
                 raise _Fallback()
             ph = regions.placeholder(kind[0], kind[1])
-            if kind[2]:
+            if kind[2] and ("strong", name) not in overrides:
                 weak.append(name)
                 if kind == _carry_type(value):   # still the Python number's own type
                     ops.mark_weak(ph)
@@ -364,7 +313,12 @@ class Loops:
             lists[name] = child.env[name] = StackedList()
         rows, xs, items = [], [], []
         for part in plan.parts:
-            if part[0] == "range":
+            if part[0] == "span":
+                item = index if (span.start, span.step) == (0, 1) else \
+                    ops.add(ops.mul(index, span.step), span.start)
+                self.index_ranges[item] = span.bounds
+                items.append(ops.mark_weak(item))
+            elif part[0] == "range":
                 r = part[1]
                 item = index if (r.start, r.step) == (0, 1) else index * r.step + r.start
                 items.append(ops.mark_weak(item))
@@ -406,8 +360,8 @@ class Loops:
                 if frame.env.get(name) == value and type(frame.env.get(name)) is type(value):
                     raise _Static(name)
                 raise _PeelFirst()
-            if name in weak and kind[0] == "int64" and done is None and isinstance(value, Node) \
-                    and value.op == "add" and ph in value.inputs:
+            if name in weak and kind[0] == "int64" and done is None and span is None and \
+                    isinstance(value, Node) and value.op == "add" and ph in value.inputs:
                 other = value.inputs[1] if value.inputs[0] is ph else value.inputs[0]
                 if other.op == "const" and isinstance(other.attrs[0], int):
                     raise _Counter(name, other.attrs[0])
@@ -422,6 +376,8 @@ class Loops:
         if turned:
             kinds = {kind[0] for kind in turned}
             if not kinds <= {"float64", "int64", "bool"} or _mixes_narrow(child):
+                if span is not None:   # (its first iteration may not run: it cannot peel)
+                    _strong_from_start(carried, phs, weak, child)
                 if not peeled:
                     raise _PeelFirst()
                 raise _Fallback()
@@ -435,7 +391,8 @@ class Loops:
                 if after[0] != kind[0] and after[1] == kind[1] and kind[2] is False and \
                         isinstance(value, Node):
                     raise _Reshaped(name, kind, (after[0], after[1], False))
-                raise _Reshaped(name, kind, (after[0], after[1], kind[2]))
+                raise _Reshaped(name, kind, (after[0], after[1], kind[2]),
+                                _read_as(ph, after[0], [child.env.get(c) for c, _ in carried]))
             new.append(ops.lift(value) if isinstance(value, Node) else
                        ops.full((), value, kind[0]))
         # Variables first bound in the body: their last value, carried from zeros.
@@ -449,6 +406,8 @@ class Loops:
             phs.append(ph)
             new.append(v)   # reads of it inside the body come after its assignment
         exit_ = None
+        if span is not None and done is None:   # only the iterations of the range run
+            exit_ = regions.COUNT,
         if done is not None and not lists:   # the loop stops once done, counting its trips
             trips = regions.placeholder("int64")
             exit_ = (regions.UNTIL, 0, len(carried))
@@ -467,16 +426,20 @@ class Loops:
             # once done, an iteration changes nothing (and computes nothing: a branch node)
             outer = {m for v in frame.env.values() for m in walk_nodes(v)}
             new = regions.cond(done, list(phs), new, outer=outer | set(phs) | set(rows) | {index})
+            if span is not None:   # ... and once the range's iterations have run
+                new[0] = ops.logical_or(new[0], ops.ge(index + 1, span.count))
+                inits[0] = ops.logical_or(inits[0], ops.le(span.count, 0))
         ys = []
         for name, recorder in lists.items():
             for item in list.__iter__(recorder):
                 item = ops.lift(item)
                 ys.append(item)
-        index_name = targets[0] if targets and plan.parts[0][0] == "range" else "i"
+        index_name = targets[0] if targets and plan.parts[0][0] in ("range", "span") else "i"
         memo: dict = {}
         finals, stacks = regions.scan(n, index, phs, inits, rows, xs, new, ys,
                                       names=(_shown(index_name), *(_shown(c[0]) for c in carried)),
-                                      memo=memo, exit=exit_)
+                                      memo=memo, exit=exit_,
+                                      count=None if span is None else span.count)
         for old, new_node in memo.items():
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
@@ -504,7 +467,7 @@ class Loops:
             k += count
             for t in range(n):
                 frame.env[name].extend(ops.getitem(s, t) for s in mine)
-        if n and done is None:   # the loop variables keep their last values, as in Python
+        if n and done is None and span is None:   # the loop variables keep their last values, as in Python
             last = [self._item(plan, p, n - 1) for p in plan.parts]
             self.assign(stmt.target, tuple(last) if plan.tupled else last[0], frame, stmt,
                         origin=self._items_origin(stmt, frame, plan))
@@ -512,3 +475,20 @@ class Loops:
                 if base in written:
                     frame.env[name] = ops.getitem(frame.env[base], plan.first + n - 1)
             self.bind_row_views(stmt, frame, plan.first + n - 1)
+
+    def _bind_last_item(self, stmt, frame, span):
+        """After a loop over a span, its variable holds the last item, as in Python; where the
+        span may be empty, its value before the loop (if it had one: otherwise it is unbound
+        where the span is empty, and reading it after the loop is refused)."""
+        name = stmt.target.id if isinstance(stmt.target, ast.Name) else None
+        if name is None:
+            return
+        last = ops.add(ops.mul(ops.sub(span.count, 1), span.step), span.start)
+        before = frame.env.get(name, MISSING)
+        if isinstance(before, (Node, int)) and not isinstance(before, bool) and \
+                getattr(before, "dtype", "int64") == "int64":
+            last = ops.where(ops.gt(span.count, 0), last, before)
+        elif (_int_range(span.count, self.index_ranges) or (0, 0))[0] <= 0:
+            last = Undefined(name, frame.source.loc(stmt))
+        frame.env[name] = ops.mark_weak(last) if isinstance(last, Node) and \
+            ops.weak_kind(span.count) is not None else last

@@ -10,7 +10,10 @@ tape: each stored value is a stacked output, preallocated from the trip count):
 3. the backward loop runs ``i = n-1, ..., 0`` with the cotangents of the carries as its carries,
    the cotangents of loop-invariant inputs accumulated as further carries, and the residual
    rows, the ys' cotangent rows and the xs' rows as its per-iteration inputs; the xs'
-   cotangents are its stacked outputs. The backward loop of a loop that exits early (a
+   cotangents are its stacked outputs. A gather's cotangent (``x[j]`` of a loop-invariant
+   ``x``: a scatter of one row) is no accumulated carry, whose update would pass over all of
+   ``x`` every iteration: its values and indices are stacked outputs too, scattered once
+   after the loop. The backward loop of a loop that exits early (a
    ``while`` or ``break`` on data) runs only as many iterations as the forward loop counted
    (its ``("count",)`` exit), so the stored rows of iterations that never ran are never read.
 
@@ -24,7 +27,7 @@ Higher derivatives need nothing more: the backward loop is a loop like any other
 from __future__ import annotations
 
 from .ir import Node, is_float, make, substitute, toposort
-from .ops import add, zeros_like
+from .ops import add, scatter_add, transpose, zeros_like
 from .regions import COUNT, RECOMPUTE, UNTIL, close, loop_consts, loop_count, placeholder, results_of
 
 _KEEP = ("const", "full", "array", "arange")
@@ -86,23 +89,30 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     b_index = placeholder("int64")
     res_rows = [placeholder(r.dtype, r.shape) for r in residuals]
     x_rows = [placeholder(r.dtype, r.shape) for r in rows]
-    acc = [placeholder(k.dtype, k.shape) if g is not None else None for k, g in zip(consts, g_consts)]
     mapping = {index: b_index, **dict(zip(residuals, res_rows)), **dict(zip(rows, x_rows)),
                **dict(zip(consts, outer_consts))}
 
     def rebuilt(g, like):
         return substitute([g], mapping)[0] if g is not None else zeros_like(like)
 
+    gy_used = [(ph, cts[nc + k]) for k, ph in enumerate(g_y) if ph is not None]
+    b_rows = [ph for ph, _ in gy_used] + res_rows + x_rows
+    # A loop-invariant input's cotangent: its scattered terms (a gather's, x[j]) stacked per
+    # iteration and scattered once after the loop, the rest accumulated in a carry.
+    varying = {b_index, *(g for g in g_next if g is not None), *b_rows}
+    split = [_scattered_terms(rebuilt(g, k), varying, n) if g is not None else (None, [])
+             for g, k in zip(g_consts, consts)]
+    acc = [placeholder(k.dtype, k.shape) if rest is not None else None
+           for k, (rest, _) in zip(consts, split)]
     b_carries = [g for g in g_next if g is not None] + [a for a in acc if a is not None]
     b_new = [rebuilt(g, c) for g, c, f in zip(g_carry, carries, float_carry) if f]
-    b_new += [add(a, rebuilt(g, k)) for a, g, k in zip(acc, g_consts, consts) if a is not None]
+    b_new += [add(a, rest) for a, (rest, _) in zip(acc, split) if a is not None]
     b_inits = [cts.get(k) if cts.get(k) is not None else zeros_like(inits[k])
                for k in range(nc) if float_carry[k]]
     b_inits += [zeros_like(k) for a, k in zip(acc, outer_consts) if a is not None]
-    gy_used = [(ph, cts[nc + k]) for k, ph in enumerate(g_y) if ph is not None]
-    b_rows = [ph for ph, _ in gy_used] + res_rows + x_rows
     b_xs = [g for _, g in gy_used] + stacks + list(xs)
     b_ys = [rebuilt(g, r) for g, r in zip(g_rows, rows)]
+    b_ys += [v for _, terms in split for t in terms for v in t.inputs]
     carry_names = list(body.names[1:1 + nc]) + [None] * nc
     names = ["i"] + [f"b_{nm}" if nm else None for nm, f in zip(carry_names, float_carry) if f]
     names += [f"b_{k.attrs[1]}" if k.op == "arg" else None
@@ -123,7 +133,12 @@ def loop_vjp(node: Node, cts: dict, reverse_pass):
     for k in range(nc):
         grads_in.append(next(it) if float_carry[k] else None)
     g_xs = [y if g is not None else None for y, g in zip(ys_out, g_rows)]
-    g_k = [next(it) if a is not None else None for a in acc]
+    stacked = iter(ys_out[len(rows):])
+    g_k = []
+    for a, (_, terms) in zip(acc, split):
+        parts = [next(it)] if a is not None else []
+        parts += [_scatter_rows(t, next(stacked), next(stacked)) for t in terms]
+        g_k.append(None if not parts else parts[0] if len(parts) == 1 else sum_of(parts))
     return grads_in + g_xs + g_k + ([None] if exit_ == (COUNT,) else []), aug
 
 
@@ -214,3 +229,49 @@ def remat_vjp(node: Node, cts: dict, reverse_pass):
     back = make("remat", (*node.inputs, *ct_values), (back_body, RECOMPUTE))
     grads_in = dict(zip(reached, results_of(back)))
     return [grads_in.get(k) for k in range(len(node.inputs))], None
+
+
+# The most values (of all iterations) a loop's stacked scatter terms may hold, beyond the
+# size of the array they scatter into (``_scattered_terms``).
+STACKED_SCATTER_MAX = 1 << 24
+
+
+def _scattered_terms(g: Node, varying: set, trips: int):
+    """(the rest of ``g``, or None; its terms that scatter at most a quarter of the values
+    ``g`` holds and vary with the iteration): a gather's cotangent, ``scatter_add(v, j)``,
+    costs a pass over the whole array per iteration as a carry's update, and ``v`` and ``j``
+    per iteration as stacked outputs (scattered once after the loop; at most
+    ``STACKED_SCATTER_MAX`` values over the ``trips`` iterations, or the array's size)."""
+    depends = set(varying)
+    for m in toposort([g]):
+        if m not in depends and any(i in depends for i in m.inputs):
+            depends.add(m)
+    terms, rest, pending = [], [], [g]
+    while pending:
+        t = pending.pop()
+        if t.op == "add" and all(i.shape == t.shape and i.dtype == t.dtype for i in t.inputs):
+            pending.extend(t.inputs)
+        elif t.op == "scatter_add" and t in depends and 4 * t.inputs[0].size <= t.size and \
+                trips * t.inputs[0].size <= max(STACKED_SCATTER_MAX, t.size):
+            terms.append(t)
+        else:
+            rest.append(t)
+    if not terms:
+        return g, []
+    return (sum_of(rest) if rest else None), terms
+
+
+def _scatter_rows(term: Node, values: Node, indices: Node) -> Node:
+    """``term`` (a ``scatter_add`` in a loop body) summed over the iterations: one scatter of
+    its stacked values at its stacked indices (the iteration axis moved where the indices'
+    axes go). Rows of iterations that did not run are zeros (at index 0: they add nothing)."""
+    axis, size = term.attrs
+    order = tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, values.ndim))
+    return scatter_add(transpose(values, order) if axis else values, indices, axis, size)
+
+
+def sum_of(nodes):
+    total = nodes[0]
+    for m in nodes[1:]:
+        total = add(total, m)
+    return total

@@ -18,9 +18,11 @@ loop traced twice is one node), and every pass can treat it as a value in the no
     the body only ever runs with it false (passes may fold it to False in the body). Carry
     ``c`` (int64; one per example in a batch) counts the iterations that ran (the body adds
     one): the trip count a backward pass walks. Stacked rows of iterations that did not run are unspecified.
-  - ``("count",)`` (the backward pass of such a loop): the last input is an int64 scalar
-    ``m <= n``; only the first ``m`` iterations run (``i = m-1, ..., 0`` reversed) and the
-    stacked rows from ``m`` on are zeros.
+  - ``("count",)`` (the backward pass of such a loop, and a loop over a range whose bounds
+    are an enclosing loop's index, ``range(i + 1, n)``: ``n`` is then the longest such range):
+    the last input is an int64 scalar ``m <= n``; only the first ``m`` iterations run
+    (``i = m-1, ..., 0`` reversed; none where ``m <= 0``) and the stacked rows from ``m`` on
+    are zeros.
   - ``None``: all ``n`` iterations run.
 * ``cond`` runs one of two bodies on ``(pred, *operands)``: only the taken side is evaluated,
   so the side not taken never contributes to a value or a derivative (no ``0 * nan``).
@@ -325,17 +327,20 @@ def results_of(region: Node) -> list[Node]:
 
 
 def scan(n: int, index: Node, carries, inits, rows, xs, new_carries, ys, *, reverse=False,
-         names=(), derivative=False, memo=None, exit=None) -> tuple[list[Node], list[Node]]:
+         names=(), derivative=False, memo=None, exit=None, count=None) -> tuple[list[Node], list[Node]]:
     """A loop from a body built over placeholders: ``index`` (int64), ``carries`` (started at
     ``inits``) and ``rows`` (row i of ``xs``) give ``new_carries`` and per-iteration ``ys``.
-    Returns the final carries and the stacked ys (``memo``: filled with the built nodes'
+    ``count`` (an int64 scalar, with ``exit`` ``("count",)``): the iterations that run, of
+    ``n``. Returns the final carries and the stacked ys (``memo``: filled with the built nodes'
     counterparts in the body)."""
     params = [index, *carries, *rows]
     body, consts, built = close(params, [*new_carries, *ys], hoist=True, names=names,
                                 derivative=derivative)
     if memo is not None:
         memo.update(built)
-    node = make("loop", (*inits, *xs, *consts), (body, n, len(carries), len(rows), reverse, exit))
+    tail = (count,) if exit == (COUNT,) else ()
+    node = make("loop", (*inits, *xs, *consts, *tail),
+                (body, n, len(carries), len(rows), reverse, exit))
     outs = results_of(node)
     return outs[:len(carries)], outs[len(carries):]
 
