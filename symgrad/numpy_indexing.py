@@ -270,7 +270,7 @@ def has_window(key) -> bool:
     return any(isinstance(k, Window) for k in (key if isinstance(key, tuple) else (key,)))
 
 
-def _affine(value):
+def affine_parts(value):
     """({leaf node: coefficient}, constant) of an integer built from leaves by +, -, unary -
     and products with numbers; None when it is built otherwise."""
     terms, constant = {}, 0
@@ -305,7 +305,7 @@ def _static_int(n: Node):
 
 def window_span(window: Window) -> int | None:
     """``stop - start`` of a window when it is a number (the same in every iteration)."""
-    start, stop = _affine(window.start), _affine(window.stop)
+    start, stop = affine_parts(window.start), affine_parts(window.stop)
     if start is None or stop is None or start[0] != stop[0]:
         return None
     return stop[1] - start[1]
