@@ -405,3 +405,35 @@ def test_a_new_trip_count_reuses_the_machine_code():
     g = sg.grad(_windows_of(37))(x, w)
     assert llvm.stats()["compiles"] == compiles
     np.testing.assert_allclose(g, sg.grad(_windows_of(37), target="python")(x, w), rtol=1e-12)
+
+
+def backwards(x, w):   # the index runs down: the window's range is read from the range's
+    k = w.shape[0]
+    acc = 0.0
+    for i in range(x.shape[0] - k, -1, -1):
+        acc = acc * 0.5 + np.dot(x[i:i + k], w)
+    return acc
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_window_over_a_range_that_runs_down(target):
+    x, w = _args("conv1d")
+    f = sg.differentiate(backwards, wrt=(0, 1), target=target)
+    assert "= loop(" in f.ir_for(x, w)
+    np.testing.assert_allclose(f(x, w), backwards(x, w), rtol=1e-12)
+    for i, g in enumerate(f.grad(x, w)):
+        np.testing.assert_allclose(g, central_difference(backwards, [x, w], i), rtol=1e-6,
+                                   atol=1e-7)
+
+
+def write_through_window_view(x):
+    y = x * 1.0
+    for i in range(x.shape[0] - 2):
+        v = y[i:i + 2]   # a view of y, as a static slice is
+        v += 1.0
+    return np.sum(y)
+
+
+def test_a_write_through_a_window_view_is_refused_as_for_a_static_slice():
+    with pytest.raises(sg.UnsupportedSyntaxError, match="may share memory with 'y'"):
+        sg.differentiate(write_through_window_view)(np.arange(8.0))
