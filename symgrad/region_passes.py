@@ -70,7 +70,7 @@ WINDOW_TABLE_MAX = 1 << 22
 def _position_table(at: Node, index: Node, trips: int, const_params: dict):
     """Every iteration's positions (rows: iterations) of an int64 index ``a * i + b`` or
     ``a * i + b + offsets`` (offsets a constant vector, maybe a loop constant: a window) with
-    a != 0, as (its nodes: computed, not a table of constants whose size would grow with the
+    a != 0, as (the table's nodes: computed, not a table of constants whose size would grow with the
     trips, its lowest and highest value), else None."""
     offsets = None
     if at.op == "add" and at.ndim == 1 and at.inputs[0].ndim == 0:
@@ -79,13 +79,11 @@ def _position_table(at: Node, index: Node, trips: int, const_params: dict):
             return None
         at, offsets = at.inputs[0], vector
     found = affine_parts(at)
-    if found is None or set(found[0]) != {index}:
+    if found is None or set(found[0]) != {index}:   # (affine_parts drops zero coefficients)
         return None
     a, b = found[0][index], found[1]
     starts = (a * (trips - 1) + b, b)
-    table = arange(b, b + a * trips, a, "int64") if a != 0 else None
-    if table is None:
-        return None
+    table = arange(b, b + a * trips, a, "int64")
     if offsets is None:
         return table, min(starts), max(starts)
     spread = offsets.attrs[0].value

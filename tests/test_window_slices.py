@@ -2,7 +2,8 @@
 stay loop regions: reads ``x[i:i + k]``, ``x[i:i + k, :]``, ``x[:, j:j + k]``, image patches
 ``X[i:i + k, j:j + k]`` in nested loops, strided ``x[s * i:s * i + k]``, trailing
 ``x[i - k + 1:i + 1]``, stepped ``x[i:i + 2 * k - 1:2]``, windows of a carried array, and writes
-``y[i:i + k] = v`` / ``y[i:i + k] += v`` (overlap-add). Each program is checked on
+``y[i:i + k] = v`` / ``y[i:i + k] += v`` (overlap-add), and a loop index beside a window
+(``X[i, i:i + 3]``). Each program is checked on
 target="python" and target="cpu", float64 and float32, against NumPy for values and central
 differences for gradients, and through the CUDA plan under the emulation
 (codegen.ptx_emulate); the PTX of a few assembles with ptxas. A window the loop's range cannot
@@ -118,6 +119,20 @@ def column_overlap_add(X, w):
     return np.sum(np.tanh(Y))
 
 
+def band(X, w):         # an integer loop index beside a window: X[i, i:i + 3]
+    acc = 0.0
+    for i in range(X.shape[0] - 2):
+        acc = acc + np.dot(X[i, i:i + 3], w) ** 2
+    return acc
+
+
+def band_write(x, w):
+    Y = np.zeros((x.shape[0], x.shape[0] + 2))
+    for i in range(x.shape[0]):
+        Y[i, i:i + 3] = x[i] * w
+    return np.sum(np.sin(Y) * np.arange(Y.size).reshape(Y.shape))
+
+
 def _vec(rng, *shape):
     return rng.normal(size=shape)
 
@@ -134,6 +149,8 @@ PROGRAMS = {
     "overlap_add": (overlap_add, lambda r: [_vec(r, 7), _vec(r, 3)]),
     "set_window": (set_window, lambda r: [_vec(r, 8), _vec(r, 3)]),
     "column_overlap_add": (column_overlap_add, lambda r: [_vec(r, 3, 7), _vec(r, 3)]),
+    "band": (band, lambda r: [_vec(r, 8, 10), _vec(r, 3)]),
+    "band_write": (band_write, lambda r: [_vec(r, 7), _vec(r, 3)]),
 }
 
 
