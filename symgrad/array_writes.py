@@ -22,7 +22,7 @@ from .aliases import RowView, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
 from .expressions import check_static_key
 from .ir import INT_DTYPES, Node
-from .numpy_indexing import is_advanced
+from .numpy_indexing import has_window, is_advanced, window_write
 from .loop_plan import row_view_pairs
 from .scope import Frame, walk_nodes
 
@@ -37,6 +37,11 @@ class ArrayWrites:
             return self.mask_updated(container, key, value, node)
         if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
             return ops.row_update(container, key, value)   # y[i] = v with i a loop index
+        if has_window(key):                    # y[i:i + k] = v with i a loop index
+            if not isinstance(_lift_constant(container), Node):
+                self.fail(node, f"a slice with traced bounds into a {type(container).__name__}")
+            return self.traced(node, window_write, _lift_constant(container), key, value,
+                               getattr(self, "index_ranges", {}))
         if _is_mask(key) and (_is_traced_mask(key) or not np.ndim(value)):
             return self.mask_written(container, key, value, node)
         if _all_constant(container, key, value):

@@ -18,7 +18,7 @@ import numpy as np
 from . import numpy_extra, ops
 from .aliases import NO_BUFFERS, Buffer, holds_array, zero_d_buffers
 from .ir import INT_DTYPES, Node
-from .loop_plan import stackable
+from .loop_plan import _int_range, stackable
 from .array_methods import node_attribute
 from .numpy_api import DUALS
 from .scope import MISSING, Frame, is_data
@@ -284,6 +284,13 @@ class Expressions:
     def subscript(self, container, key, node):
         if isinstance(container, np.ndarray) and is_data(key):
             container = ops.lift(container)      # a constant table indexed by traced labels
+        if numpy_extra.indexing.has_window(key):
+            if isinstance(container, np.ndarray):
+                container = ops.lift(container)   # a constant table read by a window
+            if not isinstance(container, Node):
+                self.fail(node, f"a slice with traced bounds of a {type(container).__name__}")
+            return self.traced(node, numpy_extra.indexing.window_read, container, key,
+                               getattr(self, "index_ranges", {}))
         if isinstance(container, Node):
             gather = gather_axis(key)
             if gather is not None:
@@ -312,8 +319,24 @@ class Expressions:
     def expr_Slice(self, node, frame):
         parts = [None if p is None else self.eval(p, frame) for p in (node.lower, node.upper, node.step)]
         if any(is_data(p) for p in parts):
-            self.fail(node, "slice bounds that depend on data (bounds must be static)")
+            window = self.window_of(parts)
+            if window is None:
+                self.fail(node, "slice bounds that depend on data (bounds must be static)")
+            return window
         return slice(*parts)
+
+    def window_of(self, parts):
+        """``i:i + k`` with integers made from loop indices (a window, read or written as a
+        gather by symgrad.numpy_indexing), or None for other traced bounds."""
+        start, stop, step = parts
+        step = 1 if step is None else step
+        if not isinstance(step, numbers.Integral) or isinstance(step, bool) or \
+                start is None or stop is None:
+            return None
+        ranges = getattr(self, "index_ranges", {})
+        if any(_int_range(p, ranges) is None for p in (start, stop) if is_data(p)):
+            return None
+        return numpy_extra.indexing.Window(start, stop, int(step))
 
     def expr_Index(self, node, frame):  # Python < 3.9 compatibility
         return self.eval(node.value, frame)

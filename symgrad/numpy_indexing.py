@@ -13,6 +13,7 @@ from . import ops
 from .op_base import _promote
 from .ir import INT_DTYPES, Node
 from .numpy_base import _as_array, _axis, unsupported
+from .numpy_elementwise import floor_divide, remainder
 from .numpy_layout import atleast_1d
 
 
@@ -243,3 +244,214 @@ def index_trick(columns: bool, key):
         return ops.concatenate(items, 0)
     cols = [ops.reshape(a, (-1, 1)) if a.ndim == 1 else a for a in items]
     return ops.concatenate(cols, -1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Windows: slices whose bounds are integers made from loop indices (``x[i:i + k]``)
+#
+# Inside a loop region the loop index is a traced integer, so ``x[i:i + k]`` has traced bounds.
+# Such a slice is a gather at ``start + arange(length) * step`` (the traced-index ``take`` that
+# ``x[i]`` already is) as long as its length is static (``stop - start`` a number) and every
+# iteration's window lies inside the array: Python clamps ``x[8:13]`` of a 10-vector to length
+# 2 and reads a negative start from the end, which would make the shape or the meaning depend
+# on the index. The range of the index (``symgrad.loop_plan``) decides that; where it cannot,
+# the window is refused and the loop unrolls (every iteration's slice then static, NumPy's own).
+
+@dataclass(frozen=True, eq=False)
+class Window:
+    """A slice with traced integer bounds (``start``, ``stop``: nodes or Python ints; ``step``
+    a Python int), as the front end evaluates ``i:i + k`` (symgrad.expressions)."""
+    start: object
+    stop: object
+    step: int
+
+
+def has_window(key) -> bool:
+    return any(isinstance(k, Window) for k in (key if isinstance(key, tuple) else (key,)))
+
+
+def affine_parts(value):
+    """({leaf node: coefficient}, constant) of an integer built from leaves by +, -, unary -
+    and products with numbers; None when it is built otherwise."""
+    terms, constant = {}, 0
+    stack = [(value, 1)]
+    while stack:
+        n, coef = stack.pop()
+        if isinstance(n, numbers.Integral) and not isinstance(n, bool):
+            constant += coef * int(n)
+        elif not isinstance(n, Node) or n.ndim or n.dtype not in INT_DTYPES:
+            return None
+        elif n.op == "const" and isinstance(n.attrs[0], numbers.Integral):
+            constant += coef * int(n.attrs[0])
+        elif n.op == "add":
+            stack += [(n.inputs[0], coef), (n.inputs[1], coef)]
+        elif n.op == "sub":
+            stack += [(n.inputs[0], coef), (n.inputs[1], -coef)]
+        elif n.op == "neg":
+            stack.append((n.inputs[0], -coef))
+        elif n.op == "mul" and any(_static_int(m) is not None for m in n.inputs):
+            k = next(_static_int(m) for m in n.inputs if _static_int(m) is not None)
+            other = n.inputs[1] if _static_int(n.inputs[0]) is not None else n.inputs[0]
+            stack.append((other, coef * k))
+        else:
+            terms[n] = terms.get(n, 0) + coef
+    return {n: c for n, c in terms.items() if c}, constant
+
+
+def _static_int(n: Node):
+    return int(n.attrs[0]) if n.op == "const" and isinstance(n.attrs[0], numbers.Integral) \
+        and not isinstance(n.attrs[0], bool) else None
+
+
+def window_span(window: Window) -> int | None:
+    """``stop - start`` of a window when it is a number (the same in every iteration)."""
+    start, stop = affine_parts(window.start), affine_parts(window.stop)
+    if start is None or stop is None or start[0] != stop[0]:
+        return None
+    return stop[1] - start[1]
+
+
+def _value_range(value, ranges):
+    from .loop_plan import _int_range   # (loop_plan sits above the op modules)
+    if isinstance(value, numbers.Integral):
+        return int(value), int(value)
+    return _int_range(value, ranges)
+
+
+@dataclass(frozen=True)
+class _Traced:
+    """What a window or traced integer scalar reads along ``axis`` of the basic view:
+    ``positions`` (``start + arange(length) * step``, int64; a scalar for an integer)."""
+    axis: int
+    positions: Node
+    start: Node
+    step: int
+
+    @property
+    def drops(self) -> bool:   # an integer scalar drops its axis, as NumPy's x[i]
+        return self.positions.ndim == 0
+
+
+def _window_positions(window: Window, size: int, ranges):
+    """(start, positions) of a window on an axis of ``size``: ``start + arange(length) *
+    step``, or None when some iteration's window might not be that: a length that is not
+    static, a start or stop that may be negative (read from the end) or a window that may
+    reach past the end (clamped)."""
+    span, step = window_span(window), window.step
+    if span is None or step == 0:
+        return None
+    length = len(range(0, span, step))
+    start, stop = _value_range(window.start, ranges), _value_range(window.stop, ranges)
+    if start is None or stop is None or start[0] < 0 or stop[0] < 0:
+        return None
+    reach = (length - 1) * step if length else 0
+    if length and (start[0] + min(0, reach) < 0 or start[1] + max(0, reach) > size - 1):
+        return None
+    first = ops.cast(ops.lift(window.start), "int64")
+    return first, ops.add(first, ops.array_const(np.arange(length, dtype=np.int64) * step))
+
+
+def _window_items(x: Node, key):
+    """(the basic key with every traced item a full slice, [(axis of that view, item)]) for a
+    key holding windows and traced integer scalars among basic items."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but "
+                         f"{consumed} were indexed")
+    basic, traced, out_axis = [], [], 0
+    for k in items:
+        if k is Ellipsis:
+            basic += [slice(None)] * (x.ndim - consumed)
+            out_axis += x.ndim - consumed
+            continue
+        if isinstance(k, Window) or (isinstance(k, Node) and k.ndim == 0 and k.dtype in INT_DTYPES):
+            traced.append((out_axis, k))
+            basic.append(slice(None))
+        else:
+            basic.append(k)
+        if not (isinstance(k, numbers.Integral) and not isinstance(k, bool)):
+            out_axis += 1
+    return tuple(basic), traced
+
+
+def _traced_read(axis: int, item, size: int, ranges):
+    """The :class:`_Traced` of a window or traced integer scalar on an axis of ``size``, or
+    None when its positions are not known to be inside the axis in every iteration."""
+    if isinstance(item, Window):
+        found = _window_positions(item, size, ranges)
+        return None if found is None else _Traced(axis, found[1], found[0], item.step)
+    bounds = _value_range(item, ranges)
+    if bounds is None or bounds[0] < -size or bounds[1] >= size:
+        return None
+    k = ops.cast(item, "int64")
+    if bounds[0] < 0:   # from the end in some iterations, as NumPy reads it
+        k = ops.where(ops.lt(k, 0), ops.add(k, size), k)
+    return _Traced(axis, k, k, 1)
+
+
+WINDOW_WHY = ("the loop index's range could not show that every window lies inside the array "
+              "with a static length (stop - start a number, start >= 0, stop within the axis)")
+
+
+def _window_plan(x: Node, key, ranges):
+    """(basic key, basic view of ``x``, [:class:`_Traced`]) of a key with windows."""
+    basic, traced = _window_items(x, key)
+    view = ops.getitem(x, basic)
+    plan = []
+    for axis, item in traced:
+        read = _traced_read(axis, item, view.shape[axis], ranges)
+        if read is None:
+            raise unsupported("a slice whose bounds depend on a loop index", WINDOW_WHY)
+        plan.append(read)
+    return basic, view, plan
+
+
+def window_read(x: Node, key, ranges) -> Node:
+    """``x[key]`` for a key with windows (and traced integer scalars): the basic view with
+    those axes whole, then one gather per traced axis, first axis first (a gather by a scalar
+    drops its axis, moving the later ones down)."""
+    _, view, plan = _window_plan(x, key, ranges)
+    dropped = 0
+    for read in plan:
+        view = ops.take(view, read.positions, read.axis - dropped)
+        dropped += read.drops
+    return view
+
+
+def window_write(x: Node, key, value, ranges) -> Node:
+    """``x`` with ``x[key] = value`` for a key with windows: along each traced axis, every
+    position picks the window's element that lands there (a gather from ``value``: exact)
+    and a select keeps ``x`` where none does, as ``x[i] = v`` with a loop index is
+    (``ops.row_update``). Each iteration costs one pass over the view."""
+    basic, view, plan = _window_plan(x, key, ranges)
+    window = [d for d in view.shape]
+    for read in plan:
+        window[read.axis] = 1 if read.drops else read.positions.shape[0]
+    kept = tuple(d for a, d in enumerate(window) if not any(r.axis == a and r.drops for r in plan))
+    spread = ops.reshape(ops.broadcast_to(ops.cast(ops.lift(value), x.dtype), kept), tuple(window))
+    mask = None
+    for read in plan:
+        size = view.shape[read.axis]
+        pick, hit = _window_picks(ops.arange(0, size, 1, "int64"), read)
+        spread = ops.take(spread, pick, read.axis)
+        hit = ops.reshape(hit, tuple(size if a == read.axis else 1 for a in range(view.ndim)))
+        mask = hit if mask is None else ops.logical_and(mask, hit)
+    written = ops.where(mask, spread, view)
+    if all(isinstance(k, slice) and k == slice(None) for k in basic):
+        return written
+    return ops.setitem(x, written, basic)
+
+
+def _window_picks(rows: Node, read: _Traced):
+    """For each position ``rows`` of the axis: which element of the window lands there (0
+    where none does) and whether one does."""
+    if read.drops:
+        return ops.full(rows.shape, 0, "int64"), ops.eq(rows, read.positions)
+    length, stride = read.positions.shape[0], abs(read.step)
+    moved = ops.sub(rows, read.start) if read.step > 0 else ops.sub(read.start, rows)
+    inside = ops.logical_and(ops.ge(moved, 0), ops.lt(moved, length * stride))
+    if stride != 1:
+        inside = ops.logical_and(inside, ops.eq(remainder(moved, stride), 0))
+        moved = floor_divide(moved, stride)
+    return ops.where(inside, moved, 0), inside

@@ -4,7 +4,11 @@ and every rebuilt loop body is closed again, which hoists work that became loop-
 """
 from __future__ import annotations
 
-from .index_ops import getitem
+from .elementwise import add
+from .index_ops import getitem, take
+from .op_base import arange
+from .numpy_indexing import affine_parts
+from .shape_ops import reshape, transpose
 from .ir import Node, make, substitute, toposort
 from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
 
@@ -27,35 +31,75 @@ def _index_facts(body, trips: int) -> dict:
 
 
 def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
-    """``take(c, i + k)`` of a loop-invariant array c (k >= 0 a number) -> (c, k): row i of
-    ``c[k:k + trips]``, which the loop can slice as a per-iteration input instead (its
-    derivative is then a stacked row, not a scatter into a zero array every iteration)."""
+    """Reads of a loop-invariant array c by positions affine in the loop index -> the array
+    whose row i each iteration reads, which the loop can take as a per-iteration input instead
+    (its derivative is then a stacked row, not a scatter into a zero array every iteration):
+    ``take(c, i + k)`` (k >= 0 a number) is row i of ``c[k:k + trips]``; a window
+    ``take(c, a * i + b + offsets, axis)`` (``c[a * i + b:...]``, symgrad.numpy_indexing) is row
+    i of one gather of c by the table of every iteration's positions (im2col)."""
     index = body.params[0]
     const_params = dict(zip(body.params[1 + nc + nx:], consts))
     reads = {}
     for m in toposort(body.results):
-        if m.op != "take" or m.attrs[0] != 0 or m.inputs[0] not in const_params:
+        if m.op != "take" or m.inputs[0] not in const_params or not trips:
             continue
         at, offset = m.inputs[1], 0
         if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
             at, offset = index, at.inputs[1].attrs[0]
         source = const_params[m.inputs[0]]
-        if at is index and isinstance(offset, int) and 0 <= offset and \
+        if m.attrs[0] == 0 and at is index and isinstance(offset, int) and 0 <= offset and \
                 source.shape[0] >= trips + offset:
-            reads[m] = (source, offset)
+            reads[m] = source if (offset, source.shape[0]) == (0, trips) else \
+                getitem(source, slice(offset, offset + trips))
+            continue
+        found = _position_table(m.inputs[1], index, trips, const_params)
+        axis = m.attrs[0]
+        if found is not None and 0 <= found[1] and found[2] < source.shape[axis] and \
+                found[0].size * (source.size // source.shape[axis]) <= WINDOW_TABLE_MAX:
+            rows = take(source, found[0], axis)
+            order = (axis,) + tuple(a for a in range(rows.ndim) if a != axis)
+            reads[m] = rows if axis == 0 else transpose(rows, order)
     return reads
 
 
+# The most elements a loop's window reads are gathered into before it (the per-iteration
+# input and its stacked derivative are that large): beyond, each iteration gathers its own.
+WINDOW_TABLE_MAX = 1 << 22
+
+
+def _position_table(at: Node, index: Node, trips: int, const_params: dict):
+    """Every iteration's positions (rows: iterations) of an int64 index ``a * i + b`` or
+    ``a * i + b + offsets`` (offsets a constant vector, maybe a loop constant: a window) with
+    a != 0, as (the table's nodes: computed, not a table of constants whose size would grow with the
+    trips, its lowest and highest value), else None."""
+    offsets = None
+    if at.op == "add" and at.ndim == 1 and at.inputs[0].ndim == 0:
+        vector = const_params.get(at.inputs[1], at.inputs[1])
+        if vector.op != "array":
+            return None
+        at, offsets = at.inputs[0], vector
+    found = affine_parts(at)
+    if found is None or set(found[0]) != {index}:   # (affine_parts drops zero coefficients)
+        return None
+    a, b = found[0][index], found[1]
+    starts = (a * (trips - 1) + b, b)
+    table = arange(b, b + a * trips, a, "int64")
+    if offsets is None:
+        return table, min(starts), max(starts)
+    spread = offsets.attrs[0].value
+    table = add(reshape(table, (trips, 1)), reshape(offsets, (1, offsets.shape[0])))
+    return table, min(starts) + int(spread.min()), max(starts) + int(spread.max())
+
+
 def _with_rows(loop: Node, reads: dict) -> Node:
-    """``loop`` with each read of ``reads`` a per-iteration input."""
+    """``loop`` with each read of ``reads`` a per-iteration input (the array given)."""
     body, trips, nc, nx = loop.attrs[:4]
     new_rows, new_xs, mapping = [], [], {}
-    for m, (source, offset) in reads.items():
+    for m, source in reads.items():
         row = placeholder(m.dtype, m.shape)
         mapping[m] = row
         new_rows.append(row)
-        new_xs.append(source if (offset, source.shape[0]) == (0, trips) else
-                      getitem(source, slice(offset, offset + trips)))
+        new_xs.append(source)
     explicit = list(body.params[:1 + nc + nx]) + new_rows
     return rebuild_loop(loop, explicit, substitute(body.results, mapping),
                         list(loop.inputs[:nc + nx]) + new_xs, nc)
