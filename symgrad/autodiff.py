@@ -8,7 +8,7 @@ is seeded with ones of its shape. Broadcasting is undone in one place (``unbroad
 from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
-from .ops import add, cast, full, reduce, unbroadcast, zeros_like
+from .ops import add, cast, div, exp, full, mul, neg, reduce, unbroadcast, zeros_like
 from .region_autodiff import apply_replacements, cond_vjp, loop_vjp, remat_vjp
 from .regions import TUPLE
 from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
@@ -71,11 +71,71 @@ def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict |
             name = graph.names.get(node) if graph is not None else None
             if name and g not in graph.names and g.op not in ("const", "full", "arg"):
                 graph.names[g] = f"b_{name}"
-            grads = OPS[node.op].vjp(g, node)
+            grads, through = _node_vjp(g, node, active)
+            for inp, gi in through:      # a term that skips an overflowing intermediate
+                accumulate(inp, gi, node)
         for inp, gi in zip(node.inputs, grads):
             if gi is not None and inp in active:
                 accumulate(inp, gi, node)
     return cotangent, replaced
+
+
+# -- 1 / (c + exp(u)): the logistic function and its spellings ------------------------------
+# The chain rule through the denominator b = c + exp(u) multiplies d n/d b = -a/b**2, which
+# underflows to 0 where exp(u) overflows, by d exp(u)/du = exp(u) = inf: 0 * inf = nan (the
+# naive sigmoid 1/(1 + np.exp(-x)) at x <= -710). The path's product has the finite closed form
+#     d n/du = k * n * exp(u) / b = k * n / (1 + c * exp(-u))
+# (k = -1 for a / b, the exponent for b ** k): its factor is itself a logistic, 1 where exp(u)
+# overflows and 0 where exp(-u) does, and, being of the same shape, its own derivative takes
+# this path again (second order stays finite too). The term goes to u directly; b and exp(u)
+# get nothing from this node (their other uses still count).
+
+def _exp_denominator(b: Node):
+    """``(c, u)`` where ``b`` is ``c + exp(u)`` (either order) with ``c`` a positive scalar
+    constant, else None."""
+    if b.op != "add":
+        return None
+    for c, e in (b.inputs, b.inputs[::-1]):
+        if e.op == "exp" and c.op in ("const", "full") and isinstance(c.attrs[0], (int, float)) \
+                and c.attrs[0] > 0:
+            return c, e.inputs[0]
+    return None
+
+
+def _logistic_factor(c: Node, u: Node) -> Node:
+    """exp(u) / (c + exp(u)), finite everywhere: 1 / (1 + c * exp(-u))."""
+    e = exp(neg(u))
+    return div(1, add(1, e if c.attrs[0] == 1 else mul(c, e)))
+
+
+def _div_through(g: Node, n: Node, active):
+    a, b = n.inputs
+    found = _exp_denominator(b)
+    if found is None or found[1] not in active:
+        return None
+    c, u = found
+    return (g / b if a in active else None, None), [(u, -g * n * _logistic_factor(c, u))]
+
+
+def _pow_through(g: Node, n: Node, active):
+    b, k = n.inputs
+    found = _exp_denominator(b)
+    if found is None or found[1] not in active or k.op not in ("const", "full") or \
+            not isinstance(k.attrs[0], (int, float)) or k.attrs[0] >= 0:
+        return None
+    c, u = found
+    return (None, None), [(u, g * k * n * _logistic_factor(c, u))]
+
+
+_THROUGH_VJPS = {"div": _div_through, "pow": _pow_through}
+
+
+def _node_vjp(g: Node, node: Node, active) -> tuple:
+    """The cotangents of ``node``'s inputs and terms for nodes further up
+    (``_THROUGH_VJPS``), as (grads, [(node, cotangent), ...])."""
+    rule = _THROUGH_VJPS.get(node.op)
+    found = rule(g, node, active) if rule is not None else None
+    return found if found is not None else (OPS[node.op].vjp(g, node), ())
 
 
 def backward(graph: Graph, wrt: list[Node], seeds=None) -> tuple[list[Node], dict[Node, Node]]:

@@ -57,6 +57,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
         self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
         self.call_buffers = None               # ... of the last inlined call (None: not one)
         self.pending_arguments = None          # buffers of the arguments of the next call
+        self.else_forms: dict = {}             # for/while ... else -> its statements (loop_else)
 
     # -- errors ------------------------------------------------------------------------------
     def fail(self, node: ast.AST, construct: str, hint: str = ""):

@@ -8,11 +8,9 @@ import pytest
 import symgrad as sg
 
 
-def uses_while(x):   # while on data works (tests/test_while.py); while ... else does not
-    while x < 10:
-        x = x * 2
-    else:
-        x = -x
+def uses_async_for(x):   # while/for ... else work (tests/test_user_idioms.py)
+    async def rows():
+        yield x
     return x
 
 
@@ -103,10 +101,8 @@ def float_of_data(x):
     return float(x) * 2.0
 
 
-def walrus(x):
-    if (y := x * 2) > 0:
-        return y
-    return x
+def walrus(x):   # := in a condition works (tests/test_user_idioms.py); in a choice on data not
+    return x if x > 0 else (y := x * 2)
 
 
 def infinite_recursion(x):
@@ -119,7 +115,7 @@ def set_literal(x):
 
 
 CASES = [
-    (uses_while, (1.0,), "while ... else"),
+    (uses_async_for, (1.0,), "async"),
     (uses_try, (1.0,), "try statement"),
     (uses_with, (1.0,), "with statement"),
     (uses_global, (1.0,), "global statement"),

@@ -1,0 +1,240 @@
+"""Idioms NumPy/Python users write routinely: each traced on every target (cpu, python, the
+CUDA plan under codegen.ptx_emulate), its gradient against central differences; what symgrad
+refuses, refused at the line."""
+import functools
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from user_program_check import check_program  # noqa: E402
+
+TARGETS = ("cpu", "python")
+X = np.array([0.3, -1.2, 2.0, 0.7])
+
+
+def _refused(fn, args, *words):
+    with pytest.raises(sg.UnsupportedSyntaxError) as info:
+        sg.differentiate(fn, target="python").grad(*args)
+    message = str(info.value)
+    assert os.path.basename(__file__) in message and all(w in message for w in words), message
+    return info.value
+
+
+# -- 1. the walrus operator; for ... else, while ... else ------------------------------------
+
+def walrus_in_condition(x):
+    if (s := np.sum(x * x)) > 1.0:      # data decides; s is bound either way
+        y = s * x
+    else:
+        y = x
+    return np.sum(y) + s
+
+
+def walrus_in_expression(x):
+    total = (m := np.mean(x)) * 2.0 + np.sum((d := x - m) * d)
+    return total + m + np.sum(d)
+
+
+def walrus_in_comprehension(x):
+    rows = [(last := np.sin(x[i]) * x[i]) for i in range(3)]
+    return sum(rows) + last          # the name belongs to the function (PEP 572)
+
+
+def walrus_static(x):
+    if (n := x.shape[0]) > 2:        # a static condition: decided while tracing
+        return np.sum(x[:n - 1] ** 2)
+    return np.sum(x)
+
+
+def walrus_refused_in_data_choice(x):
+    s = np.sum(x)
+    return s if s > 0 else (t := s * 2.0)
+
+
+def for_else_static_completed(x):
+    for i in range(3):
+        x = x * 1.1 + i
+    else:
+        x = np.sin(x)
+    return np.sum(x)
+
+
+def for_else_static_broken(x):
+    for i in range(5):
+        x = x * 1.1
+        if i == 2:
+            break
+    else:
+        x = np.sin(x)                # not run: the loop broke
+    return np.sum(x)
+
+
+def for_else_data_break(x):
+    acc = np.zeros(2)
+    for v in x.reshape(-1, 2):       # a loop region whose break is on data
+        acc = acc + v * v
+        if np.sum(acc) > 3.0:
+            break
+    else:
+        acc = acc * 10.0             # only when no row tipped it over
+    return np.sum(acc * np.array([1.0, 2.0]))
+
+
+def for_else_nested_break(x):
+    s = 0.0 * x[0]
+    for i in range(2):
+        for j in range(3):           # this break is the inner loop's: the outer completes
+            s = s + x[j] * (i + 1)
+            if j == 1:
+                break
+    else:
+        s = s * 3.0
+    return s
+
+
+def while_else_data(x):
+    s = np.sum(x * x)
+    while s > 0.1:                   # a while on data without break: the else always runs
+        s = s * 0.5
+    else:
+        s = s + np.sum(x)
+    return s
+
+
+def while_else_data_break(x):
+    s = 0.0 * x[0]
+    i = 0.0 * x[0]
+    while i < 8.0:
+        i = i + 1.0
+        s = s + np.sin(i * x[0]) * x[1]
+        if s > 1.5:
+            break
+    else:
+        s = -s
+    return s + 0.1 * i * x[0]
+
+
+def while_else_static(x):
+    k = 0
+    while k < 3:
+        x = np.cos(x) + 0.1 * k
+        k += 1
+    else:
+        x = x * x
+    return np.sum(x)
+
+
+LOOP_PROGRAMS = [
+    (walrus_in_condition, [X]), (walrus_in_condition, [X * 0.2]),
+    (walrus_in_expression, [X]), (walrus_in_comprehension, [X]), (walrus_static, [X]),
+    (for_else_static_completed, [X]), (for_else_static_broken, [X]),
+    (for_else_data_break, [np.array([0.3, 0.2, 1.1, 0.4, 1.5, 0.1])]),     # breaks at row 2
+    (for_else_data_break, [np.array([0.3, 0.2, 0.1, 0.4, 0.5, 0.1])]),     # completes
+    (for_else_nested_break, [X]),
+    (while_else_data, [X]), (while_else_static, [X]),
+    (while_else_data_break, [np.array([0.4, 1.3])]),     # breaks
+    (while_else_data_break, [np.array([0.4, 0.1])]),     # completes
+]
+
+
+@pytest.mark.parametrize("fn, args", LOOP_PROGRAMS, ids=lambda v: getattr(v, "__name__", ""))
+def test_walrus_and_loop_else(fn, args):
+    check_program(fn, args)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_for_else_on_data_in_both_precisions(dtype):
+    fn = for_else_data_break
+    for x in (np.array([0.3, 0.2, 1.1, 0.4, 1.5, 0.1]), np.array([0.3, 0.2, 0.1, 0.4, 0.5, 0.1])):
+        x = x.astype(dtype)
+        for target in TARGETS:
+            f = sg.differentiate(fn, target=target)
+            np.testing.assert_allclose(f(x), fn(x), rtol=1e-6)
+            g = f.grad(x)
+            assert g.dtype == dtype
+            want = sg.differentiate(fn, target="python").grad(x.astype(np.float64))
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+def test_walrus_in_a_choice_on_data_is_refused_at_its_line():
+    _refused(walrus_refused_in_data_choice, [X], "walrus", "conditional expression")
+
+
+# -- 6. the naive sigmoid's gradient where exp overflows -------------------------------------
+
+def sigmoid_divide(x):
+    return np.sum(1 / (1 + np.exp(-x)))
+
+
+def sigmoid_reciprocal(x):
+    return np.sum(np.reciprocal(1 + np.exp(-x)))
+
+
+def sigmoid_power(x):
+    return np.sum((1 + np.exp(-x)) ** -1)
+
+
+def sigmoid_commuted_scaled(x):     # exp(u) + c, a numerator, and a constant other than 1
+    return np.sum(x * x / (np.exp(2.0 * x) + 3.0))
+
+
+def _stable_sigmoid_derivative(x):
+    """s (1 - s) = e / (1 + e)**2 with e = exp(-|x|) (the derivative is even): no overflow,
+    no cancellation (it underflows, to 0 or a subnormal, past |x| = 708)."""
+    e = np.exp(-np.abs(x))
+    return e / (1 + e) ** 2
+
+
+SIGMOIDS = [sigmoid_divide, sigmoid_reciprocal, sigmoid_power]
+EXTREMES = np.array([-800.0, -710.0, -40.0, -1.5, 0.0, 0.3, 40.0, 710.0, 800.0])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", SIGMOIDS, ids=lambda f: f.__name__)
+def test_the_naive_sigmoid_has_a_finite_gradient_where_exp_overflows(fn, target):
+    f = sg.differentiate(fn, target=target)
+    with np.errstate(over="ignore"):
+        assert f(EXTREMES) == fn(EXTREMES)   # the value is computed as written
+        g = f.grad(EXTREMES)
+    assert np.all(np.isfinite(g)), g
+    np.testing.assert_allclose(g, _stable_sigmoid_derivative(EXTREMES), rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", SIGMOIDS, ids=lambda f: f.__name__)
+def test_the_naive_sigmoid_in_float32_at_plus_minus_100(fn, target):
+    x = np.array([-100.0, -30.0, 0.0, 2.0, 100.0], np.float32)
+    with np.errstate(over="ignore"):
+        g = sg.differentiate(fn, target=target).grad(x)
+    assert g.dtype == np.float32 and np.all(np.isfinite(g)), g
+    np.testing.assert_allclose(g, _stable_sigmoid_derivative(x.astype(np.float64)), rtol=2e-6,
+                               atol=1e-30)
+
+
+@pytest.mark.parametrize("fn", SIGMOIDS + [sigmoid_commuted_scaled], ids=lambda f: f.__name__)
+def test_the_logistic_rule_against_central_differences(fn):
+    check_program(fn, [np.array([-3.0, -0.4, 0.0, 0.25, 2.5])])
+
+
+@pytest.mark.parametrize("fn", SIGMOIDS, ids=lambda f: f.__name__)
+def test_the_logistic_rule_keeps_the_second_derivative_finite(fn):
+    x = np.array([-800.0, -710.0, -1.5, 0.0, 0.3, 710.0, 800.0])
+    v = np.ones_like(x)
+    with np.errstate(over="ignore"):
+        h = sg.hvp(fn, target="python")(x, v)
+    s = 1 / (1 + np.exp(-np.clip(x, -700, 700)))
+    assert np.all(np.isfinite(h)), h
+    np.testing.assert_allclose(h, s * (1 - s) * (1 - 2 * s), rtol=1e-10, atol=1e-300)
+
+
+def test_the_logistic_rule_under_the_cuda_emulation():
+    from user_program_check import check_cuda
+    for fn in SIGMOIDS:
+        f = sg.differentiate(fn, target="python").grad
+        with np.errstate(over="ignore"):
+            check_cuda(f, [EXTREMES], _stable_sigmoid_derivative(EXTREMES), tol=1e-12)
