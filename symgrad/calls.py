@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import numbers
 import types
 
@@ -21,7 +22,8 @@ from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_b
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
 from .array_writes import is_ufunc_at
-from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
+from .array_methods import (_NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod,
+                            python_scalar)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
                           RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
@@ -305,8 +307,19 @@ class Calls:
             self.fail(node, _UNSAFE_CALLS[fn])
         if draws_random_numbers(fn):
             self.fail(node, f"{_callable_name(fn)}() ({RANDOM_DRAW})", RANDOM_HINT)
-        if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
-            self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
+        if fn is builtins.float and len(args) == 1 and not kwargs and is_data(args[0]):
+            return python_scalar(ops.lift(args[0]), "float")   # a traced Python float
+        if fn in (builtins.int, builtins.bool) and args and is_data(args[0]):
+            self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run "
+                      "time, so it cannot be a Python " + ("shape, index or range bound"
+                                                          if fn is builtins.int else "condition") + ")",
+                      "for integer arithmetic on data use np.floor(x) or x.astype(np.int64); a "
+                      "shape or loop bound must come from static values (x.shape, len(x))"
+                      if fn is builtins.int else "compare with np.where, or branch with if on the value")
+        if isinstance(fn, functools.partial):   # a call with bound arguments
+            return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
+        if fn is functools.partial:             # binding arguments only stores them
+            return functools.partial(*args, **kwargs)
         if isinstance(fn, types.FunctionType):
             if _is_pure(fn) and not any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
                 return fn(*args, **kwargs)   # e.g. np.broadcast_shapes on shapes: just run it

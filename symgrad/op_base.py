@@ -162,6 +162,10 @@ def weak_scope():
         _weak_values.reset(token)
 
 
+def in_weak_scope() -> bool:
+    return _weak_values.get(None) is not None
+
+
 def mark_weak(node: Node) -> Node:
     """Record ``node`` (a 0-d bool / int64 / float64 node in a :func:`weak_scope`) as standing
     for a Python number; returns it."""

@@ -97,8 +97,8 @@ def shift_on_data(x):
     return x << 2
 
 
-def float_of_data(x):
-    return float(x) * 2.0
+def int_of_data(x):   # float(x) stays traced (tests/test_user_idioms.py); int(x) is refused
+    return np.zeros(int(x)) + x
 
 
 def walrus(x):   # := in a condition works (tests/test_user_idioms.py); in a choice on data not
@@ -130,7 +130,7 @@ CASES = [
     (return_in_data_if_in_loop, (1.0,), "return inside a data-dependent if within a loop"),
     (unsupported_library_call, (np.eye(2),), "np.linalg.svd is not supported"),
     (shift_on_data, (1.0,), "operator '<<' on traced arrays"),
-    (float_of_data, (1.0,), "float() of a traced value"),
+    (int_of_data, (1.0,), "int() of a traced value"),
     (walrus, (1.0,), "walrus operator"),
     (infinite_recursion, (1.0,), "recursion deeper than 40 calls"),
     (set_literal, (1.0,), "set literal"),

@@ -238,3 +238,71 @@ def test_the_logistic_rule_under_the_cuda_emulation():
         f = sg.differentiate(fn, target="python").grad
         with np.errstate(over="ignore"):
             check_cuda(f, [EXTREMES], _stable_sigmoid_derivative(EXTREMES), tol=1e-12)
+
+
+# -- 2. .item(), float(x), int(x); functools.partial -------------------------------------------
+
+def item_and_float(x):
+    s = np.sum(x * x).item()              # a Python float, traced
+    m = float(np.max(x))
+    first = x.item(0) + x.reshape(2, 2).item(1, 1)
+    return x * s + m * first + float(x[1] * 2.0)
+
+
+def item_in_a_loop(x):
+    acc = 0.0 * x
+    for i in range(x.shape[0]):
+        acc = acc + float(x[i]) * np.sin(x)
+    return np.sum(acc)
+
+
+def _scaled_power(a, b, scale=1.0, power=2):
+    return scale * a ** power + b
+
+
+def partial_of_a_helper(x):
+    square_plus = functools.partial(_scaled_power, power=2, scale=3.0)
+    cube = functools.partial(_scaled_power, x, power=3)
+    return np.sum(square_plus(x, 1.0)) + np.sum(cube(0.5)) + np.sum(functools.partial(np.sum, axis=0)(x))
+
+
+def int_of_data_as_a_shape(x):
+    return np.sum(np.zeros(int(np.sum(x))) + 1.0) * x
+
+
+def bool_of_data(x):
+    return x * 2.0 if bool(np.sum(x)) else x
+
+
+@pytest.mark.parametrize("fn", [item_and_float, item_in_a_loop, partial_of_a_helper],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_python_numbers_of_traced_values_and_partials(fn, dtype):
+    x = X.astype(dtype)
+    if dtype == np.float64:
+        check_program(fn, [x])
+        return
+    want = fn(x)
+    for target in TARGETS:
+        f = sg.differentiate(fn, target=target)
+        got = f(x)
+        assert np.asarray(got).dtype == np.asarray(want).dtype   # a Python float is weak
+        np.testing.assert_allclose(got, want, rtol=2e-6)
+        g = f.grad(x)
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, sg.differentiate(fn, target="python").grad(X), rtol=2e-5)
+
+
+def test_item_of_more_than_one_element_is_numpys_error():
+    def item_of_vector(x):
+        return x.item() * x
+    with pytest.raises(TypeError, match="size 1"):
+        sg.differentiate(item_of_vector, target="python")(X)
+
+
+def test_int_of_a_traced_value_is_refused_at_its_line():
+    _refused(int_of_data_as_a_shape, [X], "int() of a traced value", "shape")
+
+
+def test_bool_of_a_traced_value_is_refused_at_its_line():
+    _refused(bool_of_data, [X], "bool() of a traced value")
