@@ -47,11 +47,16 @@ def _shape_args(args):
 
 # (keepdims is keyword-only: NumPy's second positional after axis is dtype or out)
 _NODE_METHODS = {
-    "sum": lambda x, axis=None, *, keepdims=False: ops.reduce("sum", x, axis, keepdims),
-    "prod": lambda x, axis=None, *, keepdims=False: ops.reduce("prod", x, axis, keepdims),
-    "max": lambda x, axis=None, *, keepdims=False: ops.reduce("max", x, axis, keepdims),
-    "min": lambda x, axis=None, *, keepdims=False: ops.reduce("min", x, axis, keepdims),
-    "mean": lambda x, axis=None, *, keepdims=False: ops.mean(x, axis, keepdims),
+    "sum": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("sum", x, axis, keepdims, where, initial),
+    "prod": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("prod", x, axis, keepdims, where, initial),
+    "max": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("max", x, axis, keepdims, where, initial),
+    "min": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("min", x, axis, keepdims, where, initial),
+    "mean": lambda x, axis=None, *, keepdims=False, where=True:
+        numpy_extra.reductions.mean(x, axis, keepdims=keepdims, where=where),
     "reshape": lambda x, *shape: ops.reshape(x, _shape_args(shape)),
     "transpose": lambda x, *axes: ops.transpose(x, _shape_args(axes) or None),
     "astype": lambda x, dtype: ops.cast(x, np.dtype(dtype).name),

@@ -46,10 +46,10 @@ def _as_node_list(xs):
 def _reduce(op):
     # keepdims is keyword-only: NumPy's third positional is dtype (sum, prod) or out (max,
     # min), which symgrad does not take (check_call refuses the call by name)
-    def build(x, axis=None, *, keepdims=False):
+    def build(x, axis=None, *, keepdims=False, initial=None, where=True):
         if isinstance(x, (list, tuple)):
             x = ops.stack(_as_node_list(x))
-        return ops.reduce(op, x, axis, keepdims)
+        return numpy_extra.reductions.masked_reduce(op, x, axis, keepdims, where, initial)
     return build
 
 

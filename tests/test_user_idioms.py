@@ -306,3 +306,71 @@ def test_int_of_a_traced_value_is_refused_at_its_line():
 
 def test_bool_of_a_traced_value_is_refused_at_its_line():
     _refused(bool_of_data, [X], "bool() of a traced value")
+
+
+# -- 3. ufunc methods; where= and initial= of reductions -------------------------------------
+A = np.array([[0.3, -1.2, 2.0], [0.7, 1.1, -0.4]])
+
+
+def ufunc_reductions(a):
+    return (np.add.reduce(a) * 1.0, np.multiply.reduce(a, axis=1), np.maximum.reduce(a, axis=1, keepdims=True),
+            np.minimum.reduce(a, axis=None), np.add.reduce(a, axis=(0, 1)))
+
+
+def logaddexp_reductions(a):
+    return (np.logaddexp.reduce(a), np.logaddexp.reduce(a, axis=1, keepdims=True),
+            np.logaddexp.reduce(a * 400.0, axis=None))     # large: the max keeps it finite
+
+
+def ufunc_accumulations(a):
+    return np.add.accumulate(a), np.multiply.accumulate(a, axis=1), np.add.accumulate(a[0] * a[1])
+
+
+def masked_reductions(a):
+    mask = a > 0
+    return (np.sum(a, where=mask), np.sum(a * a, axis=1, where=mask, keepdims=True),
+            np.mean(a, where=mask), np.mean(a, axis=1, where=np.array([True, False, True])),
+            np.max(a, where=mask, initial=-1.0), np.min(a, axis=1, where=mask, initial=5.0),
+            np.max(a, initial=1.5), np.prod(a, where=mask), a.sum(where=mask), a.max(axis=0, initial=0.0),
+            a.mean(axis=1, where=mask))
+
+
+REDUCTION_PROGRAMS = [ufunc_reductions, logaddexp_reductions, ufunc_accumulations, masked_reductions]
+
+
+@pytest.mark.parametrize("fn", REDUCTION_PROGRAMS, ids=lambda f: f.__name__)
+def test_ufunc_methods_and_masked_reductions(fn):
+    check_program(fn, [A])
+
+
+@pytest.mark.parametrize("fn", REDUCTION_PROGRAMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("target", TARGETS)
+def test_ufunc_methods_and_masked_reductions_in_float32(fn, target):
+    a = A.astype(np.float32)
+    f = sg.differentiate(fn, target=target)
+    for got, want in zip(f(a), fn(a)):
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+        np.testing.assert_allclose(got, want, rtol=3e-6, atol=1e-6)
+    g = f.grad(a)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, sg.differentiate(fn, target="python").grad(A), rtol=3e-5, atol=1e-5)
+
+
+def test_logaddexp_reduce_at_infinities_matches_numpy():
+    def lse(a):
+        return np.logaddexp.reduce(a, axis=1)
+    a = np.array([[-np.inf, -np.inf], [-np.inf, 0.5], [1000.0, 1000.0]])
+    for target in TARGETS:
+        f = sg.differentiate(lse, target=target)
+        np.testing.assert_array_equal(f(a), lse(a))
+        g = f.grad(a)
+        # a row of only -inf has no derivative (0/0 in the softmax): nan, not a made-up number
+        assert np.all(np.isnan(g[0]))
+        np.testing.assert_allclose(g[1:], [[0.0, 1.0], [0.5, 0.5]])
+
+
+def test_max_over_a_mask_without_initial_is_numpys_error():
+    def masked_max(a):
+        return np.max(a, where=a > 0)
+    with pytest.raises(ValueError, match="initial"):
+        sg.differentiate(masked_max, target="python")(A)
