@@ -70,6 +70,14 @@ _ADDING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__seti
 _MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sort", "reverse"}
 
 
+def _writes_out(fn, args, kwargs) -> bool:
+    """A call that writes into an output array it is given, with traced data involved:
+    ``np.copyto(dst, src)`` or a ufunc with ``out=``."""
+    if fn is not np.copyto and not (isinstance(fn, np.ufunc) and kwargs.get("out") is not None):
+        return False
+    return any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
+
+
 def _container_method(fn) -> bool:
     """A method of a list or dict object (they move values without looking at them)."""
     return isinstance(fn, types.BuiltinMethodType) and isinstance(getattr(fn, "__self__", None), (list, dict))
@@ -169,6 +177,8 @@ class Calls:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
         if is_ufunc_at(fn) and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
             return self.ufunc_at(fn, node, args, kwargs, frame)   # np.add.at(y, idx, v): writes y
+        if _writes_out(fn, args, kwargs):   # np.copyto(y, v), np.add(a, b, out=y): writes y
+            return self.call_writing_out(fn, node, args, kwargs, frame)
         if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
             self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
         # an inlined callee's parameters live where these arguments live
@@ -181,6 +191,39 @@ class Calls:
         self.origins[node] = self.call_origin(fn, node, args, value, frame)
         self.note_zipped_items(fn, node, args, frame)
         return _weakly_typed(fn, args, value)
+
+    def call_writing_out(self, fn, node, args, kwargs, frame: Frame):
+        """``np.copyto(dst, src, casting=, where=)`` and a ufunc's ``out=``: the result
+        computed as a new array, then written into the output (``symgrad.array_writes``);
+        the call's value is the output array, living where it lives."""
+        if fn is np.copyto:
+            if len(node.args) < 2 or len(args) > 4 or set(kwargs) - {"casting", "where"}:
+                self.fail(node, "np.copyto with these arguments", "np.copyto(dst, src, casting=, where=)")
+            casting = kwargs.get("casting", args[2] if len(args) > 2 else "same_kind")
+            where = kwargs.get("where", args[3] if len(args) > 3 else True)
+            target, value = node.args[0], args[1]
+            if where is not True:
+                value = ops.where(where, value, args[0])
+            self.write_out(target, value, frame, node, "np.copyto", casting)
+            self.origins[node] = NO_BUFFERS   # np.copyto returns None
+            return None
+        name = f"np.{fn.__name__}"
+        if len(args) > fn.nin:
+            self.fail(node, f"{name} with its output given by position",
+                      f"pass it by keyword: {name}(..., out=y) (symgrad reads it from the spelling)")
+        out_expr = next(k.value for k in node.keywords if k.arg == "out")
+        if isinstance(out_expr, ast.Tuple) and len(out_expr.elts) == 1:
+            out_expr = out_expr.elts[0]
+        elif isinstance(out_expr, (ast.Tuple, ast.List)):
+            self.fail(node, f"{name}(..., out=) with several outputs")
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        if rest:
+            self.fail(node, f"{name}(..., out=...) with {', '.join(f'{k}=' for k in rest)}",
+                      "compute the result, then write it: y[...] = np.where(mask, result, y)")
+        value = self.call(fn, args, {}, node)
+        written = self.write_out(out_expr, value, frame, node, f"{name}(..., out=)")
+        self.origins[node] = (out_expr,)   # NumPy returns the output array itself
+        return written
 
     def items_origin(self, expr, iterable, frame: Frame):
         """Where the items of ``iterable`` (the value ``expr`` just evaluated to) live, as an

@@ -374,3 +374,166 @@ def test_max_over_a_mask_without_initial_is_numpys_error():
         return np.max(a, where=a > 0)
     with pytest.raises(ValueError, match="initial"):
         sg.differentiate(masked_max, target="python")(A)
+
+
+# -- 4. np.polyval, np.interp; np.copyto and out= -------------------------------------------
+XP = np.array([-1.0, 0.0, 0.5, 2.0])
+FP = np.array([0.3, -0.7, 1.1, 0.4])
+
+
+def polyval_program(p, x):
+    return np.polyval(p, x) + np.polyval([p[0], 2.0, p[2]], x[0]) + np.polyval(p, 0.5)
+
+
+def interp_program(x, fp):
+    return np.interp(x, XP, fp) + np.interp(x * 0.5, XP, fp, left=-2.0, right=3.0)
+
+
+def interp_traced_knots(x, xp):
+    return np.interp(x, np.sort(xp), FP)
+
+
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_polyval_gradients_in_coefficients_and_points(wrt):
+    check_program(polyval_program, [np.array([0.5, -1.5, 2.0, 0.25]), np.array([-1.3, 0.2, 0.9])], wrt=wrt)
+
+
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_interp_gradients_inside_the_segments(wrt):
+    # points inside segments (not at knots) and outside the knots on both sides
+    x = np.array([-2.5, -0.7, 0.2, 0.31, 1.4, 3.0])
+    check_program(interp_program, [x, FP], wrt=wrt)
+
+
+def test_interp_with_traced_knots_is_not_differentiated_in_them():
+    x, xp = np.array([-0.7, 0.2, 1.4]), np.array([0.5, -1.0, 2.0, 0.0])
+    for target in TARGETS:
+        f = sg.differentiate(interp_traced_knots, wrt=(0, 1), target=target)
+        np.testing.assert_array_equal(f(x, xp), interp_traced_knots(x, xp))
+        gx, gxp = f.grad(x, xp)
+        np.testing.assert_array_equal(gxp, np.zeros(4))
+        np.testing.assert_allclose(gx, [-1.0, 3.6, -0.7 / 1.5])
+
+
+def _slopes():
+    return np.diff(FP) / np.diff(XP)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_interp_at_the_knots_is_exact_with_jaxs_one_sided_derivatives(target, dtype):
+    """Values at the knots are fp exactly (NumPy's); the derivative in x at an interior knot
+    and at xp[0] is the slope to the right, at xp[-1] the slope to the left (jnp.interp's
+    convention); in fp it is the knot's own weight, 1."""
+    def at(x, fp):
+        return np.interp(x, XP, fp)
+    x, fp = XP.astype(dtype), FP.astype(dtype)
+    f = sg.differentiate(at, wrt=(0, 1), target=target)
+    value = f(x, fp)
+    assert value.dtype == np.float64 == np.interp(x, XP, fp).dtype   # NumPy's double loop
+    np.testing.assert_array_equal(value, np.interp(x, XP, fp))
+    gx, gfp = f.grad(x, fp)
+    assert gx.dtype == dtype and gfp.dtype == dtype
+    slopes = _slopes()
+    np.testing.assert_allclose(gx, [slopes[0], slopes[1], slopes[2], slopes[2]], rtol=1e-6)
+    np.testing.assert_allclose(gfp, np.ones(4))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_interp_clamps_outside_the_knots_with_zero_slope(target):
+    def outside(x, fp):
+        return np.interp(x, XP, fp), np.interp(x, XP, fp, left=5.0, right=-5.0)
+    x = np.array([-9.0, -1.0 - 1e-12, 2.0 + 1e-12, 9.0])
+    f = sg.differentiate(outside, wrt=(0, 1), target=target)
+    for got, want in zip(f(x, FP), outside(x, FP)):
+        np.testing.assert_array_equal(got, want)
+    gx, gfp = f.grad(x, FP)
+    np.testing.assert_array_equal(gx, np.zeros(4))
+    np.testing.assert_array_equal(gfp, [2.0, 0.0, 0.0, 2.0])   # fp[0], fp[-1] of the default clamps
+
+
+def interp_under_cuda(x, fp):
+    return np.interp(x, XP, fp)
+
+
+def test_interp_and_polyval_under_the_cuda_emulation():
+    check_program(interp_under_cuda, [np.array([-0.7, 0.2, 1.4, 0.1, 1.9]), FP], wrt=(0, 1))
+    check_program(polyval_program, [np.array([0.5, -1.5, 2.0, 0.25]), np.array([-1.3, 0.2, 0.9])], wrt=(0, 1))
+
+
+def copyto_program(x):
+    y = np.zeros((2, 4))
+    np.copyto(y, x)                        # broadcast into both rows
+    z = np.ones(4)
+    np.copyto(z, x * 3.0, where=x > 0)     # only where the mask is set
+    return np.sum(y * y) + np.sum(z * x)
+
+
+def out_program(x):
+    y = np.empty_like(x)
+    np.add(x, x * x, out=y)
+    np.multiply(y, 2.0, out=y)             # input and output the same array: NumPy's semantics
+    w = x.copy()
+    np.exp(w, out=w)
+    v = np.zeros(6)
+    np.sin(x, out=v[1:5])                  # into a view: v's slice
+    r = np.subtract(y, 1.0, out=y)         # the result is the output array itself
+    return np.sum(r) + np.sum(w) + np.sum(v * v)
+
+
+def out_in_a_loop(x):
+    acc = np.zeros_like(x)
+    for k in range(x.shape[0]):
+        np.add(acc, np.sin(x * k), out=acc)
+    return np.sum(acc * x)
+
+
+def out_into_an_argument(x):
+    np.multiply(x, 2.0, out=x)
+    return np.sum(x)
+
+
+def out_into_an_alias(x):
+    y = np.zeros(4)
+    alias = y
+    np.add(x, 1.0, out=y)
+    return np.sum(alias * x)
+
+
+def copyto_into_an_argument(x, y):
+    np.copyto(y, x)
+    return np.sum(y)
+
+
+def out_with_the_wrong_kind(x):
+    y = np.zeros(4, dtype=np.int64)
+    np.add(x, 1.0, out=y)
+    return np.sum(x)
+
+
+@pytest.mark.parametrize("fn", [copyto_program, out_program, out_in_a_loop], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_copyto_and_out_write_in_place(fn, dtype):
+    x = X.astype(dtype)
+    if dtype == np.float64:
+        check_program(fn, [x])
+        return
+    for target in TARGETS:
+        f = sg.differentiate(fn, target=target)
+        np.testing.assert_allclose(f(x), fn(x), rtol=1e-5)
+        g = f.grad(x)
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, sg.differentiate(fn, target="python").grad(X), rtol=1e-5, atol=1e-5)
+
+
+def test_out_and_copyto_never_write_the_callers_array():
+    x = X.copy()
+    _refused(out_into_an_argument, [x], "argument array 'x'")
+    _refused(copyto_into_an_argument, [x, np.zeros(4)], "argument array 'y'")
+    _refused(out_into_an_alias, [x], "may share memory with 'alias'")
+    np.testing.assert_array_equal(x, X)
+
+
+def test_out_casts_as_numpy_does():
+    with pytest.raises(TypeError, match="same_kind"):
+        sg.differentiate(out_with_the_wrong_kind, target="python")(X)
