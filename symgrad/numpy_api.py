@@ -257,6 +257,66 @@ CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
 CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
 
 
+def _truth_items(items, pick) -> list:
+    """The truth of each item of ``any``/``all``'s iterable as a 0-d bool node (NumPy's:
+    nonzero, NaN true); an item of more than one element has none, as in NumPy."""
+    out = []
+    for item in items:
+        node = ops.lift(item)
+        if node.size != 1:
+            raise ValueError(f"{pick}(): the truth value of an array with more than one element "
+                             "is ambiguous (use np.any(...) or np.all(...) on it)")
+        node = ops.reshape(node, ())
+        out.append(node if node.dtype == "bool" else ops.ne(node, 0))
+    return out
+
+
+def builtin_truth(every: bool):
+    """``any``/``all`` over an iterable with traced items: np.any/np.all of them (a traced
+    bool). A static item that decides it decides it (Python's short circuit)."""
+    pick = builtins.all if every else builtins.any
+
+    def fn(iterable):
+        items = list(iterable)
+        if not _traced(items):
+            return pick(items)
+        static = [v for v in items if not isinstance(v, Node)]
+        if static and (not builtins.all(static) if every else builtins.any(static)):
+            return not every
+        truths = _truth_items([v for v in items if isinstance(v, Node)], pick.__name__)
+        combine = ops.logical_and if every else ops.logical_or
+        out = truths[0]
+        for t in truths[1:]:
+            out = combine(out, t)
+        return out
+    fn.__name__ = pick.__name__
+    return fn
+
+
+def builtin_sorted(iterable, *, key=None, reverse=False):
+    """``sorted(x)`` of a traced 1-d array or of a list of traced scalars: np.sort (its
+    derivative routes each output to the element it came from), as a Python list."""
+    items = iterable if isinstance(iterable, Node) else list(iterable)
+    if not _traced(items if isinstance(items, list) else [items]):
+        return builtins.sorted(items, key=key, reverse=reverse)
+    if key is not None:
+        raise numpy_extra.unsupported("sorted(..., key=...) of traced values",
+                                      "sort by the key with np.argsort and index: x[np.argsort(k)]")
+    x = items if isinstance(items, Node) else ops.stack(_as_node_list(items))
+    if x.ndim != 1:
+        raise numpy_extra.unsupported(f"sorted() of a traced {x.ndim}-d array",
+                                      "its items are rows, which Python compares as booleans "
+                                      "(ambiguous); use np.sort(x, axis=0)")
+    ordered = DUALS["sort"](x)
+    out = [ops.getitem(ordered, i) for i in range(x.shape[0])]
+    return out[::-1] if reverse else out
+
+
+CALLABLES[builtins.any] = builtin_truth(every=False)
+CALLABLES[builtins.all] = builtin_truth(every=True)
+CALLABLES[builtins.sorted] = builtin_sorted
+
+
 _SIGNATURES: dict = {}
 
 

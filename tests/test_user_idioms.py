@@ -537,3 +537,59 @@ def test_out_and_copyto_never_write_the_callers_array():
 def test_out_casts_as_numpy_does():
     with pytest.raises(TypeError, match="same_kind"):
         sg.differentiate(out_with_the_wrong_kind, target="python")(X)
+
+
+# -- 5. any / all / sorted / min / max builtins over traced values ---------------------------
+
+def builtins_over_scalars(x):
+    a, b, c = x[0], x[1], x[2]
+    return max(a, b) + min(b, c) * 2.0 + max([a * 2.0, b, c]) + min(a, b, c, x[3]) + max(x) - min(x)
+
+
+def truth_builtins(x):
+    s = np.sum(x * x)
+    if any(x > 1.5) and not all(x > 0):     # traced bools: an if on data
+        s = s * 2.0
+    if all([x[0] > -5.0, x[3] < 5.0]):      # a list of traced bools
+        s = s + np.sum(x)
+    if any([False, x[1] > 0]):
+        s = s - 100.0
+    return s
+
+
+def sorted_builtin(x):
+    ordered = sorted(x)                       # a 1-d array: np.sort, as a list
+    top = sorted([x[0] * 2.0, x[1], x[3]], reverse=True)
+    return sum(o * w for o, w in zip(ordered, [1.0, 2.0, 3.0, 4.0])) + top[0] - top[2]
+
+
+def sorted_with_key(x):
+    return np.sum(np.array(sorted(x, key=abs)))
+
+
+@pytest.mark.parametrize("fn", [builtins_over_scalars, truth_builtins, sorted_builtin],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("x", [X, np.array([2.0, 1.0, -0.5, 3.0])], ids=["x1", "x2"])
+def test_python_builtins_over_traced_values(fn, x):
+    check_program(fn, [x])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_builtin_max_of_a_tie_splits_the_gradient_as_np_maximum(target):
+    """Python's max(a, b) returns a on a tie; the value is the same, the derivative is
+    np.maximum's: half to each (JAX's convention, what a central difference sees)."""
+    def tie(x):
+        return max(x[0], x[1]) + min(x[2], x[3])
+    x = np.array([1.5, 1.5, -2.0, -2.0])
+    np.testing.assert_array_equal(sg.differentiate(tie, target=target).grad(x), [0.5, 0.5, 0.5, 0.5])
+
+
+def test_sorted_with_a_key_is_refused_at_its_line():
+    _refused(sorted_with_key, [X], "sorted(..., key=...)")
+
+
+def test_any_of_rows_is_numpys_ambiguity_error():
+    def any_rows(a):
+        return np.sum(a) if any(a > 0) else 0.0
+    with pytest.raises(ValueError, match="ambiguous"):
+        sg.differentiate(any_rows, target="python")(A)
