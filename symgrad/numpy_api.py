@@ -392,7 +392,15 @@ def readme_section() -> str:
     methods = numpy_extra.reductions.UFUNC_METHODS
     lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + ", and the "
               "in-place " + ", ".join(f"`np.{n}.at`" for n in index_writes.UFUNC_AT) +
-              " (unbuffered: a repeated index adds every time; see symgrad.index_writes)."]
+              " (unbuffered: a repeated index adds every time; see symgrad.index_writes).",
+              "", "`np.sum`/`prod`/`max`/`min`/`mean` (and the methods) take `where=` (the masked-out "
+              "elements are the identity; max/min need `initial=`, as in NumPy) and `sum`/`prod`/`max`/"
+              "`min` take `initial=`. A ufunc's `out=` (by keyword: `np.add(a, b, out=y)`, `out=y[1:]`) "
+              "and `np.copyto(dst, src, casting=, where=)` are in-place writes with an item "
+              "assignment's rules (the function's own arrays only: never an argument, a global or an "
+              "alias; NumPy's `same_kind` casting). `np.interp`'s derivative at a knot is one-sided "
+              "as JAX's (the right segment's slope at `xp[0]` and inside, the left one's at `xp[-1]`, "
+              "0 outside; `xp` is not differentiated; symgrad.numpy_polynomials)."]
     lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "
               "function and your line; any other NumPy function does too):", ""]
     lines += [f"- {what}: {why}" for what, why in NOT_YET_SUPPORTED.items()]
