@@ -130,6 +130,29 @@ def _pow_through(g: Node, n: Node, active):
 _THROUGH_VJPS = {"div": _div_through, "pow": _pow_through}
 
 
+def through_jvp(node: Node, tangents: dict):
+    """Forward mode's form of the same rule (``symgrad.forward``): the tangent of
+    ``a / (c + exp(u))`` or ``(c + exp(u)) ** k`` from the tangents of ``a`` and ``u`` (that of
+    the denominator is ``exp(u) * t_u``, nothing else, ``c`` being constant); NotImplemented
+    for any other node."""
+    if node.op not in _THROUGH_VJPS:
+        return NotImplemented
+    base, other = (node.inputs[1], node.inputs[0]) if node.op == "div" else node.inputs
+    found = _exp_denominator(base)
+    if found is None or node.op == "pow" and not (
+            other.op in ("const", "full") and isinstance(other.attrs[0], (int, float))
+            and other.attrs[0] < 0):
+        return NotImplemented
+    c, u = found
+    scale = -1 if node.op == "div" else other
+    terms = []
+    if tangents.get(u) is not None:
+        terms.append(scale * node * _logistic_factor(c, u) * tangents[u])
+    if node.op == "div" and tangents.get(other) is not None:
+        terms.append(tangents[other] / base)
+    return None if not terms else terms[0] if len(terms) == 1 else add(terms[0], terms[1])
+
+
 def _node_vjp(g: Node, node: Node, active) -> tuple:
     """The cotangents of ``node``'s inputs and terms for nodes further up
     (``_THROUGH_VJPS``), as (grads, [(node, cotangent), ...])."""

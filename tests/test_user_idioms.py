@@ -593,3 +593,15 @@ def test_any_of_rows_is_numpys_ambiguity_error():
         return np.sum(a) if any(a > 0) else 0.0
     with pytest.raises(ValueError, match="ambiguous"):
         sg.differentiate(any_rows, target="python")(A)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", SIGMOIDS + [sigmoid_commuted_scaled], ids=lambda f: f.__name__)
+def test_the_logistic_rule_in_forward_mode(fn, target):
+    x = EXTREMES if fn is not sigmoid_commuted_scaled else np.array([-3.0, -0.4, 0.0, 0.25, 2.5, 400.0])
+    v = np.linspace(0.5, 1.5, x.size)
+    with np.errstate(over="ignore"):
+        value, tangent = sg.jvp(fn, target=target)(x, v)
+        want = np.dot(sg.differentiate(fn, target="python").grad(x), v)
+    assert np.isfinite(tangent)
+    np.testing.assert_allclose(tangent, want, rtol=1e-12)
