@@ -605,3 +605,35 @@ def test_the_logistic_rule_in_forward_mode(fn, target):
         want = np.dot(sg.differentiate(fn, target="python").grad(x), v)
     assert np.isfinite(tangent)
     np.testing.assert_allclose(tangent, want, rtol=1e-12)
+
+
+# -- every idiom's gradient lowered for target="cuda" assembles with ptxas --------------------
+_PTX_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import symgrad as sg
+import test_user_idioms as t
+programs = [
+    (t.for_else_data_break, [np.array([0.3, 0.2, 1.1, 0.4, 1.5, 0.1])], 0),
+    (t.while_else_data_break, [np.array([0.4, 1.3])], 0),
+    (t.walrus_in_condition, [t.X], 0),
+    (t.item_and_float, [t.X], 0),
+    (t.masked_reductions, [t.A], 0),
+    (t.logaddexp_reductions, [t.A], 0),
+    (t.interp_program, [np.array([-2.5, -0.7, 0.2, 1.4, 3.0]), t.FP], (0, 1)),
+    (t.polyval_program, [np.array([0.5, -1.5, 2.0, 0.25]), np.array([-1.3, 0.2, 0.9])], (0, 1)),
+    (t.out_program, [t.X], 0),
+    (t.sorted_builtin, [t.X], 0),
+    (t.sigmoid_divide, [t.EXTREMES], 0),
+]
+for path, (fn, args, wrt) in zip(sys.argv[1:], programs):
+    open(path, "w").write(sg.grad(fn, wrt=wrt, target="python").ptx(*args, arch="ARCH"))
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_idiom_gradients_assemble_with_ptxas(tmp_path, arch):
+    from ptx_child import assemble_in_child
+    files = [tmp_path / f"idiom{i}.ptx" for i in range(11)]
+    assemble_in_child(_PTX_SCRIPT.replace("ARCH", arch), files, arch=arch)
