@@ -246,6 +246,11 @@ def builtin_extremum(build):
             return pick(*args, **kwargs)
         if kwargs:
             raise TypeError(f"{pick.__name__}() with keyword arguments on traced values is not supported")
+        if any(isinstance(v, Node) and v.size > 1 for v in items):
+            # Python compares the items (a < b): of arrays that is NumPy's ambiguity error
+            raise ValueError(f"{pick.__name__}(): the truth value of an array with more than one "
+                             f"element is ambiguous (use np.{'minimum' if pick is builtins.min else 'maximum'} "
+                             "for elementwise, np.min/np.max to reduce)")
         out = items[0]
         for item in items[1:]:
             out = build(out, item)

@@ -637,3 +637,12 @@ def test_idiom_gradients_assemble_with_ptxas(tmp_path, arch):
     from ptx_child import assemble_in_child
     files = [tmp_path / f"idiom{i}.ptx" for i in range(11)]
     assemble_in_child(_PTX_SCRIPT.replace("ARCH", arch), files, arch=arch)
+
+
+def test_builtin_max_of_arrays_is_numpys_ambiguity_error():
+    def max_of_rows(a):
+        return np.sum(max(a[0], a[1]))          # Python compares the rows: ambiguous in NumPy
+    with pytest.raises(ValueError, match="ambiguous"):
+        max_of_rows(A)
+    with pytest.raises(ValueError, match="ambiguous"):
+        sg.differentiate(max_of_rows, target="python")(A)
