@@ -71,9 +71,14 @@ def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict |
             name = graph.names.get(node) if graph is not None else None
             if name and g not in graph.names and g.op not in ("const", "full", "arg"):
                 graph.names[g] = f"b_{name}"
-            grads, through = _node_vjp(g, node, active)
-            for inp, gi in through:      # a term that skips an overflowing intermediate
-                accumulate(inp, gi, node)
+            through = _THROUGH_VJPS.get(node.op)
+            found = through(g, node, active) if through is not None else None
+            if found is None:
+                grads = OPS[node.op].vjp(g, node)
+            else:                        # terms that skip an overflowing intermediate
+                grads, further = found
+                for inp, gi in further:
+                    accumulate(inp, gi, node)
         for inp, gi in zip(node.inputs, grads):
             if gi is not None and inp in active:
                 accumulate(inp, gi, node)
@@ -151,14 +156,6 @@ def through_jvp(node: Node, tangents: dict):
     if node.op == "div" and tangents.get(other) is not None:
         terms.append(tangents[other] / base)
     return None if not terms else terms[0] if len(terms) == 1 else add(terms[0], terms[1])
-
-
-def _node_vjp(g: Node, node: Node, active) -> tuple:
-    """The cotangents of ``node``'s inputs and terms for nodes further up
-    (``_THROUGH_VJPS``), as (grads, [(node, cotangent), ...])."""
-    rule = _THROUGH_VJPS.get(node.op)
-    found = rule(g, node, active) if rule is not None else None
-    return found if found is not None else (OPS[node.op].vjp(g, node), ())
 
 
 def backward(graph: Graph, wrt: list[Node], seeds=None) -> tuple[list[Node], dict[Node, Node]]:
