@@ -646,3 +646,38 @@ def test_builtin_max_of_arrays_is_numpys_ambiguity_error():
         max_of_rows(A)
     with pytest.raises(ValueError, match="ambiguous"):
         sg.differentiate(max_of_rows, target="python")(A)
+
+
+def _item_as_shape(x, k):
+    return np.sum(np.zeros(k.item()) + x[0])
+
+
+def _item_as_slice_bound(x, k):
+    return np.sum(x[:k.item()])
+
+
+def _item_as_range_bound(x, k):
+    s = 0.0
+    for i in range(k.item()):
+        s = s + x[i]
+    return s
+
+
+def _item_as_index(x, k):
+    return x[k.item()] * 2.0 + x * k.item()     # a traced int: a gather and a factor
+
+
+@pytest.mark.parametrize("fn, words", [(_item_as_shape, "shape that depends on traced data"),
+                                       (_item_as_slice_bound, "slice bounds that depend on data"),
+                                       (_item_as_range_bound, "range() over a traced value")],
+                         ids=lambda v: getattr(v, "__name__", ""))
+def test_a_traced_int_used_as_a_python_int_is_refused_at_its_line(fn, words):
+    _refused(fn, [np.ones(3), np.array(2)], words)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_traced_int_from_item_indexes_and_scales(target):
+    x = np.array([0.5, -1.0, 2.0])
+    f = sg.differentiate(_item_as_index, target=target)
+    np.testing.assert_array_equal(f(x, np.array(2)), _item_as_index(x, np.array(2)))
+    np.testing.assert_array_equal(f.grad(x, np.array(1)), [1.0, 7.0, 1.0])   # 3 rows of 2 x[k]
