@@ -13,6 +13,7 @@ The view lasts while the loop variable holds the row and ``A`` names the same me
 from __future__ import annotations
 
 import ast
+import numbers
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -95,8 +96,10 @@ class ArrayWrites:
         else:
             key, destination = Ellipsis, container
         if not isinstance(destination, (Node, np.ndarray)) or not is_array(destination):
-            self.fail(call, f"{what} into {type(destination).__name__} '{root.id}'",
-                      "the output must be an array the function made")
+            kind = "a scalar" if isinstance(destination, (Node, np.generic, numbers.Number)) \
+                else f"a {type(destination).__name__}"
+            self.fail(call, f"{what} into '{root.id}', {kind}",
+                      "the output must be an array the function made (y = np.zeros(n))")
         if casting != "unsafe":
             _check_cast(what, destination, value, casting)
         value = ops.cast(ops.lift(value), destination.dtype if isinstance(destination, Node)

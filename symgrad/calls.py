@@ -73,7 +73,8 @@ _MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sor
 def _writes_out(fn, args, kwargs) -> bool:
     """A call that writes into an output array it is given, with traced data involved:
     ``np.copyto(dst, src)`` or a ufunc with ``out=``."""
-    if fn is not np.copyto and not (isinstance(fn, np.ufunc) and kwargs.get("out") is not None):
+    if fn is not np.copyto and not (isinstance(fn, np.ufunc) and (
+            kwargs.get("out") is not None or len(args) > fn.nin)):
         return False
     return any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
 
@@ -177,7 +178,8 @@ class Calls:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
         if is_ufunc_at(fn) and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
             return self.ufunc_at(fn, node, args, kwargs, frame)   # np.add.at(y, idx, v): writes y
-        if (fn is np.copyto or "out" in kwargs) and _writes_out(fn, args, kwargs):   # writes y
+        if (fn is np.copyto or "out" in kwargs or isinstance(fn, np.ufunc) and len(args) > fn.nin) \
+                and _writes_out(fn, args, kwargs):   # np.copyto(y, v), np.add(a, b, out=y)
             return self.call_writing_out(fn, node, args, kwargs, frame)
         if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
             self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
@@ -211,7 +213,7 @@ class Calls:
         if len(args) > fn.nin:
             self.fail(node, f"{name} with its output given by position",
                       f"pass it by keyword: {name}(..., out=y) (symgrad reads it from the spelling)")
-        out_expr = next(k.value for k in node.keywords if k.arg == "out")
+        out_expr = next((k.value for k in node.keywords if k.arg == "out"), None)
         if isinstance(out_expr, ast.Tuple) and len(out_expr.elts) == 1:
             out_expr = out_expr.elts[0]
         elif isinstance(out_expr, (ast.Tuple, ast.List)):

@@ -7,7 +7,9 @@ knots' interior, so at an interior knot and at ``xp[0]`` the slope is the one to
 at ``xp[-1]`` the one to the left; outside ``[xp[0], xp[-1]]`` the value is clamped
 (``left``/``right``, NumPy's ``fp[0]``/``fp[-1]`` by default) and the derivative in ``x`` is 0.
 The derivative in ``fp`` is the hat weights of the segment. ``xp`` may be traced but is not
-differentiated (the knots locate the segment; as in NumPy it must be increasing).
+differentiated (the knots locate the segment; as in NumPy it must be increasing). The segment
+search counts the knots at or below each point (``searchsorted`` without a sort primitive):
+work in ``x.size * len(xp)``, fine for the usual tables of a few hundred knots.
 """
 from __future__ import annotations
 

@@ -681,3 +681,22 @@ def test_a_traced_int_from_item_indexes_and_scales(target):
     f = sg.differentiate(_item_as_index, target=target)
     np.testing.assert_array_equal(f(x, np.array(2)), _item_as_index(x, np.array(2)))
     np.testing.assert_array_equal(f.grad(x, np.array(1)), [1.0, 7.0, 1.0])   # 3 rows of 2 x[k]
+
+
+def _out_into_a_scalar(x):
+    s = np.sum(x)
+    np.multiply(x[0], 2.0, out=s)
+    return s
+
+
+def _out_by_position(x):
+    y = np.zeros(4)
+    np.add(x, 1.0, y)
+    return np.sum(y)
+
+
+@pytest.mark.parametrize("fn, words", [(_out_into_a_scalar, "out=) into 's', a scalar"),
+                                       (_out_by_position, "output given by position")],
+                         ids=lambda v: getattr(v, "__name__", ""))
+def test_outputs_that_are_not_the_functions_arrays_are_refused_at_the_line(fn, words):
+    _refused(fn, [X], words)
