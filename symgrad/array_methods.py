@@ -21,13 +21,14 @@ class _BoundNodeMethod:
 def python_scalar(x: Node, kind: str | None = None) -> Node:
     """``x.item()`` / ``float(x)`` of a traced one-element array: the Python number it holds,
     traced (its value is known only at run time) and weakly typed as a Python number is, so
-    ``float(np.sum(x32)) * y32`` stays float32 as in NumPy. ``kind`` forces float (``float(x)``);
-    else the receiver's kind decides: a float, an int or a bool."""
+    ``float(np.sum(x32)) * y32`` stays float32 as in NumPy. ``kind`` forces "float"
+    (``float(x)``) or "int" (``int(i)`` of an integer); else the receiver's kind decides: a
+    float, an int or a bool."""
     if x.size != 1:
         raise TypeError("only length-1 arrays can be converted to Python scalars" if kind else
                         "can only convert an array of size 1 to a Python scalar")
-    dtype = "float64" if kind == "float" or x.dtype.startswith("float") else \
-        "bool" if x.dtype == "bool" else "int64"
+    dtype = "float64" if kind == "float" or kind is None and x.dtype.startswith("float") else \
+        "bool" if kind is None and x.dtype == "bool" else "int64"
     # a node of its own (a cast, even to the same dtype): the strong value stays strong
     number = make("cast", (ops.reshape(x, ()),), (dtype,))
     return ops.mark_weak(number) if ops.in_weak_scope() else number

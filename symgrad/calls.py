@@ -354,6 +354,11 @@ class Calls:
             self.fail(node, f"{_callable_name(fn)}() ({RANDOM_DRAW})", RANDOM_HINT)
         if fn is builtins.float and len(args) == 1 and not kwargs and is_data(args[0]):
             return python_scalar(ops.lift(args[0]), "float")   # a traced Python float
+        if fn is builtins.int and len(args) == 1 and not kwargs and is_data(args[0]) and \
+                not ops.lift(args[0]).dtype.startswith("float"):
+            # int(i) of a traced integer (a loop index): the same number, a traced Python int
+            # (where it must be a Python int, a shape or a range bound, that use says so)
+            return python_scalar(ops.lift(args[0]), "int")
         if fn in (builtins.int, builtins.bool) and args and is_data(args[0]):
             self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run "
                       "time, so it cannot be a Python " + ("shape, index or range bound"

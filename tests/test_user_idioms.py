@@ -700,3 +700,17 @@ def _out_by_position(x):
                          ids=lambda v: getattr(v, "__name__", ""))
 def test_outputs_that_are_not_the_functions_arrays_are_refused_at_the_line(fn, words):
     _refused(fn, [X], words)
+
+
+def int_and_float_of_a_loop_index(x):
+    s = 0.0 * x[0]
+    for i in range(x.shape[0]):               # a loop region: i is traced
+        s = s + x[int(i)] * float(i) + np.sin(x[i]) * float(x[i])
+    return s
+
+
+def test_int_and_float_of_a_loop_index_keep_the_loop_a_region():
+    x = np.linspace(-1.0, 1.0, 12)
+    check_program(int_and_float_of_a_loop_index, [x])
+    source = sg.differentiate(int_and_float_of_a_loop_index, target="python").source_for(x)
+    assert "for i in range(12):" in source     # one loop, not twelve unrolled iterations
