@@ -29,6 +29,8 @@ def python_scalar(x: Node, kind: str | None = None) -> Node:
                         "can only convert an array of size 1 to a Python scalar")
     dtype = "float64" if kind == "float" or kind is None and x.dtype.startswith("float") else \
         "bool" if kind is None and x.dtype == "bool" else "int64"
+    if x.ndim == 0 and x.dtype == dtype and ops.weak_kind(x) is not None:
+        return x    # already a Python number (a loop index): itself, known to be in bounds
     # a node of its own (a cast, even to the same dtype): the strong value stays strong
     number = make("cast", (ops.reshape(x, ()),), (dtype,))
     return ops.mark_weak(number) if ops.in_weak_scope() else number
