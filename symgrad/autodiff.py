@@ -8,7 +8,7 @@ is seeded with ones of its shape. Broadcasting is undone in one place (``unbroad
 from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
-from .ops import add, cast, div, exp, full, mul, neg, reduce, unbroadcast, zeros_like
+from .ops import add, cast, div, full, reduce, unbroadcast, zeros_like
 from .region_autodiff import apply_replacements, cond_vjp, loop_vjp, remat_vjp
 from .regions import TUPLE
 from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
@@ -89,11 +89,13 @@ def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict |
 # The chain rule through the denominator b = c + exp(u) multiplies d n/d b = -a/b**2, which
 # underflows to 0 where exp(u) overflows, by d exp(u)/du = exp(u) = inf: 0 * inf = nan (the
 # naive sigmoid 1/(1 + np.exp(-x)) at x <= -710). The path's product has the finite closed form
-#     d n/du = k * n * exp(u) / b = k * n / (1 + c * exp(-u))
-# (k = -1 for a / b, the exponent for b ** k): its factor is itself a logistic, 1 where exp(u)
-# overflows and 0 where exp(-u) does, and, being of the same shape, its own derivative takes
-# this path again (second order stays finite too). The term goes to u directly; b and exp(u)
-# get nothing from this node (their other uses still count).
+#     d n/du = k * n * exp(u) / b = k * n * (1 - c / b)
+# (k = -1 for a / b, the exponent for b ** k): for the sigmoid s = 1 / (1 + exp(-x)) that is
+# -s * (1 - s) * du, JAX's logistic rule, from values the forward pass has (1 / b is s itself:
+# no new exp). c / b is of the same shape, so its own derivative takes this path again (second
+# order stays finite too). The term goes to u directly; b and exp(u) get nothing from this node
+# (their other uses still count). Where exp(u) is far below c, 1 - c / b keeps absolute, not
+# relative, accuracy (s'(40) is 0 rather than 4e-18), as JAX's rule does.
 
 def _exp_denominator(b: Node):
     """``(c, u)`` where ``b`` is ``c + exp(u)`` (either order) with ``c`` a positive scalar
@@ -107,10 +109,9 @@ def _exp_denominator(b: Node):
     return None
 
 
-def _logistic_factor(c: Node, u: Node) -> Node:
-    """exp(u) / (c + exp(u)), finite everywhere: 1 / (1 + c * exp(-u))."""
-    e = exp(neg(u))
-    return div(1, add(1, e if c.attrs[0] == 1 else mul(c, e)))
+def _logistic_factor(c: Node, b: Node) -> Node:
+    """exp(u) / (c + exp(u)) = 1 - c / b, finite everywhere (1 where exp(u) overflows)."""
+    return 1 - div(c, b)
 
 
 def _div_through(g: Node, n: Node, active):
@@ -119,7 +120,7 @@ def _div_through(g: Node, n: Node, active):
     if found is None or found[1] not in active:
         return None
     c, u = found
-    return (g / b if a in active else None, None), [(u, -g * n * _logistic_factor(c, u))]
+    return (g / b if a in active else None, None), [(u, -g * n * _logistic_factor(c, b))]
 
 
 def _pow_through(g: Node, n: Node, active):
@@ -129,7 +130,7 @@ def _pow_through(g: Node, n: Node, active):
             not isinstance(k.attrs[0], (int, float)) or k.attrs[0] >= 0:
         return None
     c, u = found
-    return (None, None), [(u, g * k * n * _logistic_factor(c, u))]
+    return (None, None), [(u, g * k * n * _logistic_factor(c, b))]
 
 
 _THROUGH_VJPS = {"div": _div_through, "pow": _pow_through}
@@ -152,7 +153,7 @@ def through_jvp(node: Node, tangents: dict):
     scale = -1 if node.op == "div" else other
     terms = []
     if tangents.get(u) is not None:
-        terms.append(scale * node * _logistic_factor(c, u) * tangents[u])
+        terms.append(scale * node * _logistic_factor(c, base) * tangents[u])
     if node.op == "div" and tangents.get(other) is not None:
         terms.append(tangents[other] / base)
     return None if not terms else terms[0] if len(terms) == 1 else add(terms[0], terms[1])

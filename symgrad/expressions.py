@@ -378,12 +378,11 @@ class Expressions:
     def refuse_conditional_walrus(self, exprs, where: str):
         """Both sides of a choice on data are traced; a ``:=`` in one would bind whatever
         the data decides (Python binds it only where that side runs)."""
-        for expr in exprs:
-            walrus = next((n for n in ast.walk(expr) if isinstance(n, ast.NamedExpr)), None)
-            if walrus is not None:
-                self.fail(walrus, f"walrus operator := in an operand of {where} decided by "
-                          "traced data (it would be bound whichever side the data takes)",
-                          "assign it in a statement before the choice")
+        walrus = next((n for e in exprs for n in ast.walk(e) if isinstance(n, ast.NamedExpr)), None)
+        if walrus is not None:
+            self.fail(walrus, f"walrus operator := in an operand of {where} decided by traced "
+                      "data (it would be bound whichever side the data takes)",
+                      "assign it in a statement before the choice")
 
     def expr_NamedExpr(self, node, frame):
         """``(y := expr)``: bind and return the value; in a comprehension the name belongs to
