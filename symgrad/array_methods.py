@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numpy_extra, ops
-from .ir import Node
+from .ir import Node, make
 from .numpy_api import DUALS
 
 
@@ -18,17 +18,48 @@ class _BoundNodeMethod:
         return self.fn(self.node, *args, **kwargs)
 
 
+def python_scalar(x: Node, kind: str | None = None) -> Node:
+    """``x.item()`` / ``float(x)`` of a traced one-element array: the Python number it holds,
+    traced (its value is known only at run time) and weakly typed as a Python number is, so
+    ``float(np.sum(x32)) * y32`` stays float32 as in NumPy. ``kind`` forces "float"
+    (``float(x)``) or "int" (``int(i)`` of an integer); else the receiver's kind decides: a
+    float, an int or a bool."""
+    if x.size != 1:
+        raise TypeError("only length-1 arrays can be converted to Python scalars" if kind else
+                        "can only convert an array of size 1 to a Python scalar")
+    dtype = "float64" if kind == "float" or kind is None and x.dtype.startswith("float") else \
+        "bool" if kind is None and x.dtype == "bool" else "int64"
+    if x.ndim == 0 and x.dtype == dtype and ops.weak_kind(x) is not None:
+        return x    # already a Python number (a loop index): itself, known to be in bounds
+    # a node of its own (a cast, even to the same dtype): the strong value stays strong
+    number = make("cast", (ops.reshape(x, ()),), (dtype,))
+    return ops.mark_weak(number) if ops.in_weak_scope() else number
+
+
+def _item(x, *index):
+    """``x.item()``, ``x.item(k)`` (flat index), ``x.item(i, j)``."""
+    if index:
+        x = ops.getitem(x, index if len(index) > 1 else
+                        (index[0] if x.ndim == 1 else np.unravel_index(index[0], x.shape)))
+    return python_scalar(x)
+
+
 def _shape_args(args):
     return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 
 # (keepdims is keyword-only: NumPy's second positional after axis is dtype or out)
 _NODE_METHODS = {
-    "sum": lambda x, axis=None, *, keepdims=False: ops.reduce("sum", x, axis, keepdims),
-    "prod": lambda x, axis=None, *, keepdims=False: ops.reduce("prod", x, axis, keepdims),
-    "max": lambda x, axis=None, *, keepdims=False: ops.reduce("max", x, axis, keepdims),
-    "min": lambda x, axis=None, *, keepdims=False: ops.reduce("min", x, axis, keepdims),
-    "mean": lambda x, axis=None, *, keepdims=False: ops.mean(x, axis, keepdims),
+    "sum": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("sum", x, axis, keepdims, where, initial),
+    "prod": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("prod", x, axis, keepdims, where, initial),
+    "max": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("max", x, axis, keepdims, where, initial),
+    "min": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
+        numpy_extra.reductions.masked_reduce("min", x, axis, keepdims, where, initial),
+    "mean": lambda x, axis=None, *, keepdims=False, where=True:
+        numpy_extra.reductions.mean(x, axis, keepdims=keepdims, where=where),
     "reshape": lambda x, *shape: ops.reshape(x, _shape_args(shape)),
     "transpose": lambda x, *axes: ops.transpose(x, _shape_args(axes) or None),
     "astype": lambda x, dtype: ops.cast(x, np.dtype(dtype).name),
@@ -38,7 +69,7 @@ _NODE_METHODS = {
     "dot": lambda x, y: ops.dot(x, y),
     "clip": lambda x, min=None, max=None: numpy_extra.clip(x, min, max),
     "squeeze": lambda x, axis=None: DUALS["squeeze"](x, axis),
-    "item": None,
+    "item": _item,
     # NumPy coverage (symgrad.numpy_extra): the methods of the functions of the same name
     "var": lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False:
         numpy_extra.var(x, axis, dtype, out, ddof, keepdims),

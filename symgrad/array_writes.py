@@ -13,6 +13,7 @@ The view lasts while the loop variable holds the row and ``A`` names the same me
 from __future__ import annotations
 
 import ast
+import numbers
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -83,6 +84,39 @@ class ArrayWrites:
             check_static_key(self, key, call)
             updated = ops.index_add(_lift_constant(container), value, key)
         self.written(target.id, updated, view, frame, call)
+
+    def write_out(self, target, value, frame: Frame, call, what: str, casting="same_kind"):
+        """NumPy writing ``value`` into the array ``target`` names (``out=y``, ``out=y[1:]``,
+        ``np.copyto(y, v)``): ``y[...] = value`` (or ``y[1:] = value``) with an item
+        assignment's checks (no argument, global or alias is written), ``value`` cast to
+        ``y``'s dtype under ``casting``. Returns the written array's new value (the call's
+        result in NumPy is ``y`` itself: the caller records it as living there)."""
+        root = target.value if isinstance(target, ast.Subscript) else target
+        if not isinstance(root, ast.Name):
+            self.fail(call, f"{what} into an expression", f"name the array: {what}(..., y)")
+        container = frame.lookup(root.id, root)
+        if isinstance(target, ast.Subscript):
+            key = self.eval(target.slice, frame)
+            destination = self.eval(target, frame)
+        else:
+            key, destination = Ellipsis, container
+        if not isinstance(destination, (Node, np.ndarray)) or not is_array(destination):
+            kind = "a scalar" if isinstance(destination, (Node, np.generic, numbers.Number)) \
+                else f"a {type(destination).__name__}"
+            self.fail(call, f"{what} into '{root.id}', {kind}",
+                      "the output must be an array the function made (y = np.zeros(n))")
+        if casting != "unsafe":
+            _check_cast(what, destination, value, casting)
+        value = ops.cast(ops.lift(value), destination.dtype if isinstance(destination, Node)
+                         else destination.dtype.name)
+        if np.broadcast_shapes(value.shape, destination.shape) != tuple(destination.shape):
+            raise ValueError(f"{what}: a result of shape {value.shape} does not fit the output "
+                             f"of shape {tuple(destination.shape)}")
+        subscript = target if isinstance(target, ast.Subscript) else ast.copy_location(
+            ast.Subscript(value=target, slice=ast.Constant(value=Ellipsis), ctx=ast.Store()), target)
+        self.assign_item(subscript, value, frame, call, key)
+        updated = frame.env[root.id]
+        return updated if key is Ellipsis else self.eval(target, frame)
 
     def traced(self, node, build, *args):
         """``build(*args)``, a refusal raised at the user's line."""
@@ -223,6 +257,11 @@ def _all_constant(container, key, value) -> bool:
 
 def _check_same_kind(name: str, container, value):
     """NumPy's ufunc casting rule for the output of np.add.at: 'same_kind'."""
+    _check_cast(name, container, value, "same_kind")
+
+
+def _check_cast(name: str, container, value, casting: str):
+    """NumPy's casting rule (``casting``: 'same_kind' for a ufunc's output and np.copyto)."""
     dtype = np.dtype(container.dtype if isinstance(container, Node) else container.dtype)
     if isinstance(value, Node):
         operand = np.dtype(value.dtype)
@@ -231,9 +270,9 @@ def _check_same_kind(name: str, container, value):
     else:
         operand = np.asarray(value).dtype
     result = np.result_type(dtype, operand)
-    if not np.can_cast(result, dtype, "same_kind"):
+    if not np.can_cast(result, dtype, casting):
         raise TypeError(f"{name}: cannot cast ufunc output from {result!r} to {dtype!r} with "
-                        "casting rule 'same_kind'")
+                        f"casting rule {casting!r}")
 
 
 def _is_traced_mask(key) -> bool:

@@ -8,7 +8,7 @@ is seeded with ones of its shape. Broadcasting is undone in one place (``unbroad
 from __future__ import annotations
 
 from .ir import OPS, Graph, Node, is_float, label_new, make, substitute, toposort
-from .ops import add, cast, full, reduce, unbroadcast, zeros_like
+from .ops import add, cast, div, full, reduce, unbroadcast, zeros_like
 from .region_autodiff import apply_replacements, cond_vjp, loop_vjp, remat_vjp
 from .regions import TUPLE
 from .runtime import StaticLeaf, is_node, map_tree, tree_leaves, tree_paths
@@ -71,11 +71,92 @@ def reverse_pass(outputs, seeds, wrt, graph: Graph | None = None, origin: dict |
             name = graph.names.get(node) if graph is not None else None
             if name and g not in graph.names and g.op not in ("const", "full", "arg"):
                 graph.names[g] = f"b_{name}"
-            grads = OPS[node.op].vjp(g, node)
+            through = _THROUGH_VJPS.get(node.op)
+            found = through(g, node, active) if through is not None else None
+            if found is None:
+                grads = OPS[node.op].vjp(g, node)
+            else:                        # terms that skip an overflowing intermediate
+                grads, further = found
+                for inp, gi in further:
+                    accumulate(inp, gi, node)
         for inp, gi in zip(node.inputs, grads):
             if gi is not None and inp in active:
                 accumulate(inp, gi, node)
     return cotangent, replaced
+
+
+# -- 1 / (c + exp(u)): the logistic function and its spellings ------------------------------
+# The chain rule through the denominator b = c + exp(u) multiplies d n/d b = -a/b**2, which
+# underflows to 0 where exp(u) overflows, by d exp(u)/du = exp(u) = inf: 0 * inf = nan (the
+# naive sigmoid 1/(1 + np.exp(-x)) at x <= -710). The path's product has the finite closed form
+#     d n/du = k * n * exp(u) / b = k * n * (1 - c / b)
+# (k = -1 for a / b, the exponent for b ** k): for the sigmoid s = 1 / (1 + exp(-x)) that is
+# -s * (1 - s) * du, JAX's logistic rule, from values the forward pass has (1 / b is s itself:
+# no new exp). c / b is of the same shape, so its own derivative takes this path again (second
+# order stays finite too). The term goes to u directly; b and exp(u) get nothing from this node
+# (their other uses still count). Where exp(u) is far below c, 1 - c / b keeps absolute, not
+# relative, accuracy (s'(40) is 0 rather than 4e-18), as JAX's rule does.
+
+def _exp_denominator(b: Node):
+    """``(c, u)`` where ``b`` is ``c + exp(u)`` (either order) with ``c`` a positive scalar
+    constant, else None."""
+    if b.op != "add":
+        return None
+    for c, e in (b.inputs, b.inputs[::-1]):
+        if e.op == "exp" and c.op in ("const", "full") and isinstance(c.attrs[0], (int, float)) \
+                and c.attrs[0] > 0:
+            return c, e.inputs[0]
+    return None
+
+
+def _logistic_factor(c: Node, b: Node) -> Node:
+    """exp(u) / (c + exp(u)) = 1 - c / b, finite everywhere (1 where exp(u) overflows)."""
+    return 1 - div(c, b)
+
+
+def _div_through(g: Node, n: Node, active):
+    a, b = n.inputs
+    found = _exp_denominator(b)
+    if found is None or found[1] not in active:
+        return None
+    c, u = found
+    return (g / b if a in active else None, None), [(u, -g * n * _logistic_factor(c, b))]
+
+
+def _pow_through(g: Node, n: Node, active):
+    b, k = n.inputs
+    found = _exp_denominator(b)
+    if found is None or found[1] not in active or k.op not in ("const", "full") or \
+            not isinstance(k.attrs[0], (int, float)) or k.attrs[0] >= 0:
+        return None
+    c, u = found
+    return (None, None), [(u, g * k * n * _logistic_factor(c, b))]
+
+
+_THROUGH_VJPS = {"div": _div_through, "pow": _pow_through}
+
+
+def through_jvp(node: Node, tangents: dict):
+    """Forward mode's form of the same rule (``symgrad.forward``): the tangent of
+    ``a / (c + exp(u))`` or ``(c + exp(u)) ** k`` from the tangents of ``a`` and ``u`` (that of
+    the denominator is ``exp(u) * t_u``, nothing else, ``c`` being constant); NotImplemented
+    for any other node."""
+    if node.op not in _THROUGH_VJPS:
+        return NotImplemented
+    base, other = (node.inputs[1], node.inputs[0]) if node.op == "div" else node.inputs
+    found = _exp_denominator(base)
+    if found is None or node.op == "pow" and not (
+            other.op in ("const", "full") and isinstance(other.attrs[0], (int, float))
+            and other.attrs[0] < 0):
+        return NotImplemented
+    c, u = found
+    scale = -1 if node.op == "div" else other
+    terms = []
+    if tangents.get(u) is not None:
+        terms.append(scale * node * _logistic_factor(c, base) * tangents[u])
+    if node.op == "div" and tangents.get(other) is not None:
+        terms.append(tangents[other] / base)
+    return None if not terms else terms[0] if len(terms) == 1 else add(terms[0], terms[1])
 
 
 def backward(graph: Graph, wrt: list[Node], seeds=None) -> tuple[list[Node], dict[Node, Node]]:

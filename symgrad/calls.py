@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import numbers
 import types
 
@@ -21,7 +22,8 @@ from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_b
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
 from .array_writes import is_ufunc_at
-from .array_methods import _NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod
+from .array_methods import (_NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod,
+                            python_scalar)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
                           RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
@@ -66,6 +68,15 @@ _UNSAFE_CALLS = {builtins.print: "print() (I/O)", builtins.open: "open() (I/O)",
 # methods of lists and dicts that put values in; and all that change the container
 _ADDING_METHODS = {"append", "extend", "insert", "setdefault", "update", "__setitem__"}
 _MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sort", "reverse"}
+
+
+def _writes_out(fn, args, kwargs) -> bool:
+    """A call that writes into an output array it is given, with traced data involved:
+    ``np.copyto(dst, src)`` or a ufunc with ``out=``."""
+    if fn is not np.copyto and not (isinstance(fn, np.ufunc) and (
+            kwargs.get("out") is not None or len(args) > fn.nin)):
+        return False
+    return any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
 
 
 def _container_method(fn) -> bool:
@@ -167,6 +178,9 @@ class Calls:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
         if is_ufunc_at(fn) and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
             return self.ufunc_at(fn, node, args, kwargs, frame)   # np.add.at(y, idx, v): writes y
+        if (fn is np.copyto or "out" in kwargs or isinstance(fn, np.ufunc) and len(args) > fn.nin) \
+                and _writes_out(fn, args, kwargs):   # np.copyto(y, v), np.add(a, b, out=y)
+            return self.call_writing_out(fn, node, args, kwargs, frame)
         if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
             self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
         # an inlined callee's parameters live where these arguments live
@@ -179,6 +193,39 @@ class Calls:
         self.origins[node] = self.call_origin(fn, node, args, value, frame)
         self.note_zipped_items(fn, node, args, frame)
         return _weakly_typed(fn, args, value)
+
+    def call_writing_out(self, fn, node, args, kwargs, frame: Frame):
+        """``np.copyto(dst, src, casting=, where=)`` and a ufunc's ``out=``: the result
+        computed as a new array, then written into the output (``symgrad.array_writes``);
+        the call's value is the output array, living where it lives."""
+        if fn is np.copyto:
+            if len(node.args) < 2 or len(args) > 4 or set(kwargs) - {"casting", "where"}:
+                self.fail(node, "np.copyto with these arguments", "np.copyto(dst, src, casting=, where=)")
+            casting = kwargs.get("casting", args[2] if len(args) > 2 else "same_kind")
+            where = kwargs.get("where", args[3] if len(args) > 3 else True)
+            target, value = node.args[0], args[1]
+            if where is not True:
+                value = ops.where(where, value, args[0])
+            self.write_out(target, value, frame, node, "np.copyto", casting)
+            self.origins[node] = NO_BUFFERS   # np.copyto returns None
+            return None
+        name = f"np.{fn.__name__}"
+        if len(args) > fn.nin:
+            self.fail(node, f"{name} with its output given by position",
+                      f"pass it by keyword: {name}(..., out=y) (symgrad reads it from the spelling)")
+        out_expr = next((k.value for k in node.keywords if k.arg == "out"), None)
+        if isinstance(out_expr, ast.Tuple) and len(out_expr.elts) == 1:
+            out_expr = out_expr.elts[0]
+        elif isinstance(out_expr, (ast.Tuple, ast.List)):
+            self.fail(node, f"{name}(..., out=) with several outputs")
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        if rest:
+            self.fail(node, f"{name}(..., out=...) with {', '.join(f'{k}=' for k in rest)}",
+                      "compute the result, then write it: y[...] = np.where(mask, result, y)")
+        value = self.call(fn, args, {}, node)
+        written = self.write_out(out_expr, value, frame, node, f"{name}(..., out=)")
+        self.origins[node] = (out_expr,)   # NumPy returns the output array itself
+        return written
 
     def items_origin(self, expr, iterable, frame: Frame):
         """Where the items of ``iterable`` (the value ``expr`` just evaluated to) live, as an
@@ -305,8 +352,24 @@ class Calls:
             self.fail(node, _UNSAFE_CALLS[fn])
         if draws_random_numbers(fn):
             self.fail(node, f"{_callable_name(fn)}() ({RANDOM_DRAW})", RANDOM_HINT)
-        if fn in (builtins.float, builtins.int, builtins.bool) and args and is_data(args[0]):
-            self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run time)")
+        if fn is builtins.float and len(args) == 1 and not kwargs and is_data(args[0]):
+            return python_scalar(ops.lift(args[0]), "float")   # a traced Python float
+        if fn is builtins.int and len(args) == 1 and not kwargs and is_data(args[0]) and \
+                not ops.lift(args[0]).dtype.startswith("float"):
+            # int(i) of a traced integer (a loop index): the same number, a traced Python int
+            # (where it must be a Python int, a shape or a range bound, that use says so)
+            return python_scalar(ops.lift(args[0]), "int")
+        if fn in (builtins.int, builtins.bool) and args and is_data(args[0]):
+            self.fail(node, f"{fn.__name__}() of a traced value (its value is only known at run "
+                      "time, so it cannot be a Python " + ("shape, index or range bound"
+                                                          if fn is builtins.int else "condition") + ")",
+                      "for integer arithmetic on data use np.floor(x) or x.astype(np.int64); a "
+                      "shape or loop bound must come from static values (x.shape, len(x))"
+                      if fn is builtins.int else "compare with np.where, or branch with if on the value")
+        if isinstance(fn, functools.partial):   # a call with bound arguments
+            return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
+        if fn is functools.partial:             # binding arguments only stores them
+            return functools.partial(*args, **kwargs)
         if isinstance(fn, types.FunctionType):
             if _is_pure(fn) and not any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
                 return fn(*args, **kwargs)   # e.g. np.broadcast_shapes on shapes: just run it

@@ -14,6 +14,7 @@ import numpy as np
 from . import guards as guard_table, ops, regions
 from .aliases import NO_BUFFERS, zero_d_buffers
 from .ir import Node, is_float
+from .loop_else import broke_name, without_else
 from .while_loops import WhileLoops
 from .scope import (MISSING, Break, Continue, Frame, Return, Undefined, first_seen, fork, is_data,
                     walk_nodes)
@@ -260,8 +261,8 @@ class ControlFlow(WhileLoops):
                       "select elementwise with np.where")
 
     def stmt_For(self, stmt, frame, cont):
-        if stmt.orelse:
-            self.fail(stmt, "for ... else")
+        if stmt.orelse:   # the loop, then an if on whether it broke (symgrad.loop_else)
+            return self.run_loop_else(stmt, frame, cont)
         plan = self.plan_of(stmt, frame)
         left = False if plan is None else self.loop_region(stmt, frame, plan)
         if left is True:
@@ -291,6 +292,16 @@ class ControlFlow(WhileLoops):
                     break
         finally:
             frame.loop_depth -= 1
+
+    def run_loop_else(self, stmt, frame, cont):
+        form = self.else_forms.get(stmt)
+        if form is None:
+            form = self.else_forms[stmt] = without_else(stmt)
+        try:
+            self.exec_block(form, frame, cont)
+        finally:
+            frame.env.pop(broke_name(stmt), None)
+            frame.buffers.pop(broke_name(stmt), None)
 
     def stmt_Break(self, stmt, frame, cont):
         raise Break()

@@ -176,6 +176,8 @@ class Expressions:
                     return v
                 continue
             values.append(v)
+            self.refuse_conditional_walrus(node.values[node.values.index(expr) + 1:],
+                                           "an and/or")
         combine = ops.logical_and if isinstance(node.op, ast.And) else ops.logical_or
         out = values[0]
         for v in values[1:]:
@@ -225,6 +227,7 @@ class Expressions:
             self.origins[node] = (taken,)
             return self.eval(taken, frame)
         self.origins[node] = (node.body, node.orelse)   # Python's value is one of the two
+        self.refuse_conditional_walrus((node.body, node.orelse), "a conditional expression")
         stmt = self.node
         what = "conditional expression"
         if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 \
@@ -380,6 +383,7 @@ class Expressions:
         origin = self.items_origin(gen.iter, iterable, frame)
         for item in list(iterable):
             inner = Frame(self, frame.source, frame.globals, frame, {}, frame.name)
+            inner.comprehension = True
             dummy = ast.Assign(targets=[gen.target], value=None, lineno=gen.target.lineno,
                                col_offset=gen.target.col_offset)
             self.assign(gen.target, item, inner, dummy, origin=origin)
@@ -393,6 +397,27 @@ class Expressions:
                     break
             if ok:
                 yield from self.comprehension_envs(rest, inner)
+
+    def refuse_conditional_walrus(self, exprs, where: str):
+        """Both sides of a choice on data are traced; a ``:=`` in one would bind whatever
+        the data decides (Python binds it only where that side runs)."""
+        walrus = next((n for e in exprs for n in ast.walk(e) if isinstance(n, ast.NamedExpr)), None)
+        if walrus is not None:
+            self.fail(walrus, f"walrus operator := in an operand of {where} decided by traced "
+                      "data (it would be bound whichever side the data takes)",
+                      "assign it in a statement before the choice")
+
+    def expr_NamedExpr(self, node, frame):
+        """``(y := expr)``: bind and return the value; in a comprehension the name belongs to
+        the enclosing function's scope (PEP 572)."""
+        value = self.eval(node.value, frame)
+        origin = self.origin_of(node.value, frame)
+        scope = frame
+        while scope.comprehension:
+            scope = scope.parent
+        self.assign(node.target, value, scope, node, origin=origin)
+        self.origins[node] = origin
+        return value
 
     def expr_Starred(self, node, frame):
         self.fail(node, "starred expression here")
@@ -512,7 +537,7 @@ def describe(node) -> str:
              "With": "with statement", "AsyncWith": "async with", "AsyncFor": "async for",
              "Global": "global statement", "Nonlocal": "nonlocal statement",
              "ClassDef": "class definition", "Delete": "del statement", "Yield": "yield (generator)",
-             "YieldFrom": "yield from (generator)", "Await": "await", "NamedExpr": "walrus operator :=",
+             "YieldFrom": "yield from (generator)", "Await": "await",
              "ImportFrom": "from ... import inside the function", "AsyncFunctionDef": "async def",
              "Match": "match statement", "Set": "set literal", "SetComp": "set comprehension"}
     return names.get(type(node).__name__, type(node).__name__)

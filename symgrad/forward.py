@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .autodiff import _param_tree, _wrt_slots, tree_name
+from .autodiff import _param_tree, _wrt_slots, through_jvp, tree_name
 from .ir import FLOAT_DTYPES, OPS, Graph, Node, is_float, label_new, make
 from .ops import broadcast_to, cast, zeros_like
 from .ir import substitute
@@ -65,7 +65,8 @@ def push_tangents(graph: Graph, seeds: dict[Node, Node]) -> tuple[dict[Node, Nod
         if op.jvp is None:
             raise NotImplementedError(f"op '{node.op}' has a VJP but no JVP rule: forward mode "
                                       "needs both (symgrad.forward.missing_jvp_rules())")
-        t = op.jvp(inputs, node)
+        t = through_jvp(node, tangent)   # 1/(1 + exp(u)): finite where exp overflows
+        t = op.jvp(inputs, node) if t is NotImplemented else t
         if t is None:
             continue
         t = cast(t, node.dtype)

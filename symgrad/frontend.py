@@ -57,6 +57,7 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
         self.return_buffers = NO_BUFFERS       # buffers of the value the last body returned
         self.call_buffers = None               # ... of the last inlined call (None: not one)
         self.pending_arguments = None          # buffers of the arguments of the next call
+        self.else_forms: dict = {}             # for/while ... else -> its statements (loop_else)
 
     # -- errors ------------------------------------------------------------------------------
     def fail(self, node: ast.AST, construct: str, hint: str = ""):
@@ -86,7 +87,8 @@ class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
                               foreign_buffers(f"argument '{param}'", frame.env[param]))
         self.frames, self.guard_scopes = [frame], [{}]   # guard_scopes: symgrad.while_loops
         try:
-            result = self.run_body(frame, tree)
+            with ops.weak_scope():   # float(x), x.item(): traced Python numbers (weakly typed)
+                result = self.run_body(frame, tree)
         except RecursionError:
             self.fail(self.node or tree, "expression nesting or recursion too deep to trace")
         if custom is not None:     # a decorated @custom_gradient function differentiated itself

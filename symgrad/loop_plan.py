@@ -78,12 +78,18 @@ def written_in_place(stmts) -> set[str]:
 
 def ufunc_at_target(node) -> str | None:
     """The variable ``y`` of a call spelled ``<ufunc>.at(y, ...)`` (``np.add.at(y, idx, v)``,
-    which writes into ``y``), else None. Read from the spelling: a loop's carries are known
-    before its body runs."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr == "at" and isinstance(node.func.value, ast.Attribute) and node.args:
+    which writes into ``y``), ``np.copyto(y, ...)`` or ``f(..., out=y)``, else None. Read from
+    the spelling: a loop's carries are known before its body runs."""
+    if not isinstance(node, ast.Call):
+        return None
+    if isinstance(node.func, ast.Attribute) and node.args and (
+            node.func.attr == "at" and isinstance(node.func.value, ast.Attribute)
+            or node.func.attr == "copyto"):
         return _root_name(node.args[0])
-    return None
+    out = next((k.value for k in node.keywords if k.arg == "out"), None)
+    if isinstance(out, ast.Tuple) and len(out.elts) == 1:
+        out = out.elts[0]
+    return _root_name(out) if out is not None else None
 
 
 def _root_name(target):

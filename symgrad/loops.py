@@ -371,7 +371,8 @@ class Loops(LoopSteps):
         # nothing narrower than 64 bits is involved the two agree; otherwise the first
         # iteration runs as written (it gives the carry its NumPy type) and the rest must not
         # mix either.
-        turned = [kind for (name, kind) in carried if name in weak and
+        # (a bool promotes alike either way: a flag set on data, for ... else, needs no peel)
+        turned = [kind for (name, kind) in carried if name in weak and kind[0] != "bool" and
                   not _stays_weak(child.env.get(name), kind)]
         if turned:
             kinds = {kind[0] for kind in turned}

@@ -46,10 +46,10 @@ def _as_node_list(xs):
 def _reduce(op):
     # keepdims is keyword-only: NumPy's third positional is dtype (sum, prod) or out (max,
     # min), which symgrad does not take (check_call refuses the call by name)
-    def build(x, axis=None, *, keepdims=False):
+    def build(x, axis=None, *, keepdims=False, initial=None, where=True):
         if isinstance(x, (list, tuple)):
             x = ops.stack(_as_node_list(x))
-        return ops.reduce(op, x, axis, keepdims)
+        return numpy_extra.reductions.masked_reduce(op, x, axis, keepdims, where, initial)
     return build
 
 
@@ -246,6 +246,11 @@ def builtin_extremum(build):
             return pick(*args, **kwargs)
         if kwargs:
             raise TypeError(f"{pick.__name__}() with keyword arguments on traced values is not supported")
+        if any(isinstance(v, Node) and v.size > 1 for v in items):
+            # Python compares the items (a < b): of arrays that is NumPy's ambiguity error
+            raise ValueError(f"{pick.__name__}(): the truth value of an array with more than one "
+                             f"element is ambiguous (use np.{'minimum' if pick is builtins.min else 'maximum'} "
+                             "for elementwise, np.min/np.max to reduce)")
         out = items[0]
         for item in items[1:]:
             out = build(out, item)
@@ -255,6 +260,66 @@ def builtin_extremum(build):
 
 CALLABLES[builtins.min] = builtin_extremum(ops.minimum)
 CALLABLES[builtins.max] = builtin_extremum(ops.maximum)
+
+
+def _truth_items(items, pick) -> list:
+    """The truth of each item of ``any``/``all``'s iterable as a 0-d bool node (NumPy's:
+    nonzero, NaN true); an item of more than one element has none, as in NumPy."""
+    out = []
+    for item in items:
+        node = ops.lift(item)
+        if node.size != 1:
+            raise ValueError(f"{pick}(): the truth value of an array with more than one element "
+                             "is ambiguous (use np.any(...) or np.all(...) on it)")
+        node = ops.reshape(node, ())
+        out.append(node if node.dtype == "bool" else ops.ne(node, 0))
+    return out
+
+
+def builtin_truth(every: bool):
+    """``any``/``all`` over an iterable with traced items: np.any/np.all of them (a traced
+    bool). A static item that decides it decides it (Python's short circuit)."""
+    pick = builtins.all if every else builtins.any
+
+    def fn(iterable):
+        items = list(iterable)
+        if not _traced(items):
+            return pick(items)
+        static = [v for v in items if not isinstance(v, Node)]
+        if static and (not builtins.all(static) if every else builtins.any(static)):
+            return not every
+        truths = _truth_items([v for v in items if isinstance(v, Node)], pick.__name__)
+        combine = ops.logical_and if every else ops.logical_or
+        out = truths[0]
+        for t in truths[1:]:
+            out = combine(out, t)
+        return out
+    fn.__name__ = pick.__name__
+    return fn
+
+
+def builtin_sorted(iterable, *, key=None, reverse=False):
+    """``sorted(x)`` of a traced 1-d array or of a list of traced scalars: np.sort (its
+    derivative routes each output to the element it came from), as a Python list."""
+    items = iterable if isinstance(iterable, Node) else list(iterable)
+    if not _traced(items if isinstance(items, list) else [items]):
+        return builtins.sorted(items, key=key, reverse=reverse)
+    if key is not None:
+        raise numpy_extra.unsupported("sorted(..., key=...) of traced values",
+                                      "sort by the key with np.argsort and index: x[np.argsort(k)]")
+    x = items if isinstance(items, Node) else ops.stack(_as_node_list(items))
+    if x.ndim != 1:
+        raise numpy_extra.unsupported(f"sorted() of a traced {x.ndim}-d array",
+                                      "its items are rows, which Python compares as booleans "
+                                      "(ambiguous); use np.sort(x, axis=0)")
+    ordered = DUALS["sort"](x)
+    out = [ops.getitem(ordered, i) for i in range(x.shape[0])]
+    return out[::-1] if reverse else out
+
+
+CALLABLES[builtins.any] = builtin_truth(every=False)
+CALLABLES[builtins.all] = builtin_truth(every=True)
+CALLABLES[builtins.sorted] = builtin_sorted
 
 
 _SIGNATURES: dict = {}
@@ -332,7 +397,15 @@ def readme_section() -> str:
     methods = numpy_extra.reductions.UFUNC_METHODS
     lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + ", and the "
               "in-place " + ", ".join(f"`np.{n}.at`" for n in index_writes.UFUNC_AT) +
-              " (unbuffered: a repeated index adds every time; see symgrad.index_writes)."]
+              " (unbuffered: a repeated index adds every time; see symgrad.index_writes).",
+              "", "`np.sum`/`prod`/`max`/`min`/`mean` (and the methods) take `where=` (the masked-out "
+              "elements are the identity; max/min need `initial=`, as in NumPy) and `sum`/`prod`/`max`/"
+              "`min` take `initial=`. A ufunc's `out=` (by keyword: `np.add(a, b, out=y)`, `out=y[1:]`) "
+              "and `np.copyto(dst, src, casting=, where=)` are in-place writes with an item "
+              "assignment's rules (the function's own arrays only: never an argument, a global or an "
+              "alias; NumPy's `same_kind` casting). `np.interp`'s derivative at a knot is one-sided "
+              "as JAX's (the right segment's slope at `xp[0]` and inside, the left one's at `xp[-1]`, "
+              "0 outside; `xp` is not differentiated; symgrad.numpy_polynomials)."]
     lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "
               "function and your line; any other NumPy function does too):", ""]
     lines += [f"- {what}: {why}" for what, why in NOT_YET_SUPPORTED.items()]

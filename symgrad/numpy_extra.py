@@ -81,7 +81,7 @@ ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "r
            "conjugate": "conj", "row_stack": "vstack"}
 
 # Order statistics and scans, contractions, linear algebra: their modules' tables join this one.
-from . import numpy_contractions, numpy_linalg, numpy_sorting  # noqa: E402
-for _module in (numpy_contractions, numpy_linalg, numpy_sorting):
+from . import numpy_contractions, numpy_linalg, numpy_polynomials, numpy_sorting  # noqa: E402
+for _module in (numpy_contractions, numpy_linalg, numpy_polynomials, numpy_sorting):
     FUNCTIONS.update(_module.FUNCTIONS)
     ALIASES.update(_module.ALIASES)

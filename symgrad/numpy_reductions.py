@@ -33,11 +33,54 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     return _sqrt_of_square_sum(var(a, axis, dtype, out, ddof, keepdims))
 
 
-def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     x = _as_array(a)
     if dtype is not None:
         x = ops.cast(x, np.dtype(dtype).name)
-    return ops.mean(x, axis, keepdims)
+    mask = _reduction_mask(x, where)
+    if mask is None:
+        return ops.mean(x, axis, keepdims)
+    x = ops.to_float(x)
+    count = ops.reduce("sum", ops.cast(ops.broadcast_to(mask, x.shape), x.dtype), axis, keepdims)
+    return ops.reduce("sum", ops.where(mask, x, ops.full((), 0, x.dtype)), axis, keepdims) / count
+
+
+# -- where= and initial= of sum/prod/max/min (np.sum(x, where=mask), np.max(x, where=m, initial=0))
+_IDENTITIES = {"sum": lambda dtype: 0, "prod": lambda dtype: 1,
+               "max": lambda dtype: _lowest(dtype), "min": lambda dtype: _highest(dtype)}
+# how the initial value joins the reduction of the rest
+_WITH_INITIAL = {"sum": ops.add, "prod": ops.mul, "max": ops.maximum, "min": ops.minimum}
+_UFUNC_NAMES = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def _reduction_mask(x: Node, where):
+    """The ``where=`` mask as a bool node of a shape that broadcasts to ``x``'s, or None for
+    the default (every element)."""
+    if where is True or (isinstance(where, np.ndarray) and where.dtype == bool and where.all()):
+        return None
+    mask = ops.lift(where)
+    if mask.dtype != "bool":
+        raise TypeError("the where= mask of a reduction must be boolean")
+    if np.broadcast_shapes(mask.shape, x.shape) != x.shape:
+        raise ValueError(f"where= mask of shape {mask.shape} does not broadcast to the operand's "
+                         f"shape {x.shape}")
+    return mask
+
+
+def masked_reduce(op: str, x, axis=None, keepdims=False, where=True, initial=None) -> Node:
+    """``np.<op>(x, axis, keepdims=..., where=..., initial=...)``: the masked-out elements are
+    the reduction's identity; ``initial`` joins the result as one more element (a tie with it
+    shares the gradient as np.maximum does). max/min over a mask need an initial value, as in
+    NumPy (an empty selection has no maximum)."""
+    x = _as_array(x)
+    mask = _reduction_mask(x, where)
+    if mask is not None and initial is None and op in ("max", "min"):
+        raise ValueError(f"reduction operation '{_UFUNC_NAMES[op]}' does not have an identity, so "
+                         "to use a where mask one has to specify 'initial'")
+    if mask is not None:
+        x = ops.where(mask, x, ops.full((), _IDENTITIES[op](x.dtype), x.dtype))
+    out = ops.reduce(op, x, axis, keepdims)
+    return out if initial is None else _WITH_INITIAL[op](out, initial)
 
 
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
@@ -315,8 +358,27 @@ def _highest(dtype):
         (True if dtype == "bool" else int(np.iinfo(dtype).max))
 
 
+def logaddexp_reduce(a, axis=0, dtype=None, out=None, keepdims=False):
+    """``np.logaddexp.reduce``: log(sum(exp(x))) as max + log(sum(exp(x - max))), the max out
+    of the derivative (it cancels: the gradient is the softmax) and 0 where it is not finite
+    (all -inf gives -inf, a +inf gives +inf, as NumPy's pairwise logaddexp does)."""
+    if out is not None:
+        raise unsupported("np.logaddexp.reduce(..., out=...)", "symgrad returns new arrays")
+    x = ops.to_float(_as_array(a))
+    if dtype is not None:
+        x = ops.cast(x, np.dtype(dtype).name)
+    if x.ndim == 0:
+        raise ValueError("cannot reduce on a scalar")   # (NumPy: axis 0 is out of bounds)
+    top = ops.stop_gradient(ops.reduce("max", x, axis, True))
+    top = ops.where(ops.logical_and(ops.gt(top, -math.inf), ops.lt(top, math.inf)), top,
+                    ops.full((), 0, x.dtype))
+    total = ops.log(ops.reduce("sum", ops.exp(x - top), axis, True)) + top
+    return total if keepdims else ops.reshape(total, ops.reduce("sum", x, axis, False).shape)
+
+
 # (NumPy's bound method, builder); symgrad.numpy_api adds them to what the front end recognises
 UFUNC_METHODS = {
+    "logaddexp.reduce": (np.logaddexp.reduce, logaddexp_reduce),
     "add.reduce": (np.add.reduce, _ufunc_reduce("add.reduce", "sum")),
     "multiply.reduce": (np.multiply.reduce, _ufunc_reduce("multiply.reduce", "prod")),
     "maximum.reduce": (np.maximum.reduce, _ufunc_reduce("maximum.reduce", "max")),

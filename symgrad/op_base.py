@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from . import spelling as sp
+from .errors import UnsupportedSyntaxError
 from .ir import ArrayConst, Node, OpDef, is_float, make, register
 
 # ----------------------------------------------------------------------------------------------
@@ -85,6 +86,11 @@ def const(value, dtype: str) -> Node:
 
 
 def full(shape, value, dtype: str) -> Node:
+    if any(isinstance(d, Node) for d in shape):   # int(x.item()), n = x.sum().item(): data
+        raise UnsupportedSyntaxError(
+            "an array shape that depends on traced data", "", 0, 0, "",
+            "shapes must be static (x.shape, len(x), Python ints): a traced value's int is known "
+            "only at run time")
     shape = tuple(int(d) for d in shape)
     if shape == ():
         return const(value, dtype)
@@ -160,6 +166,10 @@ def weak_scope():
         yield
     finally:
         _weak_values.reset(token)
+
+
+def in_weak_scope() -> bool:
+    return _weak_values.get(None) is not None
 
 
 def mark_weak(node: Node) -> Node:

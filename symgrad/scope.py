@@ -112,6 +112,7 @@ class Frame:
         self.exits = None    # the loop depth of a loop region whose break/continue are traced
         self.name = name
         self.forked_from: "Frame | None" = None   # a branch's frame: the scope it copies
+        self.comprehension = False   # a comprehension's scope (a walrus binds past it)
 
     def lookup(self, name: str, node: ast.AST):
         frame = self

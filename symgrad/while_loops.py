@@ -68,8 +68,8 @@ class WhileLoops:
 
     # -- while ---------------------------------------------------------------------------------
     def stmt_While(self, stmt, frame, cont):
-        if stmt.orelse:
-            self.fail(stmt, "while ... else")
+        if stmt.orelse:   # symgrad.loop_else
+            return self.run_loop_else(stmt, frame, cont)
         enclosing = frame.env.pop(DONE, MISSING)   # an enclosing loop region's flag
         try:
             self._run_while(stmt, frame)

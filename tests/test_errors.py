@@ -8,11 +8,9 @@ import pytest
 import symgrad as sg
 
 
-def uses_while(x):   # while on data works (tests/test_while.py); while ... else does not
-    while x < 10:
-        x = x * 2
-    else:
-        x = -x
+def uses_async_for(x):   # while/for ... else work (tests/test_user_idioms.py)
+    async def rows():
+        yield x
     return x
 
 
@@ -99,14 +97,12 @@ def shift_on_data(x):
     return x << 2
 
 
-def float_of_data(x):
-    return float(x) * 2.0
+def int_of_data(x):   # float(x) stays traced (tests/test_user_idioms.py); int(x) is refused
+    return np.zeros(int(x)) + x
 
 
-def walrus(x):
-    if (y := x * 2) > 0:
-        return y
-    return x
+def walrus(x):   # := in a condition works (tests/test_user_idioms.py); in a choice on data not
+    return x if x > 0 else (y := x * 2)
 
 
 def infinite_recursion(x):
@@ -119,7 +115,7 @@ def set_literal(x):
 
 
 CASES = [
-    (uses_while, (1.0,), "while ... else"),
+    (uses_async_for, (1.0,), "async"),
     (uses_try, (1.0,), "try statement"),
     (uses_with, (1.0,), "with statement"),
     (uses_global, (1.0,), "global statement"),
@@ -134,7 +130,7 @@ CASES = [
     (return_in_data_if_in_loop, (1.0,), "return inside a data-dependent if within a loop"),
     (unsupported_library_call, (np.eye(2),), "np.linalg.svd is not supported"),
     (shift_on_data, (1.0,), "operator '<<' on traced arrays"),
-    (float_of_data, (1.0,), "float() of a traced value"),
+    (int_of_data, (1.0,), "int() of a traced value"),
     (walrus, (1.0,), "walrus operator"),
     (infinite_recursion, (1.0,), "recursion deeper than 40 calls"),
     (set_literal, (1.0,), "set literal"),

@@ -446,14 +446,6 @@ def _returns(x):
     return x
 
 
-def _else(x):
-    while x < 3.0:
-        x = x + 1.0
-    else:
-        x = -x
-    return x
-
-
 def _endless_static(x):
     k = 0
     while k >= 0:
@@ -477,7 +469,6 @@ def _changes_shape(x):
 @pytest.mark.parametrize("fn, args, words", [
     (_appends, (0.5,), "list.append on 'ys' inside a while loop on data"),
     (_returns, (0.5,), "return (or global/nonlocal) inside a while loop on data"),
-    (_else, (0.5,), "while ... else"),
     (_endless_static, (0.5,), "runs more than 10000 iterations"),
     (_array_test, (np.ones(3),), "a while test on an array of shape (3,)"),
     (_changes_shape, (np.ones(2),), "loop-carried variable 'y' changes shape from (2,) to (4,)"),
