@@ -30,6 +30,7 @@ from .calls import Calls
 from .control_flow import ControlFlow
 from .loops import Loops
 from .array_writes import ArrayWrites, MaskedUpdate, is_masked_update
+from .comprehensions import Comprehensions
 from .expressions import LIBRARY_PACKAGES, Expressions, describe
 from .arguments import bind_argument
 from .runtime import build_tree
@@ -41,7 +42,7 @@ from .captures import captured_arrays
 from .spelling import ARRAY_LITERAL_LIMIT
 
 
-class Tracer(Expressions, Calls, Loops, ControlFlow, ArrayWrites):
+class Tracer(Expressions, Comprehensions, Calls, Loops, ControlFlow, ArrayWrites):
     def __init__(self, captures: dict | None = None):
         # What the trace read from outside the function: (holder, name) -> (holder, name, value)
         # for globals (holder: the globals dict), closure cells and module attributes.
