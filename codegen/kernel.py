@@ -41,6 +41,7 @@ from .mathlib import MathTarget, inlines_own_code
 from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, const_key,
                         identity, reduction_order)
 from .schedule import LEAF_INLINE, Schedule, Stage
+from .short_loops import hint_short_inner_loop, without_loop_ids
 from .views import View, merge_axes
 
 I64 = ir.IntType(64)
@@ -65,8 +66,6 @@ def light_bound(schedule: Schedule) -> int:
     """The most iterations a stage of ``schedule`` may have to be compiled light."""
     biggest = max((st.size for st in schedule.stages), default=0)
     return max(LIGHT_MAX_ITERATIONS, min(LIGHT_CAP, biggest // LIGHT_SHARE))
-
-
 
 
 # A stage whose loop calls more of our own float64 functions (codegen.f64math: exp, sin, tanh,
@@ -349,13 +348,12 @@ class KernelModule:
         return self._wrappers(st, pointers, body, extent0_slot, d, wide, base)
 
     def _shared_body(self, body: ir.Function, pointers: list) -> ir.Function:
-        """``body``, or an earlier stage's function whose text is the same but for its name
-        and buffer numbers (the same loops over other buffers and slots: det(a) and det(b)
-        factorise in two loop regions of the same stages), kept ``noinline`` (compiled once,
-        not into each caller) and exported (an internal function its callers share would
-        hold them all in one part of codegen.module_split, on one thread). The text is the
-        function's whole meaning (ops, attributes, the globals it names)."""
-        text = str(body).replace(f'@"{body.name}"', '@"body"', 1)
+        """``body``, or an earlier stage's function of the same text but for its name and
+        buffer numbers (det(a) and det(b) factorise in two loop regions of the same stages),
+        kept ``noinline`` (compiled once, not into each caller) and exported (an internal one
+        its callers share would hold them all in one part of codegen.module_split, on one
+        thread). The text is the function's whole meaning (ops, attributes, globals named)."""
+        text = without_loop_ids(str(body)).replace(f'@"{body.name}"', '@"body"', 1)
         for i, buf in enumerate(pointers):
             text = text.replace(f'%"buf{buf}"', f'%"arg{i}"')
         earlier = self.module.stage_bodies.setdefault(text, body)
@@ -446,6 +444,8 @@ class KernelModule:
         emit = StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
+        if self.light < 0:      # a loop region's stage (the top level's short ones are light)
+            hint_short_inner_loop(body, st.shape, self.math)
 
     def _wrappers(self, st, bufs, body, extent0_slot, d, direct=False, base=0):
         """The exported entry points of a stage: load the buffer addresses, call the body
