@@ -158,11 +158,12 @@ _DEFINE_LINE = re.compile(r"^define [^\n]*", re.M)
 def is_prevectorised(text: str) -> bool:
     """Does ``text`` define an explicitly vectorised stage body (``codegen.wide_stage``, named
     ``*.wide``) and otherwise only ``optnone`` functions and exported ones (the stages'
-    wrappers and ``sg_run``: loads and calls; a shared ``*.body`` is not one of those)? Such a module skips the IR pipeline, as a light
-    one does: its vector code was written for the host's width already, and the loop
-    vectoriser's analysis of a body of hundreds of ops, its scalar remainder copy and the
-    scalar passes over both were most of its compile time. Its code generator is -O1's
-    (codegen_level). A function of the text alone (the cache key covers the choice)."""
+    wrappers and ``sg_run``: loads and calls; a shared ``*.body`` is not one of those)? Such
+    a module skips the IR pipeline, as a light one does: its vector code was written for the
+    host's width already, and the loop vectoriser's analysis of a body of hundreds of ops,
+    its scalar remainder copy and the scalar passes over both were most of its compile time.
+    Its code generator is -O1's (codegen_level). A function of the text alone (the cache key
+    covers the choice)."""
     wide = False
     for line in _DEFINE_LINE.findall(text):
         if '.wide"(' in line:
