@@ -38,7 +38,9 @@ from .diskcache import PARTS_MAGIC, pack, unpack    # (a module's parts: one cac
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-11"   # (-11: float32 maths in float32 arithmetic, f32single.SINGLE_F32;
+FORMAT = "symgrad-cpu-12"   # (-12: stage bodies read their parameters from their own first
+#                              slot, shared between stages of the same text;
+#                              -11: float32 maths in float32 arithmetic, f32single.SINGLE_F32;
 #                              -10: exp's Chebyshev fit, tanh as E / (E + 2), the matmul
 #                              library's lower flag)
 
@@ -156,18 +158,26 @@ _DEFINE_LINE = re.compile(r"^define [^\n]*", re.M)
 def is_prevectorised(text: str) -> bool:
     """Does ``text`` define an explicitly vectorised stage body (``codegen.wide_stage``, named
     ``*.wide``) and otherwise only ``optnone`` functions and exported ones (the stages'
-    wrappers and ``sg_run``: loads and calls)? Such a module skips the IR pipeline, as a light
-    one does: its vector code was written for the host's width already, and the loop
-    vectoriser's analysis of a body of hundreds of ops, its scalar remainder copy and the
-    scalar passes over both were most of its compile time. Its code generator is -O1's
-    (codegen_level). A function of the text alone (the cache key covers the choice)."""
+    wrappers and ``sg_run``: loads and calls; a shared ``*.body`` is not one of those)? Such
+    a module skips the IR pipeline, as a light one does: its vector code was written for the
+    host's width already, and the loop vectoriser's analysis of a body of hundreds of ops,
+    its scalar remainder copy and the scalar passes over both were most of its compile time.
+    Its code generator is -O1's (codegen_level). A function of the text alone (the cache key
+    covers the choice)."""
     wide = False
     for line in _DEFINE_LINE.findall(text):
         if '.wide"(' in line:
             wide = True
-        elif line.startswith("define internal ") and " optnone" not in line:
+        elif _optimised_body(line):
             return False
     return wide
+
+
+def _optimised_body(define_line: str) -> bool:
+    """Is this a function the IR pipeline must see: an internal one, or a stage body
+    several stages share (exported by codegen.kernel, named ``*.body``), not optnone?"""
+    return " optnone" not in define_line and (define_line.startswith("define internal ")
+                                              or '.body"(' in define_line)
 
 
 def codegen_level(text: str) -> int:

@@ -41,6 +41,7 @@ from .mathlib import MathTarget, inlines_own_code
 from .loop_body import (IN_LOOP_RULES, REDUCE_KIND, Access, GatherViews, StageEmitter, const_key,
                         identity, reduction_order)
 from .schedule import LEAF_INLINE, Schedule, Stage
+from .short_loops import hint_short_inner_loop, without_loop_ids
 from .views import View, merge_axes
 
 I64 = ir.IntType(64)
@@ -65,8 +66,6 @@ def light_bound(schedule: Schedule) -> int:
     """The most iterations a stage of ``schedule`` may have to be compiled light."""
     biggest = max((st.size for st in schedule.stages), default=0)
     return max(LIGHT_MAX_ITERATIONS, min(LIGHT_CAP, biggest // LIGHT_SHARE))
-
-
 
 
 # A stage whose loop calls more of our own float64 functions (codegen.f64math: exp, sin, tanh,
@@ -168,9 +167,11 @@ class KernelModule:
         if parent is None:
             self.module = ir.Module(name)
             self.module.math_calls = set()
+            self.module.stage_bodies = {}    # a body's text, name left out -> its function
             self.params: list[int] = []
         else:
             self.module, self.params = parent.module, parent.params
+        self.param_base: dict = {}   # a stage body's params argument -> its first slot
         self.stage_info: list[StageInfo] = []   # per stage
         # stages up to this size compile light; none in a loop region's body, whose stages
         # run once per iteration (ADBench LSTM: 14-element stages, 1023 steps)
@@ -202,8 +203,12 @@ class KernelModule:
         return len(self.params) - 1
 
     def load_param(self, b: ir.IRBuilder, params, slot: int, name="p") -> ir.Value:
-        return b.load(b.gep(params, [ir.Constant(I64, slot)], source_etype=I64), typ=I64,
-                      name=name)
+        return b.load(b.gep(params, [ir.Constant(I64, self.slot_in(params, slot))],
+                            source_etype=I64), typ=I64, name=name)
+
+    def slot_in(self, params, slot: int) -> int:
+        """``slot`` as an index into ``params`` (a stage body's starts at its first slot)."""
+        return slot - self.param_base.get(params, 0)
 
     def constant(self, b, params, value, dtype: str) -> ir.Value:
         cx = Scalar(b, self.math)
@@ -311,6 +316,9 @@ class KernelModule:
             body.args[i].name = f"buf{buf}"
         params, begin, end = body.args[-3:]
         params.name, begin.name, end.name = "params", "begin", "end"
+        # parameters from the body's first slot on (its wrapper passes &params[base]): two
+        # stages of the same structure print the same body, compiled once (_shared_body)
+        base = self.param_base[params] = len(self.params)
         b = ir.IRBuilder(body.append_basic_block("entry"))
         if wide:
             body.args[0].name = "ptrs"
@@ -336,7 +344,25 @@ class KernelModule:
         else:
             self._loops(b, body, st, loads, gathers, argmap, params, extents, begin, end)
         b.ret_void()
-        return self._wrappers(st, pointers, body, extent0_slot, d, wide)
+        body = self._shared_body(body, pointers)
+        return self._wrappers(st, pointers, body, extent0_slot, d, wide, base)
+
+    def _shared_body(self, body: ir.Function, pointers: list) -> ir.Function:
+        """``body``, or an earlier stage's function of the same text but for its name and
+        buffer numbers (det(a) and det(b) factorise in two loop regions of the same stages),
+        kept ``noinline`` (compiled once, not into each caller) and exported (an internal one
+        its callers share would hold them all in one part of codegen.module_split, on one
+        thread). The text is the function's whole meaning (ops, attributes, globals named)."""
+        text = without_loop_ids(str(body)).replace(f'@"{body.name}"', '@"body"', 1)
+        for i, buf in enumerate(pointers):
+            text = text.replace(f'%"buf{buf}"', f'%"arg{i}"')
+        earlier = self.module.stage_bodies.setdefault(text, body)
+        if earlier is body:
+            return body
+        del self.module.globals[body.name]
+        earlier.attributes.add("noinline")
+        earlier.linkage = ""
+        return earlier
 
     def _copies(self, b, st, loads, argmap, params, extent0_slot, begin, end):
         """A stage that only moves data (concatenate pieces, index_add regions, copies) calls
@@ -353,8 +379,9 @@ class KernelModule:
                     off = self.load_param(b, params, self.param(v.offset), "off")
                     base = b.gep(base, [off], source_etype=memory_type(dtype))
                 ptrs.append(base)
-            slots = [ir.Constant(I64, [self.param(x) for x in v.strides][0]) for v in (dst, src)]
-            b.call(helper, ptrs + [params, ir.Constant(I64, extent0_slot)] + slots + [begin, end])
+            slots = [self.slot_in(params, s) for s in
+                     [extent0_slot] + [[self.param(x) for x in v.strides][0] for v in (dst, src)]]
+            b.call(helper, ptrs + [params] + [ir.Constant(I64, s) for s in slots] + [begin, end])
 
     def _copy_helper(self, dtype: str, d: int, mode: str) -> ir.Function:
         """The strided copy loop of (dtype, rank, mode): a library function (codegen.libraries)."""
@@ -417,10 +444,12 @@ class KernelModule:
         emit = StageEmitter(self, b, st, acc_loads, acc_sinks, acc_ops, consts, extra)
         emit.gathers, emit.flag, emit.fn = acc_gathers, flag, body
         emit.nest(body, extents, begin, end)
+        if self.light < 0:      # a loop region's stage (the top level's short ones are light)
+            hint_short_inner_loop(body, st.shape, self.math)
 
-    def _wrappers(self, st, bufs, body, extent0_slot, d, direct=False):
+    def _wrappers(self, st, bufs, body, extent0_slot, d, direct=False, base=0):
         """The exported entry points of a stage: load the buffer addresses, call the body
-        (``direct``: the body takes ``ptrs`` itself)."""
+        (``direct``: the body takes ``ptrs`` itself) with its parameters from slot ``base``."""
         partial = [(sk.dest.buf, REDUCE_KIND[sk.node.op]) for sk in st.sinks
                    if sk.kind in ("reduce", "matmul") and d and sk.dest.strides[0] == 0]
         self.stage_info.append(StageInfo(extent0_slot, partial, st.serial, st.shape))
@@ -432,7 +461,8 @@ class KernelModule:
         bw = ir.IRBuilder(wrap.append_basic_block("entry"))
         addrs = [bw.load(bw.gep(ptrs, [ir.Constant(I64, buf)], source_etype=PTR), typ=PTR,
                          name=f"buf{buf}") for buf in bufs]
-        bw.call(body, ([ptrs] if direct else addrs) + [wparams, wb, we])
+        own = bw.gep(wparams, [ir.Constant(I64, base)], source_etype=I64) if base else wparams
+        bw.call(body, ([ptrs] if direct else addrs) + [own, wb, we])
         bw.ret_void()
 
         init = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),

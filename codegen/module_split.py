@@ -74,7 +74,9 @@ def _parse(text: str) -> tuple[list[str], list[Function]] | None:
         if " optnone" in line:
             cost //= OPTNONE_SHARE
         internal = line.startswith("define internal ")
-        cooked = internal and " optnone" not in line and '.wide"(' not in line
+        # (a stage body several stages share is exported: codegen.kernel._shared_body)
+        cooked = ((internal or '.body"(' in line) and " optnone" not in line
+                  and '.wide"(' not in line)
         functions.append(Function(name.group(1), line, body, internal, " alwaysinline" in line,
                                   cost, cooked))
         i = end + 1

@@ -198,3 +198,62 @@ def test_small_matmuls_compile_light_and_call_the_library_kernel():
     assert cpu(angles, p) == pytest.approx(ref(angles, p), rel=1e-13)
     for got, want in zip(cpu.grad(angles, p), ref.grad(angles, p)):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+# -- stage bodies of the same text are one function (codegen.kernel._shared_body) --------------
+
+def two_determinants(a, b):
+    # two LU factorisations, each a loop region of the same stages over other buffers
+    return np.linalg.slogdet(a)[1] + np.linalg.det(b / 4.0)
+
+
+def test_stages_of_the_same_structure_share_one_body():
+    rng = np.random.default_rng(4)
+    a = rng.uniform(-1, 1, (6, 6)) + 2.0 * np.eye(6)
+    b = rng.uniform(-1, 1, (6, 6)) + 2.0 * np.eye(6)
+    cpu = sg.differentiate(two_determinants, wrt=(0, 1))
+    ref = sg.differentiate(two_determinants, wrt=(0, 1), target="python")
+    text = cpu.grad.llvm_ir(a, b)
+    bodies = dict((name, line) for line, name in re.findall(
+        r'^(define [^\n]*@"(sg_\w+\.body)"\([^\n]*)', text, re.M))
+    called = re.findall(r'call void @"(sg_\w+\.body)"\(', text)
+    shared = {name for name in called if called.count(name) > 1}
+    assert shared, "the two factorisations' stages call the same bodies"
+    assert len(bodies) < len(called)
+    for name in shared:    # compiled once: never inlined, a root of its own for the split
+        assert not bodies[name].startswith("define internal ") and "noinline" in bodies[name]
+    # a body reads its parameters from its own first slot on: its wrapper passes that slot
+    wrapper_call = r'getelementptr i64, ptr %"params", i64 [1-9]\d*\n\s*call void @"sg_\w+\.body"'
+    assert re.search(wrapper_call, text)
+    assert cpu(a, b) == pytest.approx(ref(a, b), rel=1e-12)
+    for got, want in zip(cpu.grad(a, b), ref.grad(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+    # each determinant alone: the shared code computes the very same bits
+    alone = sg.grad(lambda a: np.linalg.slogdet(a)[1])(a)
+    np.testing.assert_array_equal(cpu.grad(a, b)[0], alone)
+
+
+# -- short innermost loops of a loop region: one vector a step (codegen.short_loops) ----------
+
+def test_short_region_loops_interleave_once_and_reductions_keep_theirs():
+    rng = np.random.default_rng(7)
+    a, b = (rng.uniform(-1, 1, (6, 6)) + 2.0 * np.eye(6) for _ in range(2))
+    cpu = sg.differentiate(two_determinants, wrt=(0, 1))
+    ref = sg.differentiate(two_determinants, wrt=(0, 1), target="python")
+    text = cpu.grad.llvm_ir(a, b)
+    hint = re.search(r'^(!\d+) = !\{ !"llvm\.loop\.interleave\.count", i32 1 \}', text, re.M)
+    assert hint, "a short loop carries the hint"
+    ids = re.findall(rf'^(!\d+) = !{{ (!\d+), {hint.group(1)} }}', text, re.M)
+    assert ids and all(a == b for a, b in ids)       # each loop's node names itself first
+    bodies = re.findall(r'^define [^\n]*\.body"\(.*?^}', text, re.M | re.S)
+    hinted = [body for body in bodies if _hinted_loops(body)]
+    assert hinted and all(" reassoc " not in body and "_r" in body.split("(")[0] for body in hinted)
+    assert any(" reassoc " in body for body in bodies)     # the sums' loops: as they are
+    for got, want in zip(cpu.grad(a, b), ref.grad(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+    big = rng.uniform(-1, 1, (40, 40)) + 8.0 * np.eye(40)     # rows of 40: no hint
+    assert not _hinted_loops(sg.grad(lambda m: np.linalg.slogdet(m)[1]).llvm_ir(big))
+
+
+def _hinted_loops(text):
+    return re.findall(r'^\s*br label [^\n]*, !llvm\.loop !\d+$', text, re.M)

@@ -159,3 +159,41 @@ def test_repeated_pieces_count_as_pieces():
 
 def repeated(v):
     return np.sum(np.exp(np.concatenate([v[0:2], v[1:3]] * 5)))
+
+
+
+def some_rows(m):
+    return np.concatenate([m[:2, j:j + 1] for j in range(9)] + [m[2:, j:j + 1] for j in range(9)],
+                          0)
+
+
+def along_rows(m):
+    return np.concatenate([m[:, j:j + 1] for j in range(9)], 0)
+
+
+def triangle(m):
+    return lower_triangles(m, 5)
+
+
+@pytest.mark.parametrize("build", [triangle, some_rows, along_rows])
+def test_one_row_table_is_the_whole_tables_row(build, monkeypatch):
+    """_row_map reads the one-row table off the pieces' structure where every piece takes all
+    rows and no join is along them (the GMM triangle), without the whole table; elsewhere it
+    declines and _rows_table checks the whole table. Both ways the gather is the same."""
+    from symgrad import index_ops
+    seen = []
+    row_map = index_ops._row_map
+
+    def recorded(order, src):
+        one = row_map(order, src)
+        seen.append((one, index_ops._rows_table(index_ops._piece_map(order, src), src)))
+        return one
+    monkeypatch.setattr(index_ops, "_row_map", recorded)
+    icf = np.arange(4 * 15.0).reshape(4, 15)
+    np.testing.assert_array_equal(sg.differentiate(build)(icf), build(icf))
+    ((one, whole),) = seen
+    if build in (some_rows, along_rows):
+        assert one is None
+    else:
+        assert one is not None
+        np.testing.assert_array_equal(one, whole)

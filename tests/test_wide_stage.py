@@ -121,6 +121,11 @@ def test_is_prevectorised_reads_the_text():
     assert jit.is_prevectorised(wide + wrapper + light)
     assert not jit.is_prevectorised(wrapper + light)
     assert not jit.is_prevectorised(wide + cooked)
+    # a body several stages share is exported (codegen.kernel._shared_body): still cooked
+    shared = 'define void @"s3.body"(ptr %"p") noinline nounwind\n{\nret void\n}\n'
+    assert not jit.is_prevectorised(wide + wrapper + shared)
+    (_, functions) = module_split._parse(wide + wrapper + shared + light)
+    assert [f.cooked for f in functions] == [False, False, True, False]
 
 
 def test_split_keeps_wide_and_cooked_stages_apart(tmp_path, monkeypatch):
