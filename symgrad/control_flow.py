@@ -203,7 +203,8 @@ class ControlFlow(WhileLoops):
             other.append(ops.broadcast_to(ops.cast(ops.lift(c.b), like.dtype), like.shape))
         outer = {n for f in self.frames + [frame] for v in f.env.values() for n in walk_nodes(v)}
         pred = cond if cond.dtype == "bool" else ops.cast(cond, "bool")
-        return regions.cond(pred, then, other, outer=outer)
+        values = regions.cond(pred, then, other, outer=outer)
+        return [_weak_if_both(v, c.a, c.b) for v, c in zip(values, choices)]
 
     def merge_leaf(self, cond, a, b, stmt, what):
         if a is b:
@@ -217,7 +218,7 @@ class ControlFlow(WhileLoops):
             self.check_branch_shapes(cond, a, b, stmt, what)
             if cond.ndim == 0 and (is_data(a) or is_data(b)):
                 return _Choice(a, b)
-            return ops.where(cond, a, b)
+            return _weak_if_both(ops.where(cond, a, b), a, b)
         try:
             if a == b:
                 return a
@@ -322,6 +323,17 @@ def _resolved(built, v):
     if isinstance(v, _Merged):
         return built[v.index]
     return v.value if isinstance(v, _Choice) else v
+
+
+def _weak_if_both(chosen, a, b):
+    """A scalar choice between two Python numbers of one kind (traced ones included: a loop
+    index) is a Python number in NumPy too, whichever side runs: marked weak, so a float32
+    array times it stays float32."""
+    kinds = {ops.weak_kind(a), ops.weak_kind(b)}
+    if len(kinds) == 1 and None not in kinds and isinstance(chosen, Node) and not chosen.ndim \
+            and ops.in_weak_scope():
+        return ops.mark_weak(chosen)
+    return chosen
 
 
 def _strong_dtype(v) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .aliases import NO_BUFFERS
 from .ir import Node
+from .op_base import weak_kind
 from .scope import MISSING
 
 
@@ -215,8 +216,8 @@ def _static_range(value, ranges: dict):
 
 def _carry_type(value):
     """(dtype, shape, weak) of a value a loop may carry, or None."""
-    if isinstance(value, Node):
-        return value.dtype, value.shape, False
+    if isinstance(value, Node):   # (one standing for a Python number is weak: a loop index)
+        return value.dtype, value.shape, weak_kind(value) is not None
     if isinstance(value, bool):
         return "bool", (), True
     if isinstance(value, numbers.Integral):

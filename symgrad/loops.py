@@ -229,8 +229,10 @@ class Loops(LoopSteps):
         containers, assigned = container_carries(stmt, frame, assigned, appended, targets)
         try:
             with ops.weak_scope():
-                self._traced_region(stmt, frame, plan, assigned, appended, targets, overrides,
-                                    peeled, exits, containers)
+                weak_after = self._traced_region(stmt, frame, plan, assigned, appended, targets,
+                                                 overrides, peeled, exits, containers)
+            for name in weak_after:   # (the body's scope, and its marks, have ended)
+                frame.env[name] = ops.mark_weak(frame.env[name])
             if plan.parts[0][0] == "span" and "break" not in exits:   # (a break carries it)
                 self._bind_last_item(stmt, frame, plan.parts[0][1])
         finally:
@@ -444,10 +446,12 @@ class Loops(LoopSteps):
         for old, new_node in memo.items():
             if old in self.locs:
                 self.locs.setdefault(new_node, self.locs[old])
-        loc_node = stmt
+        loc_node, weak_after = stmt, []
         for name, start in counters.items():   # a Python int again, as in NumPy
             frame.env[name] = start + n * overrides[("counter", name)]
-        for (name, _), final in zip(carried, finals):
+        for (name, kind), final in zip(carried, finals):
+            if name in weak and _stays_weak(child.env.get(name), kind):
+                weak_after.append(name)   # a Python number after the loop too (marked by _region)
             if name == DONE:
                 self.exit_flag = final   # whether the loop broke (a while's guard reads it)
             if name in (DONE, TRIPS):
@@ -476,6 +480,7 @@ class Loops(LoopSteps):
                 if base in written:
                     frame.env[name] = ops.getitem(frame.env[base], plan.first + n - 1)
             self.bind_row_views(stmt, frame, plan.first + n - 1)
+        return weak_after
 
     def _bind_last_item(self, stmt, frame, span):
         """After a loop over a span, its variable holds the last item, as in Python; where the

@@ -181,3 +181,68 @@ def test_numpy_value_made_of_the_index_promotes_strongly(target):
     value = f(x, TRIPS)
     assert np.asarray(value).dtype == np.float64
     np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
+# A Python number made by a loop (or chosen by an if on data) is still a Python number after
+# it: NumPy keeps a float32 array times it float32. These were float64 (the loop's result, a
+# carry starting as another loop's result, and a choice between two Python numbers were typed
+# strongly).
+
+def weak_after_the_loop(x):
+    acc = 0.0
+    for i in range(5):
+        acc = acc + 1.5 * i
+    return np.sum(acc * x)
+
+
+def weak_through_nested_loops(x):
+    acc = 0.0
+    for i in range(5):
+        for j in range(6):
+            acc = acc + 0.5 * i * j
+    return np.sum(acc * x)
+
+
+def weak_through_a_while_on_data(x):
+    t = 0.0
+    s = np.sum(x)
+    while s > 0.1:
+        s = s * 0.5
+        t = t + 1.0
+    return np.sum(t * x) + s
+
+
+def weak_through_a_triangular_loop(x):
+    acc = 0.0
+    for i in range(6):
+        for j in range(i + 1, 6):
+            acc = acc + 0.25 * j
+    return np.sum(acc * x)
+
+
+def weak_chosen_on_data(x):
+    scale = 2.0 if np.sum(x) > 0 else 0.5
+    return np.sum(scale * x * x)
+
+
+def strong_once_an_element_is_added(x):   # NumPy: a float32 scalar, not a Python float
+    acc = 0.0
+    for i in range(6):
+        acc = acc + x[i % 4]
+    return np.sum(acc * x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", [weak_after_the_loop, weak_through_nested_loops,
+                                weak_through_a_while_on_data, weak_through_a_triangular_loop,
+                                weak_chosen_on_data, strong_once_an_element_is_added])
+def test_python_number_made_by_a_loop_stays_weak_after_it(fn, target):
+    x = np.linspace(1.0, 2.0, 4).astype(np.float32)
+    expected = fn(x)
+    f = sg.differentiate(fn, target=target)
+    value, grad = f.value_and_grad(x)
+    assert np.asarray(value).dtype == np.asarray(expected).dtype == np.float32
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+    assert grad.dtype == np.float32
+    numeric = _directional(fn, (x.astype(np.float64),), np.ones(4))
+    np.testing.assert_allclose(float(np.sum(grad)), numeric, rtol=1e-4)
