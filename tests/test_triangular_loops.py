@@ -24,6 +24,7 @@ import symgrad as sg
 
 sys.path.insert(0, os.path.dirname(__file__))
 from user_program_check import assert_tree_close, central_difference, check_cuda, check_program  # noqa: E402
+from test_user_programs_science import lennard_jones  # noqa: E402  (the pair loop as users write it)
 
 RNG = np.random.default_rng(7)
 TARGETS = ("cpu", "python")
@@ -31,17 +32,6 @@ TARGETS = ("cpu", "python")
 
 # ---------------------------------------------------------------------------------------------
 # The programs
-
-def lennard_jones(pos, eps=1.0, sigma=1.0):
-    n = pos.shape[0]
-    e = 0.0
-    for i in range(n):
-        for j in range(i + 1, n):
-            r2 = np.sum((pos[i] - pos[j]) ** 2)
-            s6 = (sigma ** 2 / r2) ** 3
-            e += 4 * eps * (s6 * s6 - s6)
-    return e
-
 
 def lennard_jones_lower(pos):
     """The pairs j < i: in the loop over the longest range, j = i comes right after the last
