@@ -139,7 +139,7 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
     new = []
     for body in bodies:
         forward = frozenset() if body.derivative else frozenset(toposort(body.results))
-        results = tuple(prune_loops(simplify_nodes(body.results, forward)))
+        results = tuple(prune_loops(simplify_nodes(body.results, forward), _known_params(n, body)))
         new.append(body if results == body.results else
                    type(body)(body.params, results, body.names, body.derivative))
     if not all(a is b for a, b in zip(new, bodies)):
@@ -206,14 +206,16 @@ def _cond_with(n: Node, keep) -> Node:
     return make("cond", (n.inputs[0], *(n.inputs[1 + k] for k in used)), tuple(bodies))
 
 
-def prune_loops(outputs) -> list[Node]:
+def prune_loops(outputs, known=None) -> list[Node]:
     """``outputs`` with each loop keeping only the results something reads (and the carries
     those depend on) and the inputs its body still reads, and the carries it only writes a row
     of (``out[i] = v``) stacked outputs (:func:`_stacked_writes`). Repeated until nothing
-    changes: a pruned backward loop may stop reading a forward loop's stored values."""
+    changes: a pruned backward loop may stop reading a forward loop's stored values. ``known``:
+    the values of params of the enclosing body that are fixed (its loop's consts), where
+    ``outputs`` are a body's results."""
     outputs = list(outputs)
     while True:
-        pruned = _stacked_writes(_prune_once(outputs))
+        pruned = _stacked_writes(_prune_once(outputs), known or {})
         if all(a is b for a, b in zip(pruned, outputs)):
             return outputs
         outputs = pruned
@@ -318,7 +320,17 @@ def _pruned(loop: Node, used: set):
 # ---------------------------------------------------------------------------------------------
 # Row writes as stacked outputs
 
-def _stacked_writes(outputs) -> list[Node]:
+def _known_params(region: Node, body) -> dict:
+    """The params of ``body`` (one of ``region``'s) whose value is the same in every run of it
+    -> that value: a loop's consts, a branch's or checkpoint's operands."""
+    if region.op == "loop":
+        nc, nx = region.attrs[2:4]
+        return dict(zip(body.params[1 + nc + nx:], loop_consts(region)))
+    operands = region.inputs[1:] if region.op == "cond" else region.inputs
+    return dict(zip(body.params, operands))
+
+
+def _stacked_writes(outputs, known: dict) -> list[Node]:
     """``outputs`` with each loop's carries that every iteration only writes row ``i + c`` of
     (``out[i] = v``: ``ops.row_update``, a select over the whole carry each iteration, forward
     and backward) a stacked output instead: the rows written are the per-iteration values, and
@@ -330,13 +342,13 @@ def _stacked_writes(outputs) -> list[Node]:
         if m.op != "loop":
             continue
         current = make("loop", substitute(m.inputs, mapping), m.attrs) if mapping else m
-        finals = _with_stacked_rows(current)
+        finals = _with_stacked_rows(current, known)
         for k, value in (finals or {}).items():
             mapping[make("proj", (m,), (k,))] = value
     return substitute(list(outputs), mapping) if mapping else list(outputs)
 
 
-def _row_written(body, k: int, trips: int, consts: dict):
+def _row_written(body, k: int, trips: int, consts: dict, known: dict):
     """The first row ``c`` and the value when carry ``k``'s new value is
     ``where(rows == i + c, v, carry)`` with ``rows`` the carry's row numbers (a loop const) and
     ``0 <= c``, ``c + trips <= len(carry)``: every iteration writes one row the others do not,
@@ -350,6 +362,7 @@ def _row_written(body, k: int, trips: int, consts: dict):
         return None
     rows, at = test.inputs
     rows = consts.get(rows, rows)
+    rows = known.get(rows, rows)   # (a loop nested in a body: its consts are the body's params)
     if rows.op == "reshape" and rows.inputs[0].op == "arange":
         rows = rows.inputs[0]
     size = carry.shape[0]
@@ -362,7 +375,7 @@ def _row_written(body, k: int, trips: int, consts: dict):
     return first, broadcast_to(new.inputs[1], carry.shape[1:])
 
 
-def _with_stacked_rows(loop: Node):
+def _with_stacked_rows(loop: Node, known: dict):
     """The final values (index -> node) of ``loop``'s results after stacking the row writes of
     its carries (:func:`_stacked_writes`), else None. Only a loop that runs all its iterations
     forward: a stopped loop's unrun rows would keep the initial array's."""
@@ -378,7 +391,7 @@ def _with_stacked_rows(loop: Node):
         readers[r] = readers.get(r, 0) + 1
     written = {}
     for k in range(nc):
-        found = _row_written(body, k, trips, consts)
+        found = _row_written(body, k, trips, consts, known)
         # the carry read only by its write, the write only the new carry
         if found is not None and readers.get(body.params[1 + k]) == 1 and \
                 readers[body.results[k]] == 1:

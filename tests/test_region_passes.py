@@ -63,6 +63,17 @@ def two_rows_arrays(x, w):     # two carries written at the row, one of them shi
     return np.sum(a * a) + np.sum(b * a[0])
 
 
+def nested(x, w):              # row[j] = v in a loop nested in one writing out[i] = row
+    n, m = x.shape[0], w.shape[0]
+    out = np.zeros((n, m))
+    for i in range(n):
+        row = np.zeros(m)
+        for j in range(m):
+            row[j] = np.sin(x[i] * w[j])
+        out[i] = row * x[i]
+    return np.sum(out ** 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Refused: each stays a carry
 
@@ -116,7 +127,8 @@ def writes_reversed_row(x, w):   # row n - 1 - i: not the loop's row
     return np.sum(out * x)
 
 
-ACCEPTED = {"conv1d": conv1d, "elman": elman, "shifted": shifted, "two_rows_arrays": two_rows_arrays}
+ACCEPTED = {"conv1d": conv1d, "elman": elman, "shifted": shifted, "two_rows_arrays": two_rows_arrays,
+            "nested": nested}
 REFUSED = {"reads_previous_row": reads_previous_row, "reads_whole_carry": reads_whole_carry,
            "writes_two_rows": writes_two_rows, "writes_on_a_branch": writes_on_a_branch,
            "writes_reversed_row": writes_reversed_row, "writes_data_row": writes_data_row}
@@ -125,7 +137,9 @@ PROGRAMS = {**ACCEPTED, **REFUSED}
 
 def _args(name, dtype=np.float64):
     rng = np.random.default_rng(7)
-    if name == "elman":
+    if name == "nested":
+        args = (rng.standard_normal(11), rng.standard_normal(9))
+    elif name == "elman":
         args = (rng.standard_normal(9), 0.4 * rng.standard_normal((4, 4)), rng.standard_normal(4))
     else:
         args = (rng.standard_normal(11), rng.standard_normal(3))
@@ -171,7 +185,7 @@ def test_float32(name, target):
 # name -> (the carries left, the stacked outputs' row shapes) of the loop after the pass;
 # before it the written arrays were carries and the loop had no stacked output (elman: h only)
 STACKED = {"conv1d": ([], [()]), "elman": ([(4,)], [(4,)]), "shifted": ([], [()]),
-           "two_rows_arrays": ([], [(), ()])}
+           "two_rows_arrays": ([], [(), ()]), "nested": ([], [(9,)])}
 
 
 @pytest.mark.parametrize("name", sorted(ACCEPTED))
@@ -180,6 +194,12 @@ def test_row_writes_become_stacked_outputs(name):
     body, _, n_carry = loop.attrs[:3]
     carries = [loop.inputs[k].shape for k in range(n_carry)]
     assert (carries, [r.shape for r in body.results[n_carry:]]) == STACKED[name]
+
+
+def test_a_nested_loops_row_write_is_a_stacked_output():
+    (outer,) = _loops(nested, _args("nested"))
+    (inner,) = [m for m in toposort(list(outer.attrs[0].results)) if m.op == "loop"]
+    assert inner.attrs[2] == 0 and [r.shape for r in inner.attrs[0].results] == [()]
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
