@@ -354,8 +354,9 @@ def _row_written(body, k: int, trips: int, consts: dict, known: dict):
     ``0 <= c``, ``c + trips <= len(carry)``: every iteration writes one row the others do not,
     and reads the carry nowhere (that is checked by the caller); else None."""
     carry, new = body.params[1 + k], body.results[k]
+    # (the value one row, broadcast along the row's axes only: not an array whose row i it takes)
     if new.op != "where" or new.inputs[2] is not carry or new.shape != carry.shape or \
-            new.inputs[1].dtype != carry.dtype or carry.ndim == 0:
+            new.inputs[1].dtype != carry.dtype or not 0 <= new.inputs[1].ndim < carry.ndim:
         return None
     test = new.inputs[0]
     if test.op != "eq":

@@ -45,6 +45,16 @@ def elman(x, W, u):            # hs[t] = h: a 2-d carry
     return np.sum(hs ** 2) + np.sum(hs[:, 0])
 
 
+def elman_shifted(x, W, u):    # hs[t + 1] = h in a 2-d initial array computed from u
+    T, H = x.shape[0], W.shape[0]
+    hs = np.ones((T + 2, H)) * u
+    h = np.zeros(H)
+    for t in range(T):
+        h = np.tanh(W @ h + u * x[t])
+        hs[t + 1] = h
+    return np.sum(hs ** 2)
+
+
 def shifted(x, w):             # rows 1..n-2 of an initial array computed from x: rows 0, n-1 kept
     n = x.shape[0]
     out = x ** 2
@@ -127,8 +137,8 @@ def writes_reversed_row(x, w):   # row n - 1 - i: not the loop's row
     return np.sum(out * x)
 
 
-ACCEPTED = {"conv1d": conv1d, "elman": elman, "shifted": shifted, "two_rows_arrays": two_rows_arrays,
-            "nested": nested}
+ACCEPTED = {"conv1d": conv1d, "elman": elman, "elman_shifted": elman_shifted, "shifted": shifted,
+            "two_rows_arrays": two_rows_arrays, "nested": nested}
 REFUSED = {"reads_previous_row": reads_previous_row, "reads_whole_carry": reads_whole_carry,
            "writes_two_rows": writes_two_rows, "writes_on_a_branch": writes_on_a_branch,
            "writes_reversed_row": writes_reversed_row, "writes_data_row": writes_data_row}
@@ -139,7 +149,7 @@ def _args(name, dtype=np.float64):
     rng = np.random.default_rng(7)
     if name == "nested":
         args = (rng.standard_normal(11), rng.standard_normal(9))
-    elif name == "elman":
+    elif name.startswith("elman"):
         args = (rng.standard_normal(9), 0.4 * rng.standard_normal((4, 4)), rng.standard_normal(4))
     else:
         args = (rng.standard_normal(11), rng.standard_normal(3))
@@ -184,7 +194,8 @@ def test_float32(name, target):
 
 # name -> (the carries left, the stacked outputs' row shapes) of the loop after the pass;
 # before it the written arrays were carries and the loop had no stacked output (elman: h only)
-STACKED = {"conv1d": ([], [()]), "elman": ([(4,)], [(4,)]), "shifted": ([], [()]),
+STACKED = {"conv1d": ([], [()]), "elman": ([(4,)], [(4,)]), "elman_shifted": ([(4,)], [(4,)]),
+           "shifted": ([], [()]),
            "two_rows_arrays": ([], [(), ()]), "nested": ([], [(9,)])}
 
 
