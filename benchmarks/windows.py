@@ -8,6 +8,8 @@ Cases:
                (tests/test_user_programs_models.py); loss ``sum(maximum(out, 0) ** 2)``
   convolve_N   the same loss written with ``np.convolve(x, w[::-1], mode="valid")``
   conv2d_32    ``out[i, j] = np.sum(X[i:i + 3, j:j + 3] * K)`` over a 32x32 image, two loops
+  elman_T      an Elman RNN storing its states, ``h = tanh(W @ h + u * x[t]); hs[t] = h``,
+               16 units, T steps; loss ``sum(hs ** 2)``
 
 With several ``--tree LABEL=DIR`` (each run by its own .venv, ``make .venv/.installed`` there),
 the trees' processes alternate run by run, so that a change of load touches each alike.
@@ -30,7 +32,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CASES = ["conv1d_300", "convolve_300", "conv1d_3000", "convolve_3000", "conv2d_32"]
+CASES = ["conv1d_300", "convolve_300", "conv1d_3000", "convolve_3000", "conv2d_32", "elman_1000"]
 
 
 def conv1d(x, w):
@@ -55,9 +57,22 @@ def conv2d(X, K):
     return np.sum(np.tanh(out))
 
 
+def elman(x, W, u):
+    T, H = x.shape[0], W.shape[0]
+    hs = np.zeros((T, H))
+    h = np.zeros(H)
+    for t in range(T):
+        h = np.tanh(W @ h + u * x[t])
+        hs[t] = h
+    return np.sum(hs ** 2)
+
+
 def _case(name):
     kind, size = name.rsplit("_", 1)
     rng = np.random.default_rng(0)
+    if kind == "elman":
+        return elman, [rng.normal(size=int(size)), 0.3 * rng.normal(size=(16, 16)),
+                       rng.normal(size=16)]
     if kind == "conv2d":
         return conv2d, [rng.normal(size=(int(size), int(size))), rng.normal(size=(3, 3))]
     return {"conv1d": conv1d, "convolve": convolve}[kind], [rng.normal(size=int(size)),

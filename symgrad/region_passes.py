@@ -5,11 +5,11 @@ and every rebuilt loop body is closed again, which hoists work that became loop-
 from __future__ import annotations
 
 from .elementwise import add
-from .index_ops import getitem, take
+from .index_ops import getitem, setitem, take
 from .op_base import arange
 from .numpy_indexing import affine_parts
-from .shape_ops import reshape, transpose
-from .ir import Node, make, substitute, toposort
+from .shape_ops import broadcast_to, reshape, transpose
+from .ir import Node, Slice, make, substitute, toposort
 from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
 
 
@@ -18,16 +18,31 @@ _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (
 
 
 def _index_facts(body, trips: int) -> dict:
-    """Comparisons of the loop index with a number decided by ``0 <= i < trips`` (the
-    wrap-around and bounds checks of ``xs[i]``): node -> its constant value."""
+    """Comparisons of the loop index (or ``i + c``, c a number) with a number decided by
+    ``0 <= i < trips`` (the wrap-around and bounds checks of ``xs[i]``, ``out[i + 1] = v``):
+    node -> its constant value."""
     index = body.params[0]
     facts = {}
     for m in toposort(body.results):
-        if m.op in _COMPARE and m.inputs[0] is index and m.inputs[1].op == "const" and trips:
-            always, never = _COMPARE[m.op](0, trips - 1, m.inputs[1].attrs[0])
+        if m.op not in _COMPARE or m.inputs[1].op != "const" or not trips:
+            continue
+        shift = _index_shift(m.inputs[0], index)
+        if shift is not None:
+            always, never = _COMPARE[m.op](shift, trips - 1 + shift, m.inputs[1].attrs[0])
             if always or never:
                 facts[m] = make("const", (), (bool(always), "bool"))
     return facts
+
+
+def _index_shift(at: Node, index: Node):
+    """c when ``at`` is the loop index plus the integer number c (0 for the index), else None."""
+    if at is index:
+        return 0
+    if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
+        c = at.inputs[1].attrs[0]
+        if isinstance(c, int) and not isinstance(c, bool):
+            return c
+    return None
 
 
 def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
@@ -124,7 +139,7 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
     new = []
     for body in bodies:
         forward = frozenset() if body.derivative else frozenset(toposort(body.results))
-        results = tuple(prune_loops(simplify_nodes(body.results, forward)))
+        results = tuple(prune_loops(simplify_nodes(body.results, forward), _known_params(n, body)))
         new.append(body if results == body.results else
                    type(body)(body.params, results, body.names, body.derivative))
     if not all(a is b for a, b in zip(new, bodies)):
@@ -191,13 +206,16 @@ def _cond_with(n: Node, keep) -> Node:
     return make("cond", (n.inputs[0], *(n.inputs[1 + k] for k in used)), tuple(bodies))
 
 
-def prune_loops(outputs) -> list[Node]:
+def prune_loops(outputs, known=None) -> list[Node]:
     """``outputs`` with each loop keeping only the results something reads (and the carries
-    those depend on) and the inputs its body still reads. Repeated until nothing changes: a
-    pruned backward loop may stop reading a forward loop's stored values."""
+    those depend on) and the inputs its body still reads, and the carries it only writes a row
+    of (``out[i] = v``) stacked outputs (:func:`_stacked_writes`). Repeated until nothing
+    changes: a pruned backward loop may stop reading a forward loop's stored values. ``known``:
+    the values of params of the enclosing body that are fixed (its loop's consts), where
+    ``outputs`` are a body's results."""
     outputs = list(outputs)
     while True:
-        pruned = _prune_once(outputs)
+        pruned = _stacked_writes(_prune_once(outputs), known or {})
         if all(a is b for a, b in zip(pruned, outputs)):
             return outputs
         outputs = pruned
@@ -297,3 +315,105 @@ def _pruned(loop: Node, used: set):
         return None
     index_map = {old: new for new, old in enumerate(keep_c + keep_y)}
     return new_loop, index_map
+
+
+# ---------------------------------------------------------------------------------------------
+# Row writes as stacked outputs
+
+def _known_params(region: Node, body) -> dict:
+    """The params of ``body`` (one of ``region``'s) whose value is the same in every run of it
+    -> that value: a loop's consts, a branch's or checkpoint's operands."""
+    if region.op == "loop":
+        nc, nx = region.attrs[2:4]
+        return dict(zip(body.params[1 + nc + nx:], loop_consts(region)))
+    operands = region.inputs[1:] if region.op == "cond" else region.inputs
+    return dict(zip(body.params, operands))
+
+
+def _stacked_writes(outputs, known: dict) -> list[Node]:
+    """``outputs`` with each loop's carries that every iteration only writes row ``i + c`` of
+    (``out[i] = v``: ``ops.row_update``, a select over the whole carry each iteration, forward
+    and backward) a stacked output instead: the rows written are the per-iteration values, and
+    the rows the loop never writes keep the initial array's (one static slice update after the
+    loop). The select writes the same value, so the results are bit-identical; the derivative
+    of a stacked output is a per-iteration input row, not a select over the carry's cotangent."""
+    mapping: dict[Node, Node] = {}
+    for m in toposort(outputs):
+        if m.op != "loop":
+            continue
+        current = make("loop", substitute(m.inputs, mapping), m.attrs) if mapping else m
+        finals = _with_stacked_rows(current, known)
+        for k, value in (finals or {}).items():
+            mapping[make("proj", (m,), (k,))] = value
+    return substitute(list(outputs), mapping) if mapping else list(outputs)
+
+
+def _row_written(body, k: int, trips: int, consts: dict, known: dict):
+    """The first row ``c`` and the value when carry ``k``'s new value is
+    ``where(rows == i + c, v, carry)`` with ``rows`` the carry's row numbers (a loop const) and
+    ``0 <= c``, ``c + trips <= len(carry)``: every iteration writes one row the others do not,
+    and reads the carry nowhere (that is checked by the caller); else None."""
+    carry, new = body.params[1 + k], body.results[k]
+    # (the value one row, broadcast along the row's axes only: not an array whose row i it takes)
+    if new.op != "where" or new.inputs[2] is not carry or new.shape != carry.shape or \
+            new.inputs[1].dtype != carry.dtype or not 0 <= new.inputs[1].ndim < carry.ndim:
+        return None
+    test = new.inputs[0]
+    if test.op != "eq":
+        return None
+    rows, at = test.inputs
+    rows = consts.get(rows, rows)
+    rows = known.get(rows, rows)   # (a loop nested in a body: its consts are the body's params)
+    if rows.op == "reshape" and rows.inputs[0].op == "arange":
+        rows = rows.inputs[0]
+    size = carry.shape[0]
+    if rows.op != "arange" or tuple(rows.attrs[:2]) != (0, 1) or rows.attrs[3] != size or \
+            test.shape != (size,) + (1,) * (carry.ndim - 1):
+        return None
+    first = _index_shift(at, body.params[0])
+    if first is None or first < 0 or first + trips > size:
+        return None
+    return first, broadcast_to(new.inputs[1], carry.shape[1:])
+
+
+def _with_stacked_rows(loop: Node, known: dict):
+    """The final values (index -> node) of ``loop``'s results after stacking the row writes of
+    its carries (:func:`_stacked_writes`), else None. Only a loop that runs all its iterations
+    forward: a stopped loop's unrun rows would keep the initial array's."""
+    body, trips, nc, nx, reverse, exit_ = loop.attrs
+    if reverse or exit_ is not None or not trips:
+        return None
+    consts = dict(zip(body.params[1 + nc + nx:], loop_consts(loop)))
+    readers: dict[Node, int] = {}
+    for m in toposort(body.results):
+        for x in m.inputs:
+            readers[x] = readers.get(x, 0) + 1
+    for r in body.results:
+        readers[r] = readers.get(r, 0) + 1
+    written = {}
+    for k in range(nc):
+        found = _row_written(body, k, trips, consts, known)
+        # the carry read only by its write, the write only the new carry
+        if found is not None and readers.get(body.params[1 + k]) == 1 and \
+                readers[body.results[k]] == 1:
+            written[k] = found
+    if not written:
+        return None
+    keep = [k for k in range(nc) if k not in written]
+    ny = len(body.results) - nc
+    results = [body.results[k] for k in keep] + list(body.results[nc:]) + \
+        [value for _, value in written.values()]
+    explicit = [body.params[0]] + [body.params[1 + k] for k in keep] + \
+        list(body.params[1 + nc:1 + nc + nx])
+    names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep
+                                                           if 1 + k < len(body.names))
+    inputs = [loop.inputs[k] for k in keep] + list(loop.inputs[nc:nc + nx])
+    new_loop = rebuild_loop(loop, explicit, results, inputs, len(keep), names=names or ())
+    finals = {old: make("proj", (new_loop,), (new,)) for new, old in enumerate(keep)}
+    finals.update({nc + j: make("proj", (new_loop,), (len(keep) + j,)) for j in range(ny)})
+    for j, (k, (first, _)) in enumerate(written.items()):
+        stacked = make("proj", (new_loop,), (len(keep) + ny + j,))
+        init = loop.inputs[k]
+        finals[k] = stacked if (first, trips) == (0, init.shape[0]) else \
+            setitem(init, stacked, (Slice(first, first + trips, 1),))
+    return finals
