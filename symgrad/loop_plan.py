@@ -205,10 +205,10 @@ def span_of(args, ranges: dict):
 
 
 def _static_range(value, ranges: dict):
-    """(lowest, highest) of a range bound: a Python int, or an int64 scalar node of loop
-    indices (``_int_range``); None for anything else."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, value
+    """(lowest, highest) of a range or window bound: a Python (or NumPy) int, or an int64
+    scalar node of loop indices (``_int_range``); None for anything else."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value), int(value)
     if isinstance(value, Node) and value.shape == () and value.dtype == "int64":
         return _int_range(value, ranges)
     return None

@@ -312,10 +312,8 @@ def window_span(window: Window) -> int | None:
 
 
 def _value_range(value, ranges):
-    from .loop_plan import _int_range   # (loop_plan sits above the op modules)
-    if isinstance(value, numbers.Integral):
-        return int(value), int(value)
-    return _int_range(value, ranges)
+    from .loop_plan import _static_range   # (loop_plan sits above the op modules)
+    return _static_range(value, ranges)
 
 
 @dataclass(frozen=True)

@@ -58,11 +58,9 @@ def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
     for m in toposort(body.results):
         if m.op != "take" or m.inputs[0] not in const_params or not trips:
             continue
-        at, offset = m.inputs[1], 0
-        if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
-            at, offset = index, at.inputs[1].attrs[0]
+        offset = _index_shift(m.inputs[1], index)
         source = const_params[m.inputs[0]]
-        if m.attrs[0] == 0 and at is index and isinstance(offset, int) and 0 <= offset and \
+        if m.attrs[0] == 0 and offset is not None and 0 <= offset and \
                 source.shape[0] >= trips + offset:
             reads[m] = source if (offset, source.shape[0]) == (0, trips) else \
                 getitem(source, slice(offset, offset + trips))
