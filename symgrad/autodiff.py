@@ -114,26 +114,33 @@ def _logistic_factor(c: Node, b: Node) -> Node:
     return 1 - div(c, b)
 
 
-def _div_through(g: Node, n: Node, active):
-    a, b = n.inputs
-    found = _exp_denominator(b)
-    if found is None or found[1] not in active:
+def _logistic_parts(n: Node):
+    """``(c, u, b, k, a)`` where ``n`` is ``a / b`` (k None: -1) or ``b ** k`` (k a negative
+    scalar constant, a None) with ``b = c + exp(u)``, else None."""
+    if n.op == "div":
+        (a, b), k = n.inputs, None
+    elif n.op == "pow":
+        (b, k), a = n.inputs, None
+        if k.op not in ("const", "full") or not isinstance(k.attrs[0], (int, float)) or \
+                k.attrs[0] >= 0:
+            return None
+    else:
         return None
-    c, u = found
-    return (g / b if a in active else None, None), [(u, -g * n * _logistic_factor(c, b))]
+    found = _exp_denominator(b)
+    return None if found is None else (*found, b, k, a)
 
 
-def _pow_through(g: Node, n: Node, active):
-    b, k = n.inputs
-    found = _exp_denominator(b)
-    if found is None or found[1] not in active or k.op not in ("const", "full") or \
-            not isinstance(k.attrs[0], (int, float)) or k.attrs[0] >= 0:
+def _logistic_vjp(g: Node, n: Node, active):
+    parts = _logistic_parts(n)
+    if parts is None or parts[1] not in active:
         return None
-    c, u = found
+    c, u, b, k, a = parts
+    if k is None:
+        return (g / b if a in active else None, None), [(u, -g * n * _logistic_factor(c, b))]
     return (None, None), [(u, g * k * n * _logistic_factor(c, b))]
 
 
-_THROUGH_VJPS = {"div": _div_through, "pow": _pow_through}
+_THROUGH_VJPS = {"div": _logistic_vjp, "pow": _logistic_vjp}
 
 
 def through_jvp(node: Node, tangents: dict):
@@ -141,21 +148,16 @@ def through_jvp(node: Node, tangents: dict):
     ``a / (c + exp(u))`` or ``(c + exp(u)) ** k`` from the tangents of ``a`` and ``u`` (that of
     the denominator is ``exp(u) * t_u``, nothing else, ``c`` being constant); NotImplemented
     for any other node."""
-    if node.op not in _THROUGH_VJPS:
+    parts = _logistic_parts(node)
+    if parts is None:
         return NotImplemented
-    base, other = (node.inputs[1], node.inputs[0]) if node.op == "div" else node.inputs
-    found = _exp_denominator(base)
-    if found is None or node.op == "pow" and not (
-            other.op in ("const", "full") and isinstance(other.attrs[0], (int, float))
-            and other.attrs[0] < 0):
-        return NotImplemented
-    c, u = found
-    scale = -1 if node.op == "div" else other
+    c, u, base, k, a = parts
+    scale = -1 if k is None else k
     terms = []
     if tangents.get(u) is not None:
         terms.append(scale * node * _logistic_factor(c, base) * tangents[u])
-    if node.op == "div" and tangents.get(other) is not None:
-        terms.append(tangents[other] / base)
+    if a is not None and tangents.get(a) is not None:
+        terms.append(tangents[a] / base)
     return None if not terms else terms[0] if len(terms) == 1 else add(terms[0], terms[1])
 
 
