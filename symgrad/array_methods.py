@@ -7,7 +7,7 @@ import numpy as np
 
 from . import numpy_extra, ops
 from .ir import Node, make
-from .numpy_api import DUALS
+from .numpy_api import DUALS, _reduce   # (x.sum(...) takes what np.sum(x, ...) takes)
 
 
 class _BoundNodeMethod:
@@ -50,14 +50,10 @@ def _shape_args(args):
 
 # (keepdims is keyword-only: NumPy's second positional after axis is dtype or out)
 _NODE_METHODS = {
-    "sum": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
-        numpy_extra.reductions.masked_reduce("sum", x, axis, keepdims, where, initial),
-    "prod": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
-        numpy_extra.reductions.masked_reduce("prod", x, axis, keepdims, where, initial),
-    "max": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
-        numpy_extra.reductions.masked_reduce("max", x, axis, keepdims, where, initial),
-    "min": lambda x, axis=None, *, keepdims=False, initial=None, where=True:
-        numpy_extra.reductions.masked_reduce("min", x, axis, keepdims, where, initial),
+    "sum": _reduce("sum"),
+    "prod": _reduce("prod"),
+    "max": _reduce("max"),
+    "min": _reduce("min"),
     "mean": lambda x, axis=None, *, keepdims=False, where=True:
         numpy_extra.reductions.mean(x, axis, keepdims=keepdims, where=where),
     "reshape": lambda x, *shape: ops.reshape(x, _shape_args(shape)),

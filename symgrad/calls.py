@@ -178,8 +178,7 @@ class Calls:
                 kwargs[kw.arg] = self.eval(kw.value, frame)
         if is_ufunc_at(fn) and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
             return self.ufunc_at(fn, node, args, kwargs, frame)   # np.add.at(y, idx, v): writes y
-        if (fn is np.copyto or "out" in kwargs or isinstance(fn, np.ufunc) and len(args) > fn.nin) \
-                and _writes_out(fn, args, kwargs):   # np.copyto(y, v), np.add(a, b, out=y)
+        if _writes_out(fn, args, kwargs):   # np.copyto(y, v), np.add(a, b, out=y)
             return self.call_writing_out(fn, node, args, kwargs, frame)
         if _container_method(fn) and fn.__name__ in _MUTATING_METHODS and isinstance(node.func, ast.Attribute):
             self.check_traced_state(node.func.value, frame, node, f"call to .{fn.__name__}() on")
