@@ -22,6 +22,7 @@ from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_b
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
 from .array_writes import is_ufunc_at
+from .loop_plan import out_keyword
 from .array_methods import (_NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod,
                             python_scalar)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
@@ -212,10 +213,8 @@ class Calls:
         if len(args) > fn.nin:
             self.fail(node, f"{name} with its output given by position",
                       f"pass it by keyword: {name}(..., out=y) (symgrad reads it from the spelling)")
-        out_expr = next((k.value for k in node.keywords if k.arg == "out"), None)
-        if isinstance(out_expr, ast.Tuple) and len(out_expr.elts) == 1:
-            out_expr = out_expr.elts[0]
-        elif isinstance(out_expr, (ast.Tuple, ast.List)):
+        out_expr = out_keyword(node)
+        if isinstance(out_expr, (ast.Tuple, ast.List)):
             self.fail(node, f"{name}(..., out=) with several outputs")
         rest = {k: v for k, v in kwargs.items() if k != "out"}
         if rest:

@@ -87,10 +87,16 @@ def ufunc_at_target(node) -> str | None:
             node.func.attr == "at" and isinstance(node.func.value, ast.Attribute)
             or node.func.attr == "copyto"):
         return _root_name(node.args[0])
-    out = next((k.value for k in node.keywords if k.arg == "out"), None)
+    out = out_keyword(node)
+    return _root_name(out) if out is not None else None
+
+
+def out_keyword(call: ast.Call):
+    """The expression of a call's ``out=`` (``out=(y,)`` is ``y``), or None."""
+    out = next((k.value for k in call.keywords if k.arg == "out"), None)
     if isinstance(out, ast.Tuple) and len(out.elts) == 1:
         out = out.elts[0]
-    return _root_name(out) if out is not None else None
+    return out
 
 
 def _root_name(target):
