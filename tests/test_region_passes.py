@@ -19,7 +19,7 @@ import symgrad as sg
 from symgrad.ir import toposort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from user_program_check import check_cuda, check_program  # noqa: E402
+from user_program_check import check_cuda, check_float32, check_program  # noqa: E402
 from test_window_slices import conv1d  # noqa: E402  (out[i] = np.dot(x[i:i + k], w))
 
 TARGETS = ("python", "cpu")
@@ -170,17 +170,8 @@ def test_values_and_gradients(name):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_float32(name, target):
-    fn, args32, args64 = PROGRAMS[name], _args(name, np.float32), _args(name)
-    wrt = _wrt(args32)
-    f = sg.differentiate(fn, wrt=wrt, target=target)
-    value, want_value = f(*args32), fn(*args32)
-    assert np.asarray(value).dtype == np.asarray(want_value).dtype   # NumPy's promotion
-    np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-5)
-    want = sg.differentiate(fn, wrt=wrt, target="python").grad(*args64)
-    got = f.grad(*args32)
-    for g, w in zip(got, want):
-        assert g.dtype == np.float32, name
-        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4, err_msg=name)
+    args32 = _args(name, np.float32)
+    f, got = check_float32(PROGRAMS[name], args32, _args(name), _wrt(args32), target, name)
     if target == "python":
         check_cuda(f.grad, args32, got, 1e-5)
 

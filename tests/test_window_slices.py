@@ -23,7 +23,7 @@ import symgrad as sg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ptx_child import assemble_in_child  # noqa: E402
-from user_program_check import central_difference, check_cuda  # noqa: E402
+from user_program_check import central_difference, check_cuda, check_float32  # noqa: E402
 
 TARGETS = ("python", "cpu")
 
@@ -181,17 +181,8 @@ def test_values_and_gradients(name, target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_float32(name, target):
-    fn, args32, args64 = PROGRAMS[name][0], _args(name, np.float32), _args(name)
-    wrt = _wrt(args32)
-    f = sg.differentiate(fn, wrt=wrt, target=target)
-    value, want_value = f(*args32), fn(*args32)
-    assert np.asarray(value).dtype == np.asarray(want_value).dtype   # NumPy's promotion
-    np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-5)
-    want = sg.differentiate(fn, wrt=wrt, target="python").grad(*args64)
-    for i, g, w in zip(wrt, f.grad(*args32), want):
-        if isinstance(args32[i], np.ndarray):
-            assert g.dtype == np.float32, (name, i)
-        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4, err_msg=f"{name} d/d{i}")
+    args32 = _args(name, np.float32)
+    check_float32(PROGRAMS[name][0], args32, _args(name), _wrt(args32), target, name)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

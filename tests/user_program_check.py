@@ -97,3 +97,20 @@ def check_cuda(f, args, want, tol=1e-11):
     got = ptx_emulate.run(graph, values)
     got = got if isinstance(want, tuple) and isinstance(got, tuple) else (got,)
     assert_tree_close(got, want, tol, tol, f"{f.__name__} cuda emulation vs python")
+
+
+def check_float32(fn, args32, args64, wrt, target, name):
+    """``fn`` on float32 arguments on ``target``: NumPy's dtype and value, and a float32
+    gradient (of each array argument) within 2e-4 of the reference's float64 one. Returns the
+    differentiated function and its gradient."""
+    f = sg.differentiate(fn, wrt=wrt, target=target)
+    value, want_value = f(*args32), fn(*args32)
+    assert np.asarray(value).dtype == np.asarray(want_value).dtype   # NumPy's promotion
+    np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-5)
+    want = sg.differentiate(fn, wrt=wrt, target="python").grad(*args64)
+    got = f.grad(*args32)
+    for i, g, w in zip(wrt, got, want):
+        if isinstance(args32[i], np.ndarray):
+            assert g.dtype == np.float32, (name, i)
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4, err_msg=f"{name} d/d{i}")
+    return f, got
