@@ -27,8 +27,12 @@ def polyval(p, x):
     x = x if isinstance(x, Node) else ops.lift(np.asanyarray(x))
     if p.ndim == 0:
         raise TypeError("np.polyval: the coefficients must be a sequence")
-    y = ops.zeros_like(x)
-    for k in range(p.shape[0]):
+    # NumPy starts from zeros_like(x) * x (nan where x is inf or nan, kept); that product's
+    # derivative is 0, stopped so the gradient carries no 0.0 * x terms (0 * inf = nan there)
+    if p.shape[0] == 0:
+        return ops.zeros_like(x)
+    y = ops.stop_gradient(ops.mul(ops.zeros_like(x), x)) + ops.getitem(p, 0)
+    for k in range(1, p.shape[0]):
         y = y * x + ops.getitem(p, k)
     return y
 

@@ -403,6 +403,22 @@ def test_polyval_gradients_in_coefficients_and_points(wrt):
     check_program(polyval_program, [np.array([0.5, -1.5, 2.0, 0.25]), np.array([-1.3, 0.2, 0.9])], wrt=wrt)
 
 
+def test_polyval_gradient_is_finite_where_x_times_x_overflows():
+    # NumPy starts Horner's loop from zeros_like(x) * x; that product's derivative must be a
+    # structural zero, not 0.0 * (x * x) = nan once x * x overflows (the derivative 2x - 2 is
+    # finite). The values keep NumPy's nan at inf; an empty coefficient list gives zeros.
+    x = np.array([1e200, -1e200, 0.5, np.inf])
+    for target in TARGETS:
+        f = sg.differentiate(lambda x: np.polyval([1.0, -2.0, 3.0], x), target=target)
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(f(x), np.polyval([1.0, -2.0, 3.0], x))
+            np.testing.assert_array_equal(f.grad(x), [2e200, -2e200, -1.0, np.nan])
+        assert "0.0 * x *" not in f.grad.source and "* 0.0" not in f.grad.source
+        empty = sg.differentiate(lambda x: np.polyval(np.zeros(0), x) + x, target=target)
+        np.testing.assert_array_equal(empty(x[:3]), x[:3])
+        np.testing.assert_array_equal(empty.grad(x[:3]), np.ones(3))
+
+
 @pytest.mark.parametrize("wrt", [0, 1])
 def test_interp_gradients_inside_the_segments(wrt):
     # points inside segments (not at knots) and outside the knots on both sides
