@@ -61,3 +61,29 @@ def test_jvp_leaves_defaults_out_and_takes_keywords(target):
     assert value == pytest.approx(huber(pred, y, 2.0))
     with pytest.raises(TypeError, match="missing a required argument: 'y'"):
         jvp(pred, t)
+
+
+def nbody_energy(pos, vel, m):
+    ke = 0.5 * np.sum(m[:, None] * vel ** 2)
+    pe = 0.0
+    for i in range(pos.shape[0]):
+        for j in range(i + 1, pos.shape[0]):
+            d = pos[i] - pos[j]
+            pe = pe - m[i] * m[j] / np.sqrt(np.dot(d, d))
+    return ke + pe
+
+
+def gp_log_marginal(log_ell, X, y):
+    d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    K = np.exp(-0.5 * d2 / np.exp(2 * log_ell)) + 0.01 * np.eye(X.shape[0])
+    L = np.linalg.cholesky(K)
+    a = np.linalg.solve(L, y)
+    return -0.5 * a @ a - np.sum(np.log(np.diag(L)))
+
+
+def test_nbody_energy_and_gaussian_process_likelihood():
+    rng = np.random.default_rng(1)
+    check_program(nbody_energy, (rng.standard_normal((3, 3)), rng.standard_normal((3, 3)),
+                                 np.array([1.0, 2.0, 0.5])), wrt=(0, 1, 2), fd_rtol=1e-5, fd_atol=1e-6)
+    check_program(gp_log_marginal, (0.1, rng.standard_normal((4, 2)), rng.standard_normal(4)),
+                  wrt=(0, 1), fd_rtol=1e-5, fd_atol=1e-6)
