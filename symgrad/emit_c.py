@@ -239,6 +239,10 @@ LOOP_NESTS = ("sum", "prod", "max", "min", "matmul", "concatenate", "stack", "se
 LEAVES = ops_of_kind("leaf")
 # Names the generated body uses for itself (loop indices, accumulators); user names avoid them.
 _LOCALS = {"status", "done", "acc", "k"} | {f"{p}{d}" for p in "ir" for d in range(32)}
+# The C functions and types the body calls: a user variable named ``cos`` or ``exp`` would
+# shadow them (``double cos = cos(theta);`` does not compile), so user names avoid them too.
+_C_CALLED = {f"{name}{f}" for name in (*_LIBM.values(), "fabs", "pow") for f in ("", "f")}
+_C_CALLED |= set(C_TYPES.values())
 _REDUCE_IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 
 
@@ -255,7 +259,7 @@ class _CEmitter:
         self.name = name or function_name(graph)
         self.order = toposort(graph.outputs)
         self.counts = use_counts(graph.outputs)
-        self.namer = Namer(C_KEYWORDS | _LOCALS | {self.name})
+        self.namer = Namer(C_KEYWORDS | _LOCALS | _C_CALLED | {self.name})
         self.helpers: dict[tuple, str] = {}
         self.statics: list[str] = []
         self.body: list[str] = []
