@@ -31,7 +31,7 @@ import numpy as np
 
 from . import backends, gc_pause, source as sources
 from .autodiff import grad_graph, hvp_graph
-from .binding import bind_hvp, bind_jvp
+from .binding import BINDERS
 from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
 from .emit_python import emit
@@ -166,8 +166,8 @@ class Function:
     # -- building --------------------------------------------------------------------------------
     def bind(self, args, kwargs) -> list:
         """The positional values of a call (defaults applied), or a clear TypeError."""
-        if self._kind in ("hvp", "jvp"):   # (x, v, *rest) and (*args, *tangents)
-            return (bind_hvp if self._kind == "hvp" else bind_jvp)(self, args, kwargs)
+        if self._kind in BINDERS:   # hvp(f)(x, v, *rest), jvp(f)(*args, *tangents)
+            return BINDERS[self._kind](self, args, kwargs)
         if not kwargs and len(args) == len(self.params):
             return list(args)   # the common case, without inspect's (slow) binding
         if len(self.params) != len(self._signature.parameters):   # a jvp's: no keywords

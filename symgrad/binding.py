@@ -42,3 +42,7 @@ def bind_jvp(fn, args, kwargs) -> list:
                         "tangent(s), positional)") from None
     bound.apply_defaults()
     return [bound.arguments[p] for p in fn._signature.parameters] + list(args[len(args) - k:])
+
+
+# The Function kinds whose calls bind their own way, by kind (the rest bind as the primal does)
+BINDERS = {"hvp": bind_hvp, "jvp": bind_jvp}
