@@ -300,7 +300,8 @@ class Expressions:
                 container = ops.lift(container)
             items = key if isinstance(key, tuple) else (key,)
             traced = [k for k in items if isinstance(k, TracedSlice)]
-            arrays = [k for k in items if isinstance(k, (list, np.ndarray)) or is_data(k) and k.ndim]
+            arrays = [k for k in items if isinstance(k, (list, np.ndarray, bool)) or
+                      is_data(k) and (k.ndim or k.dtype not in INT_DTYPES)]
             if not isinstance(container, Node) or arrays or len(traced) > 1:
                 self.fail(node, "a slice whose length depends on a loop index, here",
                           padded_slices.WHY)

@@ -70,7 +70,8 @@ class Padded(ArrayStandIn):
 
     __len__ = __iter__ = __bool__ = __getitem__ = __setitem__ = __contains__ = _refuse
     __array__ = __float__ = __int__ = __index__ = __round__ = __abs__ = __invert__ = _refuse
-    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse
+    __hash__ = object.__hash__
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
     __rtruediv__ = __matmul__ = __rmatmul__ = __pow__ = __rpow__ = __neg__ = __pos__ = _refuse
     __setattr__ = _refuse
@@ -166,7 +167,7 @@ def binop(op: type, a, b):
     """``a <op> b`` with a Padded operand: an elementwise product or sum of two slices with
     the same bounds, or a slice scaled (``*``, ``/`` by it, ``**`` a positive number)."""
     if op is ast.MatMult:
-        return contract(a, b)
+        return matmul(a, b)
     if op in (ast.Add, ast.Sub, ast.Mult) and _lined_up(a, b):
         build = {ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul}[op]
         return a.remade(build(a.value, b.value))       # 0 <op> 0 is 0
@@ -183,7 +184,7 @@ def binop(op: type, a, b):
 
 
 def negative(p: Padded) -> Padded:
-    return p.remade(ops.neg(p.value))
+    return p.remade(ops.neg(p.value), mask=True)   # (+0 past the slice, as NumPy's empty sum)
 
 
 def contract(a, b):
@@ -207,6 +208,14 @@ def contract(a, b):
     out = ops.matmul(av, bv)
     p = a if isinstance(a, Padded) else b
     return p.remade(out, 0 if p is a else out.ndim - 1, mask=True)
+
+
+def matmul(a, b):
+    """``@`` / ``np.matmul``: a 0-d operand is NumPy's error (unrolled, NumPy raises it)."""
+    if ops.lift(_value(a)).ndim == 0 or ops.lift(_value(b)).ndim == 0:
+        raise unsupported("matmul of a 0-d operand and a slice whose length depends on a loop "
+                          "index", WHY)
+    return contract(a, b)
 
 
 def _axes(p: Padded, axis):
@@ -254,7 +263,7 @@ def _vector_product(a, b):
 
 _CALLS = {
     "sum": reduce_sum, "reduce_sum": _tf(reduce_sum), "mean": mean, "reduce_mean": _tf(mean),
-    "dot": contract, "matmul": contract, "inner": _vector_product, "vdot": _vector_product,
+    "dot": contract, "matmul": matmul, "inner": _vector_product, "vdot": _vector_product,
     "multiply": functools.partial(binop, ast.Mult), "add": functools.partial(binop, ast.Add),
     "subtract": functools.partial(binop, ast.Sub), "divide": functools.partial(binop, ast.Div),
     "true_divide": functools.partial(binop, ast.Div), "negative": negative,

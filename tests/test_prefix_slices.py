@@ -263,8 +263,33 @@ def appended_prefix(x):
     return np.sum(np.concatenate(parts[1::2]))
 
 
-UNSUPPORTED = [max_of_prefix, exp_of_prefix, length_of_prefix, shifted_prefix, kept_prefix,
-               appended_prefix]
+def compared_prefix(x):
+    t = 0.0
+    for i in range(x.shape[0]):
+        t = t + np.sum(np.where(x[:i] == x[0], 1.0, 0.0) * x[i])
+    return t
+
+
+def selected_prefix(x):
+    t = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > 0:
+            v = x[:i]
+        else:
+            v = x[:i] * 2.0
+        t = t + np.sum(v)
+    return t
+
+
+def maybe_negative_bound(x):
+    t = 0.0
+    for i in range(x.shape[0]):
+        t = t + np.sum(x[i - 3:]) * x[i]   # i - 3 < 0: counted from the end, as NumPy does
+    return t
+
+
+UNSUPPORTED = [maybe_negative_bound, max_of_prefix, exp_of_prefix, length_of_prefix, shifted_prefix, kept_prefix,
+               appended_prefix, compared_prefix, selected_prefix]
 
 
 @pytest.mark.parametrize("fn", UNSUPPORTED, ids=lambda fn: fn.__name__)
