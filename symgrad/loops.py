@@ -19,7 +19,8 @@ such a loop never unrolls, so neither does the loop around it.
 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``return`` in the body, a list indexed by the loop index, a
-static value the body needs (``x[:i]``), containers rebound in the body.
+static value the body needs (``len(x[:i])``; ``x[:i]`` read only by sums and dots is zero-padded
+instead, ``symgrad.padded_slices``), containers rebound in the body.
 
 A ``while`` on data (``symgrad.while_loops``) is traced through :meth:`Loops.loop_region` too
 (``force``: it cannot unroll); the guards of while loops in a body are carried, one bool per
