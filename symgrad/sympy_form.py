@@ -146,6 +146,8 @@ SCALAR = {
     "cbrt": lambda n, a: sympy.real_root(a, 3),
     "erf": lambda n, a: sympy.erf(a),
     "erfc": lambda n, a: sympy.erfc(a),
+    "lgamma": lambda n, a: sympy.loggamma(a),   # log|gamma| = loggamma for real a > 0
+    "gamma": lambda n, a: sympy.gamma(a),
     "floor": lambda n, a: sympy.floor(a),
     "ceil": lambda n, a: sympy.ceiling(a),
     "rint": lambda n, a: sympy.Function("rint")(a),   # round half to even: no sympy builtin
