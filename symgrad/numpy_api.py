@@ -416,6 +416,12 @@ def readme_section() -> str:
              "`inv`, `solve`, `cholesky`, `matrix_power` and `norm` are `np.linalg`'s; "
              "`math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
     lines.append(", ".join(f"`{n}`" for n in names))
+    lines += ["", "`scipy.special`'s " + ", ".join(f"`{n}`" for n in SCIPY_SPECIAL) +
+              " are recognised too, by identity, once the user's code has imported scipy.special "
+              "(symgrad does not depend on scipy). `lgamma`/`gammaln` and `gamma` are C99's at the poles "
+              "(lgamma +inf at 0 and the negative integers; gamma +-inf at +-0, NaN at the negative "
+              "integers), where `math`'s raise on a static value; `digamma`/`psi` is scipy's there "
+              "(-inf at +0, +inf at -0, NaN at the negative integers)."]
     methods = numpy_extra.reductions.UFUNC_METHODS
     lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + ", and the "
               "in-place " + ", ".join(f"`np.{n}.at`" for n in index_writes.UFUNC_AT) +
