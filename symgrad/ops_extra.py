@@ -16,8 +16,8 @@ import types
 import numpy as np
 
 from . import spelling as sp
-from .op_base import to_float
 from .elementwise import NUMPY_FUNCTIONS, _b, _u, eq, exp, log, logical_and, lt, sqrt, tan, where
+from .op_base import to_float
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
