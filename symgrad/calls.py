@@ -31,7 +31,7 @@ from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
 from .ir import Node, make, substitute
-from .numpy_api import CALLABLES, DUALS, check_call, numpy_name
+from .numpy_api import CALLABLES, DUALS, bind_scipy, check_call, numpy_name
 from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
@@ -326,6 +326,7 @@ class Calls:
         if isinstance(fn, CustomGradient):   # its rule, traced, defines the derivative
             result = self.call_python(fn.fn, args, kwargs, node)
             return apply_rule(self, fn.__name__, result, list(args) + list(kwargs.values()), node)
+        bind_scipy()   # scipy.special.gammaln, ... once the user's code has imported it
         try:
             handler = CALLABLES.get(fn)
         except TypeError:

@@ -78,7 +78,7 @@ FUNCTIONS = {
 # alias -> name (as symgrad.numpy_api.ALIASES)
 ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "remainder",
            "around": "round", "round_": "round", "degrees": "rad2deg", "radians": "deg2rad",
-           "conjugate": "conj", "row_stack": "vstack"}
+           "conjugate": "conj", "row_stack": "vstack", "gammaln": "lgamma", "psi": "digamma"}
 
 # Order statistics and scans, contractions, linear algebra: their modules' tables join this one.
 from . import numpy_contractions, numpy_linalg, numpy_polynomials, numpy_sorting  # noqa: E402
