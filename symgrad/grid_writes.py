@@ -126,17 +126,22 @@ def _flat_write(inner: Node, kk: int, outer_index: Node, ti: int, outer_maps):
     return _Write(key, broadcast_to(value, rest), transposed)
 
 
-def _resolved(node: Node, maps) -> Node:
-    for values in maps:   # an inner const, then the outer loop's const, then the enclosing body's
-        node = values.get(node, node)
-    return node
+def _resolved(node: Node, maps):
+    """``node``'s value through the const maps (an inner loop's consts -> the outer body's
+    nodes, the outer loop's consts -> its enclosing body's, ...), and the maps left for the
+    inputs of that value: a node that is no const of its level is that level's own."""
+    for level, values in enumerate(maps):
+        if node not in values:
+            return node, maps[level:]
+        node = values[node]
+    return node, ()
 
 
 def is_arange(node: Node, size: int, maps) -> bool:
     """Whether ``node`` is ``arange(size)`` (maybe reshaped), through the const maps."""
-    node = _resolved(node, maps)
+    node, maps = _resolved(node, maps)
     if node.op == "reshape":
-        node = _resolved(node.inputs[0], maps)
+        node, _ = _resolved(node.inputs[0], maps)
     return node.op == "arange" and tuple(node.attrs[:2]) == (0, 1) and node.attrs[3] == size
 
 

@@ -403,3 +403,20 @@ def test_vmap_of_a_grid_write(target):
     want = [sg.grad(grid, wrt=(0, 1), target="python")(x, w) for x in xs]
     for k, got in enumerate(f(xs, w)):
         np.testing.assert_allclose(got, np.stack([g[k] for g in want]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["grid", "distances", "grid_transposed"])
+def test_forward_mode_and_hvp_of_a_grid_write(name, target):
+    fn, (x, w) = GRIDS[name], _args(name)
+    rng = np.random.default_rng(5)
+    tx, tw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+    eps = 1e-6
+    value, tangent = sg.jvp(fn, wrt=(0, 1), target=target)(x, w, tx, tw)
+    np.testing.assert_allclose(value, fn(x, w), rtol=1e-12)
+    want = (fn(x + eps * tx, w + eps * tw) - fn(x - eps * tx, w - eps * tw)) / (2 * eps)
+    np.testing.assert_allclose(tangent, want, rtol=1e-6, atol=1e-7)
+    grad = sg.grad(fn, wrt=0, target="python")
+    want = (grad(x + eps * tx, w) - grad(x - eps * tx, w)) / (2 * eps)
+    np.testing.assert_allclose(sg.hvp(fn, wrt=0, target=target)(x, tx, w), want, rtol=1e-5,
+                               atol=1e-6)
