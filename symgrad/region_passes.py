@@ -36,14 +36,16 @@ def _index_facts(body, trips: int) -> dict:
 
 
 def _index_shift(at: Node, index: Node):
-    """c when ``at`` is the loop index plus the integer number c (0 for the index), else None."""
+    """c when ``at`` is the loop index plus the integer number c (0 for the index; any sum of
+    them, as ``(i + 1) - 1`` of ``out[i - 1]`` in ``range(1, n)``), else None."""
     if at is index:
         return 0
-    if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
-        c = at.inputs[1].attrs[0]
-        if isinstance(c, int) and not isinstance(c, bool):
-            return c
-    return None
+    if at.op not in ("add", "sub") or at.ndim or at.dtype != index.dtype:
+        return None
+    parts = affine_parts(at)
+    if parts is None or len(parts[0]) != 1 or parts[0].get(index) != 1:
+        return None
+    return parts[1]
 
 
 def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
@@ -355,6 +357,9 @@ def _row_written(body, k: int, trips: int, consts: dict, known: dict):
     ``c + trips <= len``: every iteration writes one row the others do not, and reads the carry
     nowhere (that is checked by the caller); else None."""
     carry, new = body.params[1 + k], body.results[k]
+    view = _written_view(carry, new)   # out[i, 1:] = v: the row written into a slice's view
+    if view is not None:
+        carry, new = view.inputs[2], view
     if new.op != "where" or new.inputs[2] is not carry or new.shape != carry.shape or \
             new.inputs[1].dtype != carry.dtype:
         return None
@@ -383,6 +388,27 @@ def _row_written(body, k: int, trips: int, consts: dict, known: dict):
     return axis, first, broadcast_to(value, carry.shape[:axis] + carry.shape[axis + 1:])
 
 
+def _written_view(carry: Node, new: Node):
+    """The select ``w`` when ``new`` is ``setitem(carry, w, key)`` with ``w`` a select over the
+    view ``carry[key]`` (``key`` slices of step 1), else None."""
+    if new.op != "setitem" or new.inputs[0] is not carry or new.inputs[1].op != "where":
+        return None
+    key, select = new.attrs[0], new.inputs[1]
+    view = select.inputs[2]
+    if view.op != "getitem" or view.inputs[0] is not carry or view.attrs[0] != key or \
+            not all(isinstance(s, Slice) and s.step == 1 for s in key):
+        return None
+    return select
+
+
+def _view_key(view_key, axis: int, first: int, trips: int, shape) -> tuple:
+    """The slices of the carry (of ``shape``) where rows ``first .. first + trips`` along
+    ``axis`` of its view ``carry[view_key]`` (``()``: the carry itself) lie."""
+    key = tuple(view_key) + tuple(Slice(0, d, 1) for d in shape[len(view_key):])
+    start = key[axis].start
+    return key[:axis] + (Slice(start + first, start + first + trips, 1),) + key[axis + 1:]
+
+
 def _with_stacked_rows(loop: Node, known: dict):
     """The final values (index -> node) of ``loop``'s results after stacking the row writes of
     its carries (:func:`_stacked_writes`) and the ``out[i, j] = v`` writes of a loop nested in
@@ -396,12 +422,14 @@ def _with_stacked_rows(loop: Node, known: dict):
     written = {}   # carry -> (the placement key, the stacked value, the axis the stack is at)
     for k in range(nc):
         found = _row_written(body, k, trips, consts, known)
-        # the carry read only by its write, the write only the new carry
-        if found is not None and readers.get(body.params[1 + k]) == 1 and \
-                readers[body.results[k]] == 1:
+        view = _written_view(body.params[1 + k], body.results[k])
+        # the carry read only by its write (and its view's), the write only the new carry
+        if found is not None and readers.get(body.params[1 + k]) == (1 if view is None else 2) \
+                and readers[body.results[k]] == 1 and \
+                (view is None or readers[view] == readers[view.inputs[2]] == 1):
             axis, first, value = found
-            key = tuple(Slice(0, d, 1) for d in loop.inputs[k].shape[:axis])
-            written[k] = (key + (Slice(first, first + trips, 1),), value, axis)
+            key = () if view is None else body.results[k].attrs[0]
+            written[k] = (_view_key(key, axis, first, trips, loop.inputs[k].shape), value, axis)
     grids = grids_written(body, trips, [k for k in range(nc) if k not in written], consts,
                           known, readers)
     moved = {}

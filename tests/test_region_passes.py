@@ -93,6 +93,30 @@ def column_slice(x, w):        # out[:, j] = v: a stacked output, transposed
     return np.sum(out ** 2)
 
 
+def behind(x, w):              # out[i - 1] in range(1, n): (i + 1) - 1, its checks decided
+    n = x.shape[0]
+    out = np.zeros(n)
+    for i in range(1, n):
+        out[i - 1] = np.sin(x[i]) * w[0]
+    return np.sum(out * x)
+
+
+def row_tail(x, w):            # out[i, 1:] = v: the row written into a slice's view
+    n, m = x.shape[0], w.shape[0]
+    out = np.ones((n, m + 2)) * w[1]
+    for i in range(n):
+        out[i, 1:m + 1] = np.sin(x[i] * w)
+    return np.sum(out ** 2)
+
+
+def column_tail(x, w):         # out[1:, j] = v in range(1, m): the column j - 1
+    n, m = x.shape[0], w.shape[0]
+    out = np.zeros((n + 1, m))
+    for j in range(1, m):
+        out[1:, j - 1] = np.sin(x * w[j])
+    return np.sum(out ** 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Accepted: out[i, j] = v in two nested loops (symgrad.grid_writes)
 
@@ -130,6 +154,15 @@ def grid_transposed(x, w):     # out[j, i] = v
         for j in range(m):
             out[j + 1, i] = x[i] * np.tanh(w[j])
     return np.sum(out ** 2) + np.sum(out[0])
+
+
+def grid_behind(x, w):         # out[i - 1, j - 1] in range(1, n), range(1, m): the index
+    n, m = x.shape[0], w.shape[0]   # checks, decided by the ranges
+    out = np.zeros((n, m))
+    for i in range(1, n):
+        for j in range(1, m):
+            out[i - 1, j - 1] = np.sin(x[i] * w[j])
+    return np.sum(out ** 2)
 
 
 def grid_vectors(x, w):        # out[i, j] = a vector, beside a sum both loops carry
@@ -237,9 +270,11 @@ def grid_twice(x, w):          # two writes per inner iteration
 
 ACCEPTED = {"conv1d": conv1d, "elman": elman, "elman_shifted": elman_shifted, "shifted": shifted,
             "two_rows_arrays": two_rows_arrays, "nested": nested, "row_slice": row_slice,
-            "column_slice": column_slice}
+            "column_slice": column_slice, "row_tail": row_tail, "column_tail": column_tail,
+            "behind": behind}
 GRIDS = {"grid": grid, "conv2d": conv2d, "distances": distances, "grid_shifted": grid_shifted,
-         "grid_transposed": grid_transposed, "grid_vectors": grid_vectors}
+         "grid_transposed": grid_transposed, "grid_vectors": grid_vectors,
+         "grid_behind": grid_behind}
 GRIDS_REFUSED = {"grid_reads_carry": grid_reads_carry, "grid_on_a_branch": grid_on_a_branch,
                  "grid_triangular": grid_triangular, "grid_twice": grid_twice}
 REFUSED = {"reads_previous_row": reads_previous_row, "reads_whole_carry": reads_whole_carry,
@@ -254,7 +289,7 @@ def _args(name, dtype=np.float64):
         args = (rng.standard_normal((10, 12)), rng.standard_normal((3, 3)))
     elif name == "distances":
         args = (rng.standard_normal((12, 3)), rng.standard_normal(2))
-    elif name == "nested" or name.startswith("grid") or name.endswith("_slice"):
+    elif name == "nested" or name.startswith("grid") or name.endswith(("_slice", "_tail")):
         args = (rng.standard_normal(11), rng.standard_normal(9))
     elif name.startswith("elman"):
         args = (rng.standard_normal(9), 0.4 * rng.standard_normal((4, 4)), rng.standard_normal(4))
@@ -295,7 +330,8 @@ def test_float32(name, target):
 STACKED = {"conv1d": ([], [()]), "elman": ([(4,)], [(4,)]), "elman_shifted": ([(4,)], [(4,)]),
            "shifted": ([], [()]),
            "two_rows_arrays": ([], [(), ()]), "nested": ([], [(9,)]), "row_slice": ([], [(9,)]),
-           "column_slice": ([], [(11,)])}
+           "column_slice": ([], [(11,)]), "row_tail": ([], [(9,)]), "column_tail": ([], [(11,)]),
+           "behind": ([], [()])}
 
 
 @pytest.mark.parametrize("name", sorted(ACCEPTED))
@@ -323,7 +359,8 @@ GRID_STACKED = {"grid": (([], [(9,)]), ([], [()])), "conv2d": (([], [(10,)]), ([
                 "distances": (([], [(12,)]), ([], [()])),
                 "grid_shifted": (([], [(9,)]), ([], [()])),
                 "grid_transposed": (([], [(9,)]), ([], [()])),
-                "grid_vectors": (([()], [(9, 2)]), ([()], [(2,)]))}
+                "grid_vectors": (([()], [(9, 2)]), ([()], [(2,)])),
+                "grid_behind": (([], [(8,)]), ([], [()]))}
 
 
 @pytest.mark.parametrize("name", sorted(GRIDS))
