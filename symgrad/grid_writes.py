@@ -21,15 +21,16 @@ the inner loop.
 """
 from __future__ import annotations
 
-from .ir import Node, Slice, make
+from dataclasses import dataclass
+
+from .ir import Node, Slice, make, toposort
 from .numpy_indexing import affine_parts
 from .regions import rebuild_loop
-from .shape_ops import broadcast_to
+from .shape_ops import broadcast_to, reshape
 
 
 def readers_of(body) -> dict:
     """node -> how many times a node of ``body`` (or its results list) reads it."""
-    from .ir import toposort
     readers: dict[Node, int] = {}
     for m in toposort(body.results):
         for x in m.inputs:
@@ -43,8 +44,9 @@ def grids_written(body, trips: int, candidates, consts: dict, known: dict, reade
     """For the outer loop's body ``body`` (``trips`` iterations; ``consts``: its const params ->
     their values; ``known``: the enclosing body's fixed params): (the old projections of the
     inner loops -> those of the rebuilt ones, {carry k: (the placement key, the stacked row's
-    value in the new body, whether transposed)}) for the carries ``candidates`` written by
-    ``out[i, j] = v`` in an inner loop; None when none is."""
+    value in the new body, the axis the outer iterations land on: 1 for ``out[j, i] = v``)})
+    for the carries ``candidates`` written by ``out[i, j] = v`` in an inner loop; None when
+    none is."""
     index = body.params[0]
     found: dict[Node, dict] = {}     # inner loop -> {its carry kk: (outer carry k, write)}
     for k in candidates:
@@ -74,12 +76,13 @@ def _runs_all(loop: Node) -> bool:
     return not reverse and exit_ is None and isinstance(trips, int) and trips > 0
 
 
+@dataclass(frozen=True)
 class _Write:
     """One matched write: the slice key placing the stacked block into the initial array, the
     value per inner iteration (the row's element), whether the block lands transposed."""
-
-    def __init__(self, key, value, transposed):
-        self.key, self.value, self.transposed = key, value, transposed
+    key: tuple
+    value: Node
+    transposed: bool
 
 
 def _flat_write(inner: Node, kk: int, outer_index: Node, ti: int, outer_maps):
@@ -92,6 +95,8 @@ def _flat_write(inner: Node, kk: int, outer_index: Node, ti: int, outer_maps):
         return None
     select = new.inputs[0]
     test, value, flat = select.inputs
+    if value.ndim == flat.ndim and value.shape[0] == 1:   # (the one position's slice)
+        value = reshape(value, value.shape[1:])
     size, rest = carry.shape[0] * carry.shape[1], carry.shape[2:]
     if flat.op != "reshape" or flat.inputs[0] is not carry or flat.shape != (size,) + rest or \
             select.shape != flat.shape or value.dtype != carry.dtype or \
