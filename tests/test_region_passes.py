@@ -4,10 +4,10 @@ row ``i`` (or ``i + c``) of (``out[i] = v``, ``hs[t] = h``, ``out[i, :] = v``, `
 written keeping the initial array's, and so does one that two nested loops write
 ``out[i, j] = v`` into (symgrad.grid_writes: distance matrices, conv2d, ``out[j, i] = v``); a
 carry also read in the body, written twice per iteration, written at a data-dependent row, under
-a branch or by a triangular inner loop stays a carry. Each program is checked for values and gradients on target="python" and
-target="cpu" (against NumPy and central differences), float64 and float32, through the CUDA
-plan under the emulation (codegen.ptx_emulate), and by its graph: whether the loop still has
-the carry, and whether a stacked output exists.
+a branch or by a triangular inner loop stays a carry. Each program is checked for values and
+gradients on target="python" and target="cpu" (against NumPy and central differences), float64
+and float32, through the CUDA plan under the emulation (codegen.ptx_emulate), and by its graph:
+whether the loop still has the carry, and whether a stacked output exists.
 """
 from __future__ import annotations
 
