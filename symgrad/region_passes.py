@@ -366,7 +366,7 @@ def _row_written(body, k: int, trips: int, consts: dict, known: dict):
     test, value = new.inputs[:2]
     if test.op == "reshape":
         test = test.inputs[0]
-    if test.op != "eq":
+    if test.op != "eq" or not 1 <= new.inputs[0].ndim <= carry.ndim:
         return None
     axis = carry.ndim - new.inputs[0].ndim   # the row numbers' axis, (size, 1, ...) aligned right
     size, maps = carry.shape[axis], (consts, known)   # (a nested loop: its consts are the body's

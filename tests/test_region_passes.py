@@ -224,6 +224,15 @@ def writes_data_row(x, w, rows):   # the row read from an array
     return np.sum(out * x)
 
 
+def selects_on_equality(x, w):   # where(x[i] == w[0], ...) into a scalar carry and a row
+    n = x.shape[0]
+    c, out = 0.0, np.zeros(n)
+    for i in range(n):
+        c = np.where(np.round(x[i]) == w[0], x[i] * w[1], c)
+        out = np.where(np.arange(n) == n - 1 - i, x[i] * w[2], out)
+    return c + np.sum(out)
+
+
 def writes_reversed_row(x, w):   # row n - 1 - i: not the loop's row
     n = x.shape[0]
     out = np.zeros(n)
@@ -282,7 +291,8 @@ GRIDS_REFUSED = {"grid_reads_carry": grid_reads_carry, "grid_on_a_branch": grid_
 REFUSED = {"reads_previous_row": reads_previous_row, "reads_whole_carry": reads_whole_carry,
            "writes_two_rows": writes_two_rows, "writes_on_a_branch": writes_on_a_branch,
            "writes_reversed_row": writes_reversed_row, "writes_data_row": writes_data_row}
-PROGRAMS = {**ACCEPTED, **REFUSED, **GRIDS, **GRIDS_REFUSED}
+PROGRAMS = {**ACCEPTED, **REFUSED, **GRIDS, **GRIDS_REFUSED,
+            "selects_on_equality": selects_on_equality}
 
 
 def _args(name, dtype=np.float64):
@@ -379,6 +389,11 @@ def test_refused_grid_writes_stay_carries(name):
         {"grid_triangular": (11, 11), "grid_twice": (11, 10)}.get(name, (11, 9))
     (outer,) = _loops(GRIDS_REFUSED[name], args)
     assert table in _carries_and_stacked(outer)[0], name
+
+
+def test_selects_on_equality_stay_carries():   # a scalar carry's select, a reversed row
+    (loop,) = _loops(selects_on_equality, _args("selects_on_equality"))
+    assert _carries_and_stacked(loop) == ([(), (11,)], [])
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
