@@ -7,6 +7,8 @@ selects over the whole flattened carry,
     reshape(where(eq(P, reshape(take(P, reshape(e, (1,))), ())), v, reshape(out, (N * M,))),
             (N, M))                                   # P = arange(N * M), e the flat position
 
+(``eq(P, e)`` where the loop indices' ranges decide the bounds check: no gather is built),
+
 so a call costs O(N^2 M^2) forward and backward. When ``e`` is ``M * i + j + b`` (or
 ``i + M * j + b``: ``out[j, i] = v``) with the written block inside the array (``0 <= c``,
 ``c + tj <= M`` for ``r, c = divmod(b, M)``, no wrap into the next row), every (i, j) writes a
@@ -112,7 +114,8 @@ def _flat_write(inner: Node, kk: int, outer_index: Node, ti: int, outer_maps):
     positions, at = test.inputs
     if not is_arange(positions, size, maps):
         return None
-    e = read_position(at, size, maps)
+    e = read_position(at, size, maps)   # (no gather where the indices' ranges decide it)
+    e = at if e is None and at.ndim == 0 else e
     parts = None if e is None else _affine_in(e, body.params[0], outer_index, iconsts)
     if parts is None:
         return None
