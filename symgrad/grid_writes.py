@@ -130,7 +130,8 @@ def _flat_write(inner: Node, kk: int, outer_index: Node, ti: int, outer_maps):
         return None
     if row < 0 or row + rows > n or col + cols > m:
         return None
-    key = (Slice(row, row + rows, 1), Slice(col, col + cols, 1))
+    key = (Slice(row, row + rows, 1), Slice(col, col + cols, 1)) + \
+        tuple(Slice(0, d, 1) for d in rest)
     return _Write(key, broadcast_to(value, rest), transposed)
 
 

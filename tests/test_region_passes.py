@@ -167,14 +167,14 @@ def grid_behind(x, w):         # out[i - 1, j - 1] in range(1, n), range(1, m): 
     return np.sum(out ** 2)
 
 
-def grid_vectors(x, w):        # out[i, j] = a vector, beside a sum both loops carry
+def grid_vectors(x, w):        # out[i, j + 1] = a vector, beside a sum both loops carry
     n, m = x.shape[0], w.shape[0]
-    out = np.zeros((n, m, 2))
+    out = np.ones((n, m + 1, 2)) * x[0]
     total = 0.0
     for i in range(n):
         for j in range(m):
             v = np.sin(x[i] * w[j])
-            out[i, j] = v * w[:2]
+            out[i, j + 1] = v * w[:2]
             total = total + v
     return np.sum(out ** 2) + total ** 2
 
