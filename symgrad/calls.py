@@ -38,10 +38,10 @@ from .source import function_source
 
 # NumPy's kind of a 0-d result (checked against NumPy: type(np.where(True, 1.0, 2.0)) is
 # ndarray, type(np.sin(1.0)) is np.float64). Functions that always return a 0-d ndarray:
-_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "zeros", "ones", "full", "empty",
-                           "zeros_like", "ones_like", "full_like", "empty_like", "expand_dims", "roll",
-                           "tile", "pad"}
-_ZERO_D_VIEW_FUNCTIONS = {"asarray", "expand_dims"}     # ... of their 0-d array operand
+_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "asanyarray", "copy", "zeros",
+                           "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+                           "empty_like", "expand_dims", "roll", "tile", "pad"}
+_ZERO_D_VIEW_FUNCTIONS = {"asarray", "asanyarray", "expand_dims"}     # ... of their 0-d array operand
 # ... a view of a 0-d ndarray operand, but a scalar for a NumPy scalar operand and a 0-d
 # ndarray for a Python number (np.reshape(1.0, ()) vs np.reshape(np.float64(1), ())):
 _ZERO_D_KIND_FOLLOWS_OPERAND = {"reshape", "transpose", "squeeze", "moveaxis", "real", "imag"}

@@ -74,6 +74,10 @@ def _array(x, dtype=None):
     return ops.cast(x, np.dtype(dtype).name) if dtype is not None else x
 
 
+def _at_least_1d(x):
+    return ops.reshape(x, (1,)) if x.ndim == 0 else x
+
+
 def _zeros(shape, dtype=float):
     return ops.full(shape if isinstance(shape, tuple) else (shape,), 0, np.dtype(dtype).name)
 
@@ -181,6 +185,15 @@ FUNCTIONS = {
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
+    "asanyarray": (np.asanyarray, _array),
+    # static facts of a traced array (Python ints and tuples, as NumPy gives)
+    "shape": (np.shape, lambda a: tuple(_array(a).shape)), "ndim": (np.ndim, lambda a: _array(a).ndim),
+    "size": (np.size, lambda a, axis=None: math.prod(_array(a).shape) if axis is None
+             else _array(a).shape[axis]),
+    # arrays are values in the IR: a copy is the array itself (no caller's array is written)
+    "copy": (np.copy, lambda a, order="K", subok=False: _array(a)),
+    "ascontiguousarray": (np.ascontiguousarray, lambda a, dtype=None: _at_least_1d(_array(a, dtype))),
+    "asfortranarray": (np.asfortranarray, lambda a, dtype=None: _at_least_1d(_array(a, dtype))),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }

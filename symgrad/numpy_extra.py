@@ -60,6 +60,8 @@ FUNCTIONS = {
     "diff": (np.diff, layout.diff), "gradient": (np.gradient, layout.gradient),
     "var": (np.var, reductions.var), "std": (np.std, reductions.std),
     "mean": (np.mean, reductions.mean), "average": (np.average, reductions.average),
+    "ptp": (np.ptp, reductions.ptp), "cov": (np.cov, reductions.cov),
+    "corrcoef": (np.corrcoef, reductions.corrcoef), "trapezoid": (np.trapezoid, layout.trapezoid),
     "clip": (np.clip, reductions.clip), "select": (np.select, reductions.select),
     "linspace": (np.linspace, reductions.linspace), "norm": (np.linalg.norm, reductions.norm),
     "take_along_axis": (np.take_along_axis, indexing.take_along_axis),
