@@ -11,8 +11,9 @@ alternate run by run; medians and ranges over ``--runs`` processes, and the load
     python benchmarks/triangular_loops.py --tree new=. --tree old=/tmp/base --runs 5
     python benchmarks/triangular_loops.py --cases lj20,lj200 --tree new=.
 Cases: lj20, lj200 (Lennard-Jones, the pair loop, 20 / 200 particles), ljvec20, ljvec200 (the
-same energy vectorised: all pairs at once, the upper triangle kept), fsub100 (forward
-substitution, n = 100, the gradient with respect to L and b).
+same energy vectorised: all pairs at once, the upper triangle kept), coulomb200 (the
+Coulomb energy of 200 charges, the gradient with respect to positions and charges), fsub100
+(forward substitution, n = 100, the gradient with respect to L and b).
 """
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def lennard_jones_vectorised(pos):
     return np.sum(np.triu(4.0 * (s6 * s6 - s6), k=1))
 
 
+def coulomb(pos, q):
+    e = 0.0
+    for i in range(len(q)):
+        for j in range(i + 1, len(q)):
+            e = e + q[i] * q[j] / np.sqrt(np.sum((pos[i] - pos[j]) ** 2))
+    return e
+
+
 def forward_substitution(L, b):
     n = b.shape[0]
     y = np.zeros_like(b)
@@ -67,6 +76,9 @@ def _positions(n):
 def case(name):
     if name.startswith("ljvec"):
         return lennard_jones_vectorised, 0, (_positions(int(name[5:])),)
+    if name.startswith("coulomb"):
+        n = int(name[7:])
+        return coulomb, (0, 1), (_positions(n), np.random.default_rng(1).normal(size=n))
     if name.startswith("lj"):
         return lennard_jones, 0, (_positions(int(name[2:])),)
     if name.startswith("fsub"):
@@ -111,7 +123,7 @@ def _child(tree, name, timeout):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", action="append", default=[], help="name=path (default: new=.)")
-    ap.add_argument("--cases", default="lj20,lj200,ljvec20,ljvec200,fsub100")
+    ap.add_argument("--cases", default="lj20,lj200,ljvec20,ljvec200,coulomb200,fsub100")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per process")
     opts = ap.parse_args()

@@ -38,7 +38,8 @@ from .diskcache import PARTS_MAGIC, pack, unpack    # (a module's parts: one cac
 from .llvm_lock import PrivateLLVM
 from .mathlib import CPUMath, finish_cpu_module
 
-FORMAT = "symgrad-cpu-12"   # (-12: stage bodies read their parameters from their own first
+FORMAT = "symgrad-cpu-13"   # (-13: the matmul library skips the IR pipeline, is_tile_kernel;
+#                              -12: stage bodies read their parameters from their own first
 #                              slot, shared between stages of the same text;
 #                              -11: float32 maths in float32 arithmetic, f32single.SINGLE_F32;
 #                              -10: exp's Chebyshev fit, tanh as E / (E + 2), the matmul
@@ -173,6 +174,22 @@ def is_prevectorised(text: str) -> bool:
     return wide
 
 
+_TILE_KERNEL = re.compile(r'^define [^\n]*@"?\w*symgrad_mm_', re.M)
+
+
+def is_tile_kernel(text: str) -> bool:
+    """Is ``text`` a matmul library module (``codegen.matmul_kernel``: every function it
+    defines a ``symgrad_mm_*`` kernel)? Its IR is written as the machine code should be:
+    vectors of the host's width, the register tile's accumulators in phis, the panel copy
+    unit-stride. The IR pipeline found nothing to gain in it: with and without it the two
+    float64 kernels ran at the same speed (256 x 256 and 512 x 512 products and their
+    gradients, plain and transposed b), while it cost 190 of their 290 ms of CPU to compile
+    (benchmarks/RESULTS.md). Its code generator stays -O3's. A function of the text alone
+    (the cache key covers the choice)."""
+    defines = len(_DEFINE.findall(text))
+    return defines > 0 and len(_TILE_KERNEL.findall(text)) == defines
+
+
 def _optimised_body(define_line: str) -> bool:
     """Is this a function the IR pipeline must see: an internal one, or a stage body
     several stages share (exported by codegen.kernel, named ``*.body``), not optnone?"""
@@ -217,7 +234,7 @@ def _optimize(text: str, tm, context=None):
     mod.triple = st["triple"]
     mod.data_layout = str(tm.target_data)
     mod.verify()
-    if is_light(text) or is_prevectorised(text):
+    if is_light(text) or is_prevectorised(text) or is_tile_kernel(text):
         return mod
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True

@@ -36,8 +36,10 @@ class ArrayWrites:
         a :class:`MaskedUpdate` (``y[mask] += v``)."""
         if isinstance(value, MaskedUpdate):
             return self.mask_updated(container, key, value, node)
-        if isinstance(key, Node) and isinstance(container, Node) and self.in_bounds(key, container):
-            return ops.row_update(container, key, value)   # y[i] = v with i a loop index
+        bounds = isinstance(key, Node) and isinstance(container, Node) and \
+            self.in_bounds(key, container)
+        if bounds:                             # y[i] = v with i a loop index
+            return ops.row_update(container, key, value, from_end=bounds[0] < 0)
         if has_window(key):                    # y[i:i + k] = v with i a loop index
             if not isinstance(_lift_constant(container), Node):
                 self.fail(node, f"a slice with traced bounds into a {type(container).__name__}")
@@ -50,7 +52,8 @@ class ArrayWrites:
             updated[key] = value               # NumPy's own semantics, still a constant
             return updated
         if is_advanced(key):                   # y[idx] = v, y[rows, cols] = v, y[mask] = v
-            return self.traced(node, index_writes.assign, _lift_constant(container), key, value)
+            return self.traced(node, index_writes.assign, _lift_constant(container), key, value,
+                               getattr(self, "index_ranges", {}))
         check_static_key(self, key, node)
         return ops.setitem(_lift_constant(container), value, key)
 
@@ -79,7 +82,8 @@ class ArrayWrites:
             updated = container.copy()
             np.add.at(updated, key, value)
         elif is_advanced(key):
-            updated = self.traced(call, index_writes.accumulate, _lift_constant(container), key, value)
+            updated = self.traced(call, index_writes.accumulate, _lift_constant(container), key,
+                                  value, getattr(self, "index_ranges", {}))
         else:                                  # a basic index: no position repeats
             check_static_key(self, key, call)
             updated = ops.index_add(_lift_constant(container), value, key)

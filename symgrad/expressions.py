@@ -298,7 +298,8 @@ class Expressions:
             gather = gather_axis(key)
             if gather is not None:
                 return ops.take(container, gather[1], gather[0])
-            advanced = numpy_extra.advanced_index(container, key)
+            ranges = getattr(self, "index_ranges", {})   # (a loop index's: no wrap, no check)
+            advanced = numpy_extra.advanced_index(container, key, ranges)
             if advanced is not None:
                 return advanced
             check_static_key(self, key, node)

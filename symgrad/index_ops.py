@@ -500,16 +500,18 @@ def scatter_add(g, indices: Node, axis: int, size: int) -> Node:
     return make("scatter_add", (lift(g), indices), (axis, size))
 
 
-def row_update(base, index: Node, value) -> Node:
+def row_update(base, index: Node, value, from_end: bool = True) -> Node:
     """``base[index] = value`` for an integer scalar ``index`` known to be in bounds (a loop
     index): a select of the rows, so that it needs no dynamic-offset store in any back end
-    (each iteration costs one pass over ``base``; the derivative is the same select)."""
+    (each iteration costs one pass over ``base``; the derivative is the same select).
+    ``from_end``: whether ``index`` may be negative (counted from the end)."""
     from .elementwise import add, eq, lt, where   # elementwise sits beside this module
     from .op_base import arange
     from .shape_ops import broadcast_to
     base = lift(base)
     n = base.shape[0]
-    index = where(lt(index, 0), add(index, n), index)
+    if from_end:
+        index = where(lt(index, 0), add(index, n), index)
     rows = reshape(arange(0, n, 1, index.dtype), (n,) + (1,) * (base.ndim - 1))
     value = broadcast_to(cast(lift(value), base.dtype), base.shape[1:])
     return where(eq(rows, index), value, base)

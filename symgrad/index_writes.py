@@ -41,21 +41,23 @@ UFUNC_AT_WHY = ("an unbuffered update other than a sum would need a scatter of t
                 "use np.add.at / np.subtract.at, or a loop of y[i] = ... writes")
 
 
-def assign(y: Node, key, value) -> Node:
-    """``y`` with ``y[key] = value`` done (functionally), NumPy's semantics."""
-    return _through(y, key, value, _assign_merged)
+def assign(y: Node, key, value, ranges=None) -> Node:
+    """``y`` with ``y[key] = value`` done (functionally), NumPy's semantics. ``ranges``: the
+    loop indices' (an index they show inside the array is not checked at run time)."""
+    return _through(y, key, value, _assign_merged, ranges)
 
 
-def accumulate(y: Node, key, value) -> Node:
+def accumulate(y: Node, key, value, ranges=None) -> Node:
     """``y`` after ``np.add.at(y, key, value)``: every occurrence of an index adds."""
     if y.dtype == "bool":
         raise unsupported("np.add.at into a bool array", "add into a numeric array")
-    return _through(y, key, value, _add_merged)
+    return _through(y, key, value, _add_merged, ranges)
 
 
-def _through(y: Node, key, value, write) -> Node:
-    """The write ``write(merged, flat positions, values, axis)`` through ``key``'s plan."""
-    plan = advanced_plan(y, key)
+def _through(y: Node, key, value, write, ranges) -> Node:
+    """The write ``write(merged, flat positions, values, axis, inside)`` through ``key``'s
+    plan (``inside``: the positions are known to be in bounds)."""
+    plan = advanced_plan(y, key, ranges)
     if any(item is None for item in plan.basic):
         raise unsupported("np.newaxis in the index of an assignment", "index without None")
     view = ops.getitem(y, plan.basic)
@@ -70,7 +72,7 @@ def _through(y: Node, key, value, write) -> Node:
     flat = ops.reshape(positions, (m,)) if isinstance(positions, Node) else \
         np.asarray(positions).reshape(m)
     values = ops.reshape(values, merged.shape[:dest] + (m,) + merged.shape[dest + 1:])
-    written = unmerged_view(write(merged, flat, values, dest), view.shape, plan)
+    written = unmerged_view(write(merged, flat, values, dest, plan.inside), view.shape, plan)
     return written if view is y else ops.setitem(y, written, plan.basic)
 
 
@@ -90,12 +92,12 @@ def _broadcast_value(value, target: tuple, dtype: str) -> Node:
     return ops.broadcast_to(ops.cast(v, dtype), tuple(target))
 
 
-def _assign_merged(merged: Node, flat, values: Node, axis: int) -> Node:
+def _assign_merged(merged: Node, flat, values: Node, axis: int, inside: bool) -> Node:
     """``merged`` with position ``flat[k]`` along ``axis`` set to ``values``' slice k, the last
     k winning for a repeated position."""
     size = merged.shape[axis]
     if isinstance(flat, Node) and flat.shape[0] == 1:
-        return _assign_one(merged, flat, values, axis)
+        return _assign_one(merged, flat, values, axis, inside)
     if isinstance(flat, Node):
         hit, source = _traced_winners(flat, size)
     else:
@@ -107,18 +109,19 @@ def _assign_merged(merged: Node, flat, values: Node, axis: int) -> Node:
     return ops.where(hit, picked, merged)
 
 
-def _assign_one(merged: Node, flat: Node, values: Node, axis: int) -> Node:
+def _assign_one(merged: Node, flat: Node, values: Node, axis: int, inside: bool) -> Node:
     """One traced position (``y[i] = v`` with ``i`` data, a loop body's usual write): a select
     of the row, no scatter. The position goes through a gather of the positions themselves,
-    whose bounds check is the write's IndexError."""
+    whose bounds check is the write's IndexError (unless it is known ``inside``: ``L[i, j] = v``
+    with loop indices)."""
     size = merged.shape[axis]
     positions = ops.arange(size)
-    position = ops.reshape(ops.take(positions, flat, 0), ())
+    position = ops.reshape(flat if inside else ops.take(positions, flat, 0), ())
     hit = ops.reshape(ops.eq(positions, position), (size,) + (1,) * (merged.ndim - axis - 1))
     return ops.where(hit, values, merged)
 
 
-def _add_merged(merged: Node, flat, values: Node, axis: int) -> Node:
+def _add_merged(merged: Node, flat, values: Node, axis: int, inside: bool) -> Node:
     index = flat if isinstance(flat, Node) else ops.array_const(flat.astype(np.int64))
     if not merged.dtype.startswith("float"):
         return merged + ops.scatter_add(values, index, axis, merged.shape[axis])

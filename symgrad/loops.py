@@ -104,12 +104,15 @@ def _strong_from_start(carried, phs, weak, child):
 class Loops(LoopSteps):
     """The tracer's loop regions; ``stmt_For`` tries :meth:`loop_region` before unrolling."""
 
-    def in_bounds(self, key: Node, array: Node) -> bool:
-        """Whether ``key`` is an integer made from a loop region's index whose every value
-        indexes ``array``'s first axis (so ``array[key] = v`` needs no run-time check)."""
+    def in_bounds(self, key: Node, array: Node):
+        """(lowest, highest) of ``key`` when it is an integer made from a loop region's index
+        whose every value indexes ``array``'s first axis (so ``array[key] = v`` needs no
+        run-time check), else None."""
         bounds = _int_range(key, getattr(self, "index_ranges", {}))
-        return bounds is not None and array.ndim >= 1 and \
-            -array.shape[0] <= bounds[0] and bounds[1] < array.shape[0]
+        if bounds is not None and array.ndim >= 1 and \
+                -array.shape[0] <= bounds[0] and bounds[1] < array.shape[0]:
+            return bounds
+        return None
 
     def plan_of(self, stmt, frame):
         """The loop's :class:`_Plan`, or None when it is not one a region can express."""

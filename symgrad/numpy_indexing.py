@@ -85,19 +85,22 @@ class AdvancedPlan:
     advanced axis whole (``basic``), the axes of that view the advanced items index
     (``axes``), whether they stay in place (``adjacent``: NumPy's rule, else they go first),
     where the merged axis lands (``dest``) and the flat positions along it (a constant array,
-    already checked, or a traced int64 node). A write through the key (symgrad.index_writes)
+    already checked, or a traced int64 node), ``inside`` when every one is known to lie
+    inside that axis (no run-time check). A write through the key (symgrad.index_writes)
     walks the same plan back."""
     basic: tuple
     axes: tuple
     adjacent: bool
     dest: int
     positions: object
+    inside: bool
 
 
-def advanced_plan(x: Node, key):
+def advanced_plan(x: Node, key, ranges=None):
     """The :class:`AdvancedPlan` of ``x[key]`` with advanced items (integer arrays, constant or
     traced integer data; constant boolean masks, taken as their np.nonzero arrays; integers
-    beside them) among basic ones. None when the key is basic."""
+    beside them) among basic ones. None when the key is basic. ``ranges``: the loop indices'
+    ranges (``symgrad.loop_plan``), by which a traced integer's wrap and bounds check fold."""
     items = list(key) if isinstance(key, tuple) else [key]
     kinds = [_advanced_kind(k) for k in items]
     if not any(kinds):
@@ -129,8 +132,9 @@ def advanced_plan(x: Node, key):
             axes.append(axis)
         axis += 1
     adjacent = advanced_items == list(range(advanced_items[0], advanced_items[-1] + 1))
-    positions = _flat_positions(components, [shape[a] for a in axes], axes)
-    return AdvancedPlan(tuple(basic), tuple(axes), adjacent, axes[0] if adjacent else 0, positions)
+    positions, inside = _flat_positions(components, [shape[a] for a in axes], axes, ranges or {})
+    return AdvancedPlan(tuple(basic), tuple(axes), adjacent, axes[0] if adjacent else 0,
+                        positions, inside)
 
 
 def merged_view(y: Node, plan: AdvancedPlan) -> Node:
@@ -153,11 +157,11 @@ def unmerged_view(merged: Node, shape: tuple, plan: AdvancedPlan) -> Node:
     return y if plan.adjacent else ops.transpose(y, tuple(int(i) for i in np.argsort(order)))
 
 
-def advanced_index(x: Node, key):
+def advanced_index(x: Node, key, ranges=None):
     """``x[key]`` with advanced items among basic ones (:func:`advanced_plan`): basic indexing
     with every advanced axis kept whole, those axes brought together and merged, then one
     gather at the flat positions. None when the key is basic."""
-    plan = advanced_plan(x, key)
+    plan = advanced_plan(x, key, ranges)
     if plan is None:
         return None
     return ops.take(merged_view(ops.getitem(x, plan.basic), plan), plan.positions, plan.dest)
@@ -193,10 +197,14 @@ def _origins(items, kinds):
     return out
 
 
-def _flat_positions(components, sizes, axes):
+def _flat_positions(components, sizes, axes, ranges):
     """sum_j index_j * stride_j over the merged axes, negative indices counted from the end.
     Constant indices are checked here (IndexError as NumPy); a traced one out of range sends
-    the position past the end, where the gather's own run-time bounds check raises."""
+    the position past the end, where the gather's own run-time bounds check raises. A traced
+    integer of loop indices whose range (``ranges``, :func:`_value_range`) lies inside the axis
+    needs neither (``pos[j]`` in ``for j in range(i + 1, n)``), nor the wrap where it cannot be
+    negative: those selects would run every iteration, forward and backward. Returns (the
+    positions, whether each is known to be inside the merged axis)."""
     strides = [math.prod(sizes[j + 1:]) for j in range(len(sizes))]
     total = math.prod(sizes)
     shape = tuple(np.broadcast_shapes(*(c.shape for c in components)))
@@ -207,16 +215,27 @@ def _flat_positions(components, sizes, axes):
                 bad = c.max() if c.max() >= n else c.min()
                 raise IndexError(f"index {bad} is out of bounds for axis {a} with size {n}")
             flat = flat + np.where(c < 0, c + n, c) * st
-        return flat
+        return flat, True
     flat, ok = None, None
     for c, n, st in zip(components, sizes, strides):
+        bounds = _component_range(c, ranges)
         k = ops.cast(ops.lift(c), "int64")
-        k = ops.where(ops.lt(k, 0), k + n, k)
-        inside = ops.logical_and(ops.ge(k, 0), ops.lt(k, n))
+        if bounds is None or bounds[0] < 0:
+            k = ops.where(ops.lt(k, 0), k + n, k)
+        if bounds is None or bounds[0] < -n or bounds[1] >= n:
+            inside = ops.logical_and(ops.ge(k, 0), ops.lt(k, n))
+            ok = inside if ok is None else ops.logical_and(ok, inside)
         term = k * st
         flat = term if flat is None else flat + term
-        ok = inside if ok is None else ops.logical_and(ok, inside)
-    return ops.broadcast_to(ops.where(ok, flat, total), shape)
+    return ops.broadcast_to(flat if ok is None else ops.where(ok, flat, total), shape), ok is None
+
+
+def _component_range(c, ranges):
+    """(lowest, highest) of an index component: a constant array's extremes, a traced
+    integer's range from the loop indices' (None where unknown or empty)."""
+    if isinstance(c, Node):
+        return _value_range(c, ranges)
+    return (int(c.min()), int(c.max())) if c.size else None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -205,3 +205,39 @@ def test_far_values_are_the_same_whichever_code_generator_compiles_the_shared_co
     assert any("symgrad_far_core" in batch for batch in compiles)
     for a, b in zip(light, heavy_results):
         assert a.tobytes() == b.tobytes()
+
+
+
+def test_the_matmul_library_skips_the_ir_pipeline_and_nothing_else_does(compiles):
+    """The matmul kernels' IR is written as their machine code should be (codegen.jit.
+    is_tile_kernel): the pipeline is skipped for their library texts only, -O3's code generator
+    kept; a kernel module that calls them, or a text defining anything beside them, is
+    optimised as before."""
+    from llvmlite import ir
+    from symgrad.codegen.dtypes import memory_type
+    from symgrad.codegen.matmul_kernel import _declare, _TileKernel
+    for unit_b in (True, False):
+        library = ir.Module(name="symgrad_mm_float64_4")
+        fn = _declare(library, "sg_symgrad_mm_float64_4", "float64", unit_b)
+        _TileKernel(fn, memory_type("float64"), 4, unit_b).emit()
+        text = str(library)
+        assert jit.is_tile_kernel(text) and jit.machine_for(text) is jit.target()["tm"]
+        kept = jit._optimize(text, jit.target()["tm"])
+        assert str(kept).count("\n  %") == str(jit._binding().parse_assembly(text)).count("\n  %")
+        assert not jit.is_tile_kernel(text + 'define void @"k1_stage0"() nounwind\n{\nret void\n}\n')
+    assert not jit.is_tile_kernel('declare void @"symgrad_mm_float64_8"(ptr)\n')
+
+    seen = []
+    real = jit._optimize
+
+    def optimize(text, tm, context=None):
+        seen.append((_module_id(text), jit.is_tile_kernel(text)))
+        return real(text, tm, context)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(37, 19)), rng.normal(size=(23, 19))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jit, "_optimize", optimize)
+        value = sg.differentiate(lambda a, b: np.sum(np.tanh(a @ b.T)))(a, b)
+    np.testing.assert_allclose(value, np.sum(np.tanh(a @ b.T)), rtol=1e-12)
+    modules = [tile for m, tile in seen if not m.startswith("symgrad_")]
+    assert modules and not any(modules)
