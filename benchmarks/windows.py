@@ -8,6 +8,8 @@ Cases:
                (tests/test_user_programs_models.py); loss ``sum(maximum(out, 0) ** 2)``
   convolve_N   the same loss written with ``np.convolve(x, w[::-1], mode="valid")``
   conv2d_32    ``out[i, j] = np.sum(X[i:i + 3, j:j + 3] * K)`` over a 32x32 image, two loops
+  pdist_N      a distance matrix of N points in 3-d with length-scales w, two loops,
+               ``D[i, j] = np.sqrt(np.sum(((X[i] - X[j]) * w) ** 2) + 1e-9)``; loss ``sum(D)``
   elman_T      an Elman RNN storing its states, ``h = tanh(W @ h + u * x[t]); hs[t] = h``,
                16 units, T steps; loss ``sum(hs ** 2)``
 
@@ -32,7 +34,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CASES = ["conv1d_300", "convolve_300", "conv1d_3000", "convolve_3000", "conv2d_32", "elman_1000"]
+CASES = ["conv1d_300", "convolve_300", "conv1d_3000", "convolve_3000", "conv2d_32", "elman_1000",
+         "pdist_100"]
 
 
 def conv1d(x, w):
@@ -57,6 +60,15 @@ def conv2d(X, K):
     return np.sum(np.tanh(out))
 
 
+def pdist(X, w):
+    n = X.shape[0]
+    D = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            D[i, j] = np.sqrt(np.sum(((X[i] - X[j]) * w) ** 2) + 1e-9)
+    return np.sum(D)
+
+
 def elman(x, W, u):
     T, H = x.shape[0], W.shape[0]
     hs = np.zeros((T, H))
@@ -73,6 +85,8 @@ def _case(name):
     if kind == "elman":
         return elman, [rng.normal(size=int(size)), 0.3 * rng.normal(size=(16, 16)),
                        rng.normal(size=16)]
+    if kind == "pdist":
+        return pdist, [rng.normal(size=(int(size), 3)), 1.0 + 0.1 * rng.normal(size=3)]
     if kind == "conv2d":
         return conv2d, [rng.normal(size=(int(size), int(size))), rng.normal(size=(3, 3))]
     return {"conv1d": conv1d, "convolve": convolve}[kind], [rng.normal(size=int(size)),

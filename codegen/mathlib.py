@@ -66,8 +66,14 @@ MATH_NAMES = {
     "pow": "pow", "arctan2": "atan2",
     "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "exp2": "exp2", "log2": "log2",
     "log10": "log10", "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "hypot": "hypot",
-    "fmod": "fmod",
+    "fmod": "fmod", "lgamma": "lgamma", "gamma": "tgamma",
 }
+
+# C math functions that write a global: glibc's lgamma stores the sign of gamma in
+# ``signgam``, a data race between the threads running one kernel. The CPU calls the
+# reentrant version instead, ``lgamma_r(x, &sign)`` with a local ``sign`` (CPUMath.call);
+# libdevice's ``__nv_lgamma`` writes nothing. C name -> its reentrant name.
+REENTRANT = {"lgamma": "lgamma_r"}
 
 # float32 functions computed as their float64 version on the widened arguments, rounded once
 # to float32 (CPUMath.call): our own float64 code or libmvec's/libm's double functions are
@@ -216,6 +222,8 @@ class CPUMath(MathTarget):
             name, body = OWN_F64[op]
             fn = _define(builder.module, name, lambda b, x: body(b, x, self))
             return builder.call(fn, args, name=op)
+        if MATH_NAMES.get(op) in REENTRANT:
+            return _reentrant(self, builder, op, dtype, args)
         return super().call(builder, op, dtype, args)
 
     def far_library(self) -> None:
@@ -341,7 +349,8 @@ class CPUMath(MathTarget):
             if sym in _LINKED:          # another CPUMath linked it (codegen.ptx_emulate's)
                 self.addresses[sym] = _LINKED[sym]
                 continue
-            library = library or {self.symbol(c, dt) for c in MATH_NAMES.values()
+            library = library or {self.symbol(c, dt) for c in (*MATH_NAMES.values(),
+                                                                *REENTRANT.values())
                                   for dt in ("float64", "float32")}
             if sym not in library:
                 raise NotImplementedError(f"a CPU kernel calls {sym}, which is neither a C math "
@@ -420,6 +429,30 @@ def _widened(math, builder: ir.IRBuilder, op: str, args) -> ir.Value:
     d = ir.DoubleType()
     wide = [builder.fpext(a, d, name=f"{op}.wide") for a in args]
     return builder.fptrunc(math.call(builder, op, "float64", wide), ir.FloatType(), name=op)
+
+
+def _reentrant(math: CPUMath, builder: ir.IRBuilder, op: str, dtype: str, args) -> ir.Value:
+    """``op`` through the reentrant C function of REENTRANT: an inlined wrapper whose local
+    (an alloca, hoisted to the caller's entry when inlined) takes the value the plain function
+    would write to a global. No SIMD variant: the call writes memory (its argument's)."""
+    from llvmlite import ir
+    module = builder.module
+    ty = llvm_type(dtype)
+    sym = math.symbol(REENTRANT[MATH_NAMES[op]], dtype)
+    name = sym + ".local"
+    wrapper = module.globals.get(name)
+    if wrapper is None:
+        i32 = ir.IntType(32)
+        callee = module.globals.get(sym) or ir.Function(
+            module, ir.FunctionType(ty, [ty, ir.PointerType()]), sym)
+        wrapper = ir.Function(module, ir.FunctionType(ty, [ty]), name)
+        wrapper.linkage = "internal"
+        wrapper.attributes.add("alwaysinline")
+        wrapper.attributes.add("nounwind")
+        b = ir.IRBuilder(wrapper.append_basic_block("entry"))
+        sign = b.alloca(i32, name="sign")
+        b.ret(b.call(callee, [wrapper.args[0], sign], name=op))
+    return builder.call(wrapper, args, name=op)
 
 
 _SCALAR_CALL = re.compile(r'(?:call (?:preserve_allcc )?|^declare )(double|float) @"([^"]+)"\(')

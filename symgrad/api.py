@@ -34,7 +34,7 @@ from .autodiff import grad_graph, hvp_graph
 from .binding import BINDERS
 from .backends import MISS, check_target
 from .captures import capture_holder, captures_current
-from .emit_python import emit
+from .source_contract import checked_source
 from .frontend import trace
 from . import settings
 from .forward import build_jvp, tangent_params, trial_arguments
@@ -71,13 +71,7 @@ class Compiled:
         # None: each argument is one graph input; else what each gives (runtime.flat_plan)
         self.flat_plan = None if graph.in_tree is None else flat_plan(graph.in_tree)
         self.prepared: dict = {}
-        self._source = None
-
-    @property
-    def source(self) -> str:
-        if self._source is None:
-            self._source = emit(self.graph)[0]
-        return self._source
+        self.contract = None   # what its source checks (symgrad.source_contract), found once
 
     def prepare(self, backend):
         """What ``backend`` needs to run this signature, prepared once (also under threads)."""
@@ -330,11 +324,11 @@ class Function:
     @property
     def source(self) -> str:
         """Generated Python/NumPy source for the last-used argument types (or, before any call,
-        1-d float64 arrays, falling back to floats)."""
-        return self._inspect_entry().source
+        1-d float64 arrays, falling back to floats); it says which and checks them."""
+        return checked_source(self, self._inspect_entry())
 
     def source_for(self, *args, **kwargs) -> str:
-        return self._inspect_entry(*args, **kwargs).source
+        return checked_source(self, self._inspect_entry(*args, **kwargs))
 
     def _run_signature(self, *args, **kwargs):
         """What the back ends compile for these argument types (with guards: symgrad.guards)."""

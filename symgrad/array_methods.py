@@ -89,8 +89,9 @@ _NODE_METHODS = {
 
 _VIEW_METHODS = {_NODE_METHODS[m] for m in ("reshape", "transpose", "ravel", "squeeze")}
 # (stop_gradient is the argument itself when run eagerly)
-_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "squeeze", "expand_dims",
-                                      "stop_gradient")}
+_VIEW_FUNCTIONS = {DUALS[f] for f in ("reshape", "transpose", "asarray", "asanyarray",
+                                      "ascontiguousarray", "asfortranarray", "squeeze",
+                                      "expand_dims", "stop_gradient")}
 
 
 def node_attribute(x: Node, attr: str, tracer, node):

@@ -182,6 +182,42 @@ class ArrayWrites:
         for name, base in row_view_pairs(stmt):
             self.bind_row_view(name, base, index, frame)
 
+    def element_written(self, target, key, value, frame: Frame):
+        """``xs[t][k] = v`` with ``xs`` a list or dict of arrays (min-char-rnn's one-hot
+        ``xs[t][inputs[t]] = 1``): the array in that slot updated functionally. Allowed where
+        NumPy's write is seen through that slot only: the container holds no memory the
+        function did not make, no live name but those bound to the container shares memory
+        with anything in it, and no other slot holds the same array. The last test is by
+        identity, and equal arrays built the same way are one node (hash-consing), so
+        ``[np.zeros_like(x) for _ in r]`` is refused: a 2-d array is the way there."""
+        outer_expr = target.value
+        outer = self.eval(outer_expr.value, frame) if isinstance(outer_expr, ast.Subscript) else None
+        if not isinstance(outer, (list, dict)) or not isinstance(outer_expr.value, ast.Name):
+            self.fail(target, "item assignment into an expression (only 'name[index] = value' "
+                      "and 'name[i][j] = value' for a list or dict 'name' of arrays)")
+        name = outer_expr.value.id
+        slot = self.eval(outer_expr.slice, frame)
+        element = outer[slot]
+        if not isinstance(element, (Node, np.ndarray)) or np.ndim(element) == 0:
+            self.fail(target, f"item assignment into an element of '{name}' that is not an array")
+        self.check_traced_state(outer_expr.value, frame, target, "item assignment into")
+        buffers = frame.buffers_of(name)
+        owners = sorted(b.owner for b in buffers if b.owner)
+        aliases = tuple(n for n, v in frame.env.items() if v is outer)
+        other = owners[0] if owners else self.sharing_name(name, frame, buffers, aliases)
+        if other is not None:
+            self.fail(target, f"item assignment into an element of '{name}', which may share "
+                      f"memory with {other} (writing would change it too, and symgrad updates "
+                      "arrays functionally)", f"store a copy: {name}[...] = value.copy()")
+        items = outer.items() if isinstance(outer, dict) else enumerate(outer)
+        if any(k != slot and _same_array(v, element) for k, v in items):
+            self.fail(target, f"item assignment into an element of '{name}' whose array another "
+                      f"element of '{name}' holds too (or an equal one built the same way: "
+                      "symgrad cannot tell them apart)",
+                      f"keep the elements in one array: {name} = np.zeros((n, ...)); "
+                      f"{name}[i, j] = value")
+        outer[slot] = self.item_written(element, key, value, target)
+
     def check_write_into(self, name: str, frame: Frame, node, what: str):
         """Refuse an in-place write into ``name`` that NumPy would make elsewhere too; the
         row view (symgrad.aliases.RowView) it writes through, if it is one."""
@@ -303,3 +339,11 @@ def _lift_constant(array):
             and bool(np.all(np.signbit(array) == np.signbit(array.flat[0]))):   # -0.0 stays
         return ops.full(array.shape, array.flat[0].item(), array.dtype.name)
     return ops.lift(array)
+
+
+def _same_array(v, element) -> bool:
+    """Whether ``v`` is ``element`` (a traced array: the same node) or shares its memory (a
+    constant array)."""
+    if isinstance(element, Node):
+        return v is element
+    return isinstance(v, np.ndarray) and np.may_share_memory(v, element)

@@ -31,7 +31,7 @@ from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
 from .ir import Node, make, substitute
-from .numpy_api import CALLABLES, DUALS, check_call, numpy_name
+from .numpy_api import CALLABLES, DUALS, bind_scipy, check_call, numpy_name
 from .padded_slices import call as padded_call, holds_padded
 from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
@@ -39,10 +39,10 @@ from .source import function_source
 
 # NumPy's kind of a 0-d result (checked against NumPy: type(np.where(True, 1.0, 2.0)) is
 # ndarray, type(np.sin(1.0)) is np.float64). Functions that always return a 0-d ndarray:
-_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "zeros", "ones", "full", "empty",
-                           "zeros_like", "ones_like", "full_like", "empty_like", "expand_dims", "roll",
-                           "tile", "pad"}
-_ZERO_D_VIEW_FUNCTIONS = {"asarray", "expand_dims"}     # ... of their 0-d array operand
+_ZERO_D_ARRAY_FUNCTIONS = {"where", "select", "array", "asarray", "asanyarray", "copy", "zeros",
+                           "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+                           "empty_like", "expand_dims", "roll", "tile", "pad"}
+_ZERO_D_VIEW_FUNCTIONS = {"asarray", "asanyarray", "expand_dims"}     # ... of their 0-d array operand
 # ... a view of a 0-d ndarray operand, but a scalar for a NumPy scalar operand and a 0-d
 # ndarray for a Python number (np.reshape(1.0, ()) vs np.reshape(np.float64(1), ())):
 _ZERO_D_KIND_FOLLOWS_OPERAND = {"reshape", "transpose", "squeeze", "moveaxis", "real", "imag"}
@@ -327,6 +327,7 @@ class Calls:
         if isinstance(fn, CustomGradient):   # its rule, traced, defines the derivative
             result = self.call_python(fn.fn, args, kwargs, node)
             return apply_rule(self, fn.__name__, result, list(args) + list(kwargs.values()), node)
+        bind_scipy()   # scipy.special.gammaln, ... once the user's code has imported it
         try:
             handler = CALLABLES.get(fn)
         except TypeError:

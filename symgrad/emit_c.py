@@ -43,7 +43,8 @@ _LIBM = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt":
          "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "arctan2": "atan2",
          "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "exp2": "exp2", "log2": "log2",
          "log10": "log10", "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "hypot": "hypot",
-         "fmod": "fmod", "floor": "floor", "ceil": "ceil", "rint": "rint", "trunc": "trunc"}
+         "fmod": "fmod", "floor": "floor", "ceil": "ceil", "rint": "rint", "trunc": "trunc",
+         "lgamma": "lgamma", "gamma": "tgamma"}   # (C99's lgamma writes signgam: one thread)
 
 # Helpers a C compiler does not have, emitted only when used: {T} is the C type, {S} its suffix.
 _HELPERS = {

@@ -150,7 +150,7 @@ class _Emitter:
         return var
 
     # -- the walk ----------------------------------------------------------------------------
-    def run(self) -> tuple[str, dict]:
+    def run(self, header=()) -> tuple[str, dict]:
         g = self.graph
         roots = list(g.outputs) + list(g.guards.values())   # guards: symgrad.guards
         self.counts, self.products = display_counts(roots)
@@ -159,7 +159,7 @@ class _Emitter:
             STATEMENTS.get(n.op, _Emitter.expression)(self, n)
         self.guard_statements()
         ret = self.render_tree(g.out_tree, top=True)
-        body = "\n".join("    " + line for line in self.lines + [f"return {ret}"])
+        body = "\n".join("    " + line for line in [*header, *self.lines, f"return {ret}"])
         source = f"def {function_name(g)}({', '.join(self.params)}):\n{body}\n"
         return source, self.namespace
 
@@ -434,13 +434,16 @@ def _schedule(graph: Graph, roots) -> list[Node]:
     return [n for n in order if forward[n]] + [n for n in order if not forward[n]]
 
 
-def emit(graph: Graph) -> tuple[str, dict]:
-    """Source text of ``graph`` as a Python function, and the namespace it needs."""
-    return _Emitter(graph).run()
+def emit(graph: Graph, header=()) -> tuple[str, dict]:
+    """Source text of ``graph`` as a Python function, and the namespace it needs; ``header``:
+    lines to begin its body with (``symgrad.source_contract``: what it was generated for)."""
+    return _Emitter(graph).run(header)
 
 
 def compile_python(graph: Graph):
-    """Execute the generated source: the ``target="python"`` back end runs exactly this."""
+    """Execute the generated source: the ``target="python"`` back end runs exactly this, less
+    the argument checks ``.source`` begins with (``symgrad.source_contract``): it is called
+    only once the API matched the exact signature, dtypes, shapes and static values."""
     source, namespace = emit(graph)
     code = compile(source, f"<symgrad {graph.name}>", "exec")
     exec(code, namespace)

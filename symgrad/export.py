@@ -22,6 +22,7 @@ import numpy as np
 from .emit_c import C_TYPES, emit_c
 from .emit_python import emit, function_name
 from .guards import is_error
+from .source_contract import EXPORT_HINT, contract, header_lines
 from .spelling import ARRAY_LITERAL_LIMIT, array_literal
 
 LITERAL_LIMIT = ARRAY_LITERAL_LIMIT   # array constants up to this many elements: literals
@@ -44,7 +45,7 @@ def export(f, path, *args) -> pathlib.Path:
                          "module can export (it raises where the loop needs more trips than "
                          "its cap)")
     values = f._example_values(args, {}) if args else None
-    writer(entry, path, values)
+    writer(entry, path, values, contract(f, entry) if path.suffix == ".py" else None)
     return path
 
 
@@ -56,9 +57,10 @@ def _array_text(value: np.ndarray) -> str:
             f".reshape({value.shape!r}).copy()")
 
 
-def python_module(graph) -> str:
-    """The generated source as a module: ``import numpy``, its constants, the function."""
-    source, namespace = emit(graph)
+def python_module(graph, header=()) -> str:
+    """The generated source as a module: ``import numpy``, its constants, the function
+    (``header``: the lines its body begins with, ``symgrad.source_contract``)."""
+    source, namespace = emit(graph, header)
     constants = []
     for name, value in namespace.items():
         if name == "np":
@@ -77,11 +79,12 @@ def python_module(graph) -> str:
     return "\n".join(lines)
 
 
-def _write_py(entry, path: pathlib.Path, values):
-    path.write_text(python_module(entry.graph))
+def _write_py(entry, path: pathlib.Path, values, found):
+    # the module says what it was exported for and refuses other arguments
+    path.write_text(python_module(entry.graph, header_lines(entry.graph, found, EXPORT_HINT)))
 
 
-def _write_c(entry, path: pathlib.Path, values):
+def _write_c(entry, path: pathlib.Path, values, found):
     name = function_name(entry.graph)
     source, header = emit_c(entry.graph, name)
     source = source.replace(f'#include "{name}.h"', f'#include "{path.stem}.h"')
@@ -90,7 +93,7 @@ def _write_c(entry, path: pathlib.Path, values):
     path.with_suffix(".h").write_text(header)
 
 
-def _write_ll(entry, path: pathlib.Path, values):
+def _write_ll(entry, path: pathlib.Path, values, found):
     from .backends import show   # imports the CPU back end (llvmlite) only when asked
     path.write_text(show("llvm_ir", entry))
 

@@ -306,7 +306,7 @@ class Tracer(Expressions, Comprehensions, Calls, Loops, ControlFlow, ArrayWrites
                 container[key] = value
                 self.note_contents(container, origin or fresh_buffers(value), frame)
                 return
-            self.fail(target, "item assignment into an expression (only 'name[index] = value')")
+            return self.element_written(target, key, value, frame)   # xs[t][k] = v
         name = base_expr.id
         container = frame.lookup(name, base_expr)
         if isinstance(container, (list, dict)):

@@ -15,6 +15,8 @@ import keyword
 import token
 import tokenize
 
+from .source_contract import checked_source
+
 # Inline colours (a notebook may drop <style> blocks of untrusted output).
 STYLES = {"keyword": "color:#0000c0;font-weight:bold", "builtin": "color:#6f42c1",
           "number": "color:#098658", "string": "color:#a31515",
@@ -117,7 +119,7 @@ class View:
             how = how or "guessed before any call, as .source does"
             self.types = ", ".join(f"{p}: {describe_key(k)}" for p, k in zip(self.params, keys))
             self.types += f" ({how})"
-            self.source = entry.source
+            self.source = checked_source(f, entry)
         except Exception as e:  # noqa: BLE001 - a repr never raises; it says what failed
             self.note = (f"argument types unknown until the first call "
                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")

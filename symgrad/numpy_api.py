@@ -11,6 +11,7 @@ import builtins
 import inspect
 import math
 import numbers
+import sys
 
 import numpy as np
 
@@ -71,6 +72,10 @@ def _array(x, dtype=None):
         x = ops.stack(_as_node_list([_array(v) if isinstance(v, (list, tuple)) else v for v in x]))
     x = ops.lift(x)
     return ops.cast(x, np.dtype(dtype).name) if dtype is not None else x
+
+
+def _at_least_1d(x):
+    return ops.reshape(x, (1,)) if x.ndim == 0 else x
 
 
 def _zeros(shape, dtype=float):
@@ -180,6 +185,15 @@ FUNCTIONS = {
     "power": (np.power, _pow), "square": (np.square, _square),
     "logaddexp": (np.logaddexp, _logaddexp), "outer": (np.outer, _outer),
     "array": (np.array, _array), "asarray": (np.asarray, _array),
+    "asanyarray": (np.asanyarray, _array),
+    # static facts of a traced array (Python ints and tuples, as NumPy gives)
+    "shape": (np.shape, lambda a: tuple(_array(a).shape)), "ndim": (np.ndim, lambda a: _array(a).ndim),
+    "size": (np.size, lambda a, axis=None: math.prod(_array(a).shape) if axis is None
+             else _array(a).shape[axis]),
+    # arrays are values in the IR: a copy is the array itself (no caller's array is written)
+    "copy": (np.copy, lambda a, order="K", subok=False: _array(a)),
+    "ascontiguousarray": (np.ascontiguousarray, lambda a, dtype=None: _at_least_1d(_array(a, dtype))),
+    "asfortranarray": (np.asfortranarray, lambda a, dtype=None: _at_least_1d(_array(a, dtype))),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
@@ -232,6 +246,27 @@ for _name in numpy_extra.numpy_linalg.LINALG_NAMES:   # np.linalg.det is sg.det,
     CALLABLES[getattr(np.linalg, _name)] = DUALS[_name]
 for _name, (_eager, _build) in numpy_extra.reductions.UFUNC_METHODS.items():   # np.add.reduce
     CALLABLES[_eager] = _dual(_eager, _build, _name)
+# scipy.special's functions we have, by their name there -> ours. scipy is not a dependency:
+# they are recognised by identity once the user's code has imported scipy.special (a call
+# can reach one only then), and keep scipy's own results on static values, as math's do.
+SCIPY_SPECIAL = {"gammaln": "lgamma", "gamma": "gamma", "digamma": "digamma", "psi": "digamma",
+                 "erf": "erf", "erfc": "erfc"}
+_scipy_bound: list = []
+
+
+def bind_scipy() -> None:
+    """Add scipy.special's functions of :data:`SCIPY_SPECIAL` to :data:`CALLABLES`, once
+    scipy.special has been imported (by anyone; symgrad never imports it)."""
+    special = sys.modules.get("scipy.special")
+    if special is None or _scipy_bound:
+        return
+    for name, ours in SCIPY_SPECIAL.items():
+        fn = getattr(special, name, None)
+        if fn is not None:
+            CALLABLES.setdefault(fn, _dual(fn, DUALS[ours].build, ours))
+    _scipy_bound.append(special)
+
+
 CALLABLES[np.float64] = _dual(np.float64, lambda x: ops.cast(x, "float64"), "float64")
 CALLABLES[np.float32] = _dual(np.float32, lambda x: ops.cast(x, "float32"), "float32")
 
@@ -394,6 +429,12 @@ def readme_section() -> str:
              "`inv`, `solve`, `cholesky`, `matrix_power` and `norm` are `np.linalg`'s; "
              "`math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
     lines.append(", ".join(f"`{n}`" for n in names))
+    lines += ["", "`scipy.special`'s " + ", ".join(f"`{n}`" for n in SCIPY_SPECIAL) +
+              " are recognised too, by identity, once the user's code has imported scipy.special "
+              "(symgrad does not depend on scipy). `lgamma`/`gammaln` and `gamma` are C99's at the poles "
+              "(lgamma +inf at 0 and the negative integers; gamma +-inf at +-0, NaN at the negative "
+              "integers), where `math`'s raise on a static value; `digamma`/`psi` is scipy's there "
+              "(-inf at +0, +inf at -0, NaN at the negative integers)."]
     methods = numpy_extra.reductions.UFUNC_METHODS
     lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + ", and the "
               "in-place " + ", ".join(f"`np.{n}.at`" for n in index_writes.UFUNC_AT) +

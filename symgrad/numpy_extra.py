@@ -60,6 +60,8 @@ FUNCTIONS = {
     "diff": (np.diff, layout.diff), "gradient": (np.gradient, layout.gradient),
     "var": (np.var, reductions.var), "std": (np.std, reductions.std),
     "mean": (np.mean, reductions.mean), "average": (np.average, reductions.average),
+    "ptp": (np.ptp, reductions.ptp), "cov": (np.cov, reductions.cov),
+    "corrcoef": (np.corrcoef, reductions.corrcoef), "trapezoid": (np.trapezoid, layout.trapezoid),
     "clip": (np.clip, reductions.clip), "select": (np.select, reductions.select),
     "linspace": (np.linspace, reductions.linspace), "norm": (np.linalg.norm, reductions.norm),
     "take_along_axis": (np.take_along_axis, indexing.take_along_axis),
@@ -78,7 +80,7 @@ FUNCTIONS = {
 # alias -> name (as symgrad.numpy_api.ALIASES)
 ALIASES = {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "mod": "remainder",
            "around": "round", "round_": "round", "degrees": "rad2deg", "radians": "deg2rad",
-           "conjugate": "conj", "row_stack": "vstack"}
+           "conjugate": "conj", "row_stack": "vstack", "gammaln": "lgamma", "psi": "digamma"}
 
 # Order statistics and scans, contractions, linear algebra: their modules' tables join this one.
 from . import numpy_contractions, numpy_linalg, numpy_polynomials, numpy_sorting  # noqa: E402

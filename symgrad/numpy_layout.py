@@ -408,6 +408,25 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
     return x
 
 
+
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    """NumPy's trapezoidal rule, in its order of operations: ``sum(d * (y[1:] + y[:-1]) / 2)``
+    along ``axis``, with ``d`` the spacing ``dx`` or ``diff(x)`` (a 1-d ``x`` along the axis)."""
+    y = _as_array(y)
+    axis = _axis(axis, y.ndim)
+    if x is None:
+        d = dx
+    else:
+        x = _as_array(x)
+        if x.ndim == 1:
+            d = diff(x)
+            d = ops.reshape(d, tuple(d.shape[0] if k == axis else 1 for k in range(y.ndim)))
+        else:
+            d = diff(x, axis=axis)
+    n = y.shape[axis]
+    pairs = _slice_along(y, axis, slice(1, None)) + _slice_along(y, axis, slice(0, max(n - 1, 0)))
+    return ops.reduce("sum", d * pairs / 2.0, axis)
+
 def _gradient_axis(f, axis, h, edge_order):
     n = f.shape[axis]
     if n < edge_order + 1:

@@ -1,5 +1,6 @@
 """NumPy's reductions and friends as compositions: var/std (ddof, lists), mean with dtype,
-average with weights, clip with keywords, select, linspace with traced ends, linalg.norm."""
+average with weights, ptp, cov/corrcoef, clip with keywords, select, linspace with traced ends,
+linalg.norm."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ from . import ops
 from .op_base import _promote
 from .ir import Node
 from .numpy_base import _as_array, _axis, unsupported
-from .numpy_layout import moveaxis
+from .numpy_layout import diagonal, moveaxis, squeeze
 from .numpy_sorting import inclusive_scan
 from .scans import sum_identity
 
@@ -44,6 +45,91 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     count = ops.reduce("sum", ops.cast(ops.broadcast_to(mask, x.shape), x.dtype), axis, keepdims)
     return ops.reduce("sum", ops.where(mask, x, ops.full((), 0, x.dtype)), axis, keepdims) / count
 
+
+
+def ptp(a, axis=None, out=None, keepdims=False):
+    if out is not None:
+        raise unsupported("np.ptp(..., out=...)", "out= is not supported while tracing")
+    x = _as_array(a)
+    return ops.reduce("max", x, axis, keepdims) - ops.reduce("min", x, axis, keepdims)
+
+
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+        dtype=None):
+    """NumPy's covariance, in its order of operations (the mean, ``X @ X.T`` of the centred
+    rows, times 1 / fact) and its float64 default dtype (a float32 input gives float64, as
+    there). Weights must be constants: NumPy's checks of them (integral, non-negative) are
+    made here."""
+    if ddof is not None and ddof != int(ddof):
+        raise ValueError("ddof must be integer")
+    dtype = np.dtype(dtype if dtype is not None else np.result_type(
+        *(_dtype_of(v) for v in (m, y) if v is not None), np.float64)).name
+
+    def rows(v):
+        v = ops.cast(_as_array(v), dtype)
+        v = ops.reshape(v, (1,) * (2 - v.ndim) + v.shape) if v.ndim < 2 else v
+        if v.ndim > 2:
+            raise ValueError("m has more than 2 dimensions")
+        return ops.transpose(v) if not rowvar and v.shape[0] != 1 else v
+    X = rows(m)
+    if y is not None:
+        X = ops.concatenate([X, rows(y)], 0)
+    if X.shape[0] == 0:
+        return ops.lift(np.array([], dtype=dtype).reshape(0, 0))
+    ddof = (0 if bias else 1) if ddof is None else int(ddof)
+    w = _cov_weights(fweights, aweights, X.shape[1])
+    if w is None:
+        avg, fact = ops.mean(X, 1), X.shape[1] - ddof
+    else:
+        w_sum = float(w.sum())
+        avg = ops.reduce("sum", X * w, 1) / w_sum
+        fact = (w_sum if ddof == 0 else w_sum - ddof if aweights is None else
+                w_sum - ddof * float(np.sum(w * np.asarray(aweights, float))) / w_sum)
+    fact = max(fact, 0.0)        # NumPy: "Degrees of freedom <= 0": divides by zero then
+    X = X - ops.reshape(avg, (X.shape[0], 1))
+    c = ops.matmul(X, ops.transpose(X if w is None else X * w))
+    with np.errstate(divide="ignore"):
+        inverse = np.true_divide(1, np.float64(fact))
+    return squeeze(c * ops.full((), float(inverse), dtype))
+
+
+def _dtype_of(v):
+    return v.dtype if isinstance(v, Node) else np.asarray(v).dtype
+
+
+def _cov_weights(fweights, aweights, n: int):
+    """The product of np.cov's frequency and analytic weights (constants, checked as NumPy
+    checks them), or None."""
+    w = None
+    for name, v in (("fweights", fweights), ("aweights", aweights)):
+        if v is None:
+            continue
+        if isinstance(v, Node):
+            raise unsupported(f"traced {name} in np.cov", f"pass {name} as a constant array")
+        v = np.asarray(v, dtype=float)
+        if name == "fweights" and not np.all(v == np.around(v)):
+            raise TypeError("fweights must be integer")
+        if v.ndim > 1:
+            raise RuntimeError(f"cannot handle multidimensional {name}")
+        if v.shape[0] != n:
+            raise RuntimeError(f"incompatible numbers of samples and {name}")
+        if np.any(v < 0):
+            raise ValueError(f"{name} cannot be negative")
+        w = v if w is None else w * v
+    return w
+
+
+def corrcoef(x, y=None, rowvar=True, *, dtype=None):
+    """NumPy's: the covariance divided by the standard deviations of its rows and columns,
+    clipped to [-1, 1]; c / c for one variable (1, or nan where the variance is 0 or not
+    finite)."""
+    c = cov(x, y, rowvar, dtype=dtype)
+    if c.ndim == 0:
+        return c / c
+    d = ops.sqrt(diagonal(c))
+    c = c / ops.reshape(d, (d.shape[0], 1))
+    c = c / ops.reshape(d, (1, d.shape[0]))
+    return clip(c, -1, 1)
 
 # -- where= and initial= of sum/prod/max/min (np.sum(x, where=mask), np.max(x, where=m, initial=0))
 _IDENTITIES = {"sum": lambda dtype: 0, "prod": lambda dtype: 1,

@@ -11,6 +11,7 @@ from .numpy_indexing import affine_parts
 from .shape_ops import broadcast_to, reshape, transpose
 from .ir import Node, Slice, make, substitute, toposort
 from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
+from .grid_writes import grids_written, is_arange, read_position, readers_of
 
 
 _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
@@ -35,14 +36,16 @@ def _index_facts(body, trips: int) -> dict:
 
 
 def _index_shift(at: Node, index: Node):
-    """c when ``at`` is the loop index plus the integer number c (0 for the index), else None."""
+    """c when ``at`` is the loop index plus the integer number c (0 for the index; any sum of
+    them, as ``(i + 1) - 1`` of ``out[i - 1]`` in ``range(1, n)``), else None."""
     if at is index:
         return 0
-    if at.op == "add" and at.inputs[0] is index and at.inputs[1].op == "const":
-        c = at.inputs[1].attrs[0]
-        if isinstance(c, int) and not isinstance(c, bool):
-            return c
-    return None
+    if at.op not in ("add", "sub") or at.ndim or at.dtype != index.dtype:
+        return None
+    parts = affine_parts(at)
+    if parts is None or len(parts[0]) != 1 or parts[0].get(index) != 1:
+        return None
+    return parts[1]
 
 
 def _row_reads(body, trips: int, nc: int, nx: int, consts) -> dict:
@@ -347,60 +350,100 @@ def _stacked_writes(outputs, known: dict) -> list[Node]:
 
 
 def _row_written(body, k: int, trips: int, consts: dict, known: dict):
-    """The first row ``c`` and the value when carry ``k``'s new value is
-    ``where(rows == i + c, v, carry)`` with ``rows`` the carry's row numbers (a loop const) and
-    ``0 <= c``, ``c + trips <= len(carry)``: every iteration writes one row the others do not,
-    and reads the carry nowhere (that is checked by the caller); else None."""
+    """(the axis, the first row ``c`` along it, the value) when carry ``k``'s new value is
+    ``where(rows == i + c, v, carry)`` with ``rows`` the carry's row numbers along the axis (a
+    loop const: ``out[i] = v``, ``out[i, :] = v``, ``out[:, i] = v``; the position maybe read
+    through the row numbers, ``index_writes._assign_one``'s bounds check) and ``0 <= c``,
+    ``c + trips <= len``: every iteration writes one row the others do not, and reads the carry
+    nowhere (that is checked by the caller); else None."""
     carry, new = body.params[1 + k], body.results[k]
-    # (the value one row, broadcast along the row's axes only: not an array whose row i it takes)
+    view = _written_view(carry, new)   # out[i, 1:] = v: the row written into a slice's view
+    if view is not None:
+        carry, new = view.inputs[2], view
     if new.op != "where" or new.inputs[2] is not carry or new.shape != carry.shape or \
-            new.inputs[1].dtype != carry.dtype or not 0 <= new.inputs[1].ndim < carry.ndim:
+            new.inputs[1].dtype != carry.dtype:
         return None
-    test = new.inputs[0]
-    if test.op != "eq":
+    test, value = new.inputs[:2]
+    if test.op == "reshape":
+        test = test.inputs[0]
+    if test.op != "eq" or not 1 <= new.inputs[0].ndim <= carry.ndim:
         return None
-    rows, at = test.inputs
-    rows = consts.get(rows, rows)
-    rows = known.get(rows, rows)   # (a loop nested in a body: its consts are the body's params)
-    if rows.op == "reshape" and rows.inputs[0].op == "arange":
-        rows = rows.inputs[0]
-    size = carry.shape[0]
-    if rows.op != "arange" or tuple(rows.attrs[:2]) != (0, 1) or rows.attrs[3] != size or \
-            test.shape != (size,) + (1,) * (carry.ndim - 1):
+    axis = carry.ndim - new.inputs[0].ndim   # the row numbers' axis, (size, 1, ...) aligned right
+    size, maps = carry.shape[axis], (consts, known)   # (a nested loop: its consts are the body's
+    rows, at = test.inputs                                  # params, fixed in the body's run)
+    if new.inputs[0].shape != (size,) + (1,) * (carry.ndim - 1 - axis) or \
+            not is_arange(rows, size, maps):
         return None
+    position = read_position(at, size, maps)
+    at = at if position is None else position
     first = _index_shift(at, body.params[0])
     if first is None or first < 0 or first + trips > size:
         return None
-    return first, broadcast_to(new.inputs[1], carry.shape[1:])
+    # the value one row, broadcast along the other axes (1 or absent along the written one)
+    lead = carry.ndim - value.ndim
+    if axis >= lead:
+        if value.shape[axis - lead] != 1:
+            return None
+        value = reshape(value, value.shape[:axis - lead] + value.shape[axis - lead + 1:])
+    return axis, first, broadcast_to(value, carry.shape[:axis] + carry.shape[axis + 1:])
+
+
+def _written_view(carry: Node, new: Node):
+    """The select ``w`` when ``new`` is ``setitem(carry, w, key)`` with ``w`` a select over the
+    view ``carry[key]`` (``key`` slices of step 1), else None."""
+    if new.op != "setitem" or new.inputs[0] is not carry or new.inputs[1].op != "where":
+        return None
+    key, select = new.attrs[0], new.inputs[1]
+    view = select.inputs[2]
+    if view.op != "getitem" or view.inputs[0] is not carry or view.attrs[0] != key or \
+            not all(isinstance(s, Slice) and s.step == 1 for s in key):
+        return None
+    return select
+
+
+def _view_key(view_key, axis: int, first: int, trips: int, shape) -> tuple:
+    """The slices of the carry (of ``shape``) where rows ``first .. first + trips`` along
+    ``axis`` of its view ``carry[view_key]`` (``()``: the carry itself) lie."""
+    key = tuple(view_key) + tuple(Slice(0, d, 1) for d in shape[len(view_key):])
+    start = key[axis].start
+    return key[:axis] + (Slice(start + first, start + first + trips, 1),) + key[axis + 1:]
 
 
 def _with_stacked_rows(loop: Node, known: dict):
     """The final values (index -> node) of ``loop``'s results after stacking the row writes of
-    its carries (:func:`_stacked_writes`), else None. Only a loop that runs all its iterations
+    its carries (:func:`_stacked_writes`) and the ``out[i, j] = v`` writes of a loop nested in
+    it (:mod:`symgrad.grid_writes`), else None. Only a loop that runs all its iterations
     forward: a stopped loop's unrun rows would keep the initial array's."""
     body, trips, nc, nx, reverse, exit_ = loop.attrs
     if reverse or exit_ is not None or not trips:
         return None
     consts = dict(zip(body.params[1 + nc + nx:], loop_consts(loop)))
-    readers: dict[Node, int] = {}
-    for m in toposort(body.results):
-        for x in m.inputs:
-            readers[x] = readers.get(x, 0) + 1
-    for r in body.results:
-        readers[r] = readers.get(r, 0) + 1
-    written = {}
+    readers = readers_of(body)
+    written = {}   # carry -> (the placement key, the stacked value, the axis the stack is at)
     for k in range(nc):
         found = _row_written(body, k, trips, consts, known)
-        # the carry read only by its write, the write only the new carry
-        if found is not None and readers.get(body.params[1 + k]) == 1 and \
-                readers[body.results[k]] == 1:
-            written[k] = found
+        view = _written_view(body.params[1 + k], body.results[k])
+        # the carry read only by its write (and its view's), the write only the new carry
+        if found is not None and readers.get(body.params[1 + k]) == (1 if view is None else 2) \
+                and readers[body.results[k]] == 1 and \
+                (view is None or readers[view] == readers[view.inputs[2]] == 1):
+            axis, first, value = found
+            key = () if view is None else body.results[k].attrs[0]
+            written[k] = (_view_key(key, axis, first, trips, loop.inputs[k].shape), value, axis)
+    grids = grids_written(body, trips, [k for k in range(nc) if k not in written], consts,
+                          known, readers)
+    moved = {}
+    if grids is not None:
+        moved, more = grids
+        written.update(more)
     if not written:
         return None
+    written = dict(sorted(written.items()))
     keep = [k for k in range(nc) if k not in written]
     ny = len(body.results) - nc
     results = [body.results[k] for k in keep] + list(body.results[nc:]) + \
-        [value for _, value in written.values()]
+        [value for _, value, _ in written.values()]
+    results = substitute(results, moved) if moved else results   # the rebuilt inner loops
     explicit = [body.params[0]] + [body.params[1 + k] for k in keep] + \
         list(body.params[1 + nc:1 + nc + nx])
     names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep
@@ -409,9 +452,13 @@ def _with_stacked_rows(loop: Node, known: dict):
     new_loop = rebuild_loop(loop, explicit, results, inputs, len(keep), names=names or ())
     finals = {old: make("proj", (new_loop,), (new,)) for new, old in enumerate(keep)}
     finals.update({nc + j: make("proj", (new_loop,), (len(keep) + j,)) for j in range(ny)})
-    for j, (k, (first, _)) in enumerate(written.items()):
+    for j, (k, (key, _, axis)) in enumerate(written.items()):
         stacked = make("proj", (new_loop,), (len(keep) + ny + j,))
+        if axis:   # the iterations' axis moved to the written one (out[:, i] = v, out[j, i] = v)
+            stacked = transpose(stacked, tuple(range(1, axis + 1)) + (0,) +
+                                tuple(range(axis + 1, stacked.ndim)))
         init = loop.inputs[k]
-        finals[k] = stacked if (first, trips) == (0, init.shape[0]) else \
-            setitem(init, stacked, (Slice(first, first + trips, 1),))
+        whole = all((s.start, s.stop) == (0, d) for s, d in zip(key, init.shape)) and \
+            stacked.shape == init.shape
+        finals[k] = stacked if whole else setitem(init, stacked, key)
     return finals

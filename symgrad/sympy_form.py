@@ -146,6 +146,8 @@ SCALAR = {
     "cbrt": lambda n, a: sympy.real_root(a, 3),
     "erf": lambda n, a: sympy.erf(a),
     "erfc": lambda n, a: sympy.erfc(a),
+    "lgamma": lambda n, a: sympy.loggamma(a),   # (symgrad's is log|gamma|: the same for a > 0)
+    "gamma": lambda n, a: sympy.gamma(a),
     "floor": lambda n, a: sympy.floor(a),
     "ceil": lambda n, a: sympy.ceiling(a),
     "rint": lambda n, a: sympy.Function("rint")(a),   # round half to even: no sympy builtin
@@ -250,12 +252,28 @@ def _leaf(n: Node, graph: Graph) -> np.ndarray:
     return np.vectorize(lambda v: number(v, n.dtype), otypes=[object])(np.asarray(value))
 
 
+def digamma_argument(n: Node) -> Node | None:
+    """``x`` where ``n`` is the node that ends ``ops.digamma(x)`` (a composition: its shift,
+    series and reflection would print as a page of Piecewise), else None. Nodes are
+    hash-consed, so rebuilding digamma of the candidate gives ``n`` itself exactly when it is
+    one."""
+    if n.op != "where" or n.inputs[0].op != "logical_and" or n.inputs[0].inputs[0].op != "lt":
+        return None
+    x = n.inputs[0].inputs[0].inputs[0]
+    return x if _ops.digamma(x) is n else None
+
+
 def node_values(graph: Graph) -> dict:
     """Every node of the graph as an object array of sympy expressions (the element form)."""
     values: dict[Node, np.ndarray] = {}
     for n in toposort(graph.outputs):
         if n.op in LEAVES:
             values[n] = _leaf(n, graph)
+            continue
+        x = digamma_argument(n)
+        if x is not None:   # psi(x) = polygamma(0, x), sympy's derivative of loggamma
+            values[n] = np.asarray(np.frompyfunc(lambda v: sympy.polygamma(0, v), 1, 1)(values[x]),
+                                   dtype=object)
             continue
         rule = SYMPY_RULES.get(n.op)
         if rule is None:
@@ -332,6 +350,9 @@ class _SymbolicLength:
 
     def value(self, n: Node, args):
         self.kind(n)
+        x = digamma_argument(n)
+        if x is not None:
+            return sympy.polygamma(0, self.values[x])
         if n.op in SCALAR:
             return SCALAR[n.op](n, *args)
         if n.op in ("sum", "prod", "max", "min"):
@@ -342,7 +363,7 @@ class _SymbolicLength:
         self.unsupported(n, "moves elements between positions")
 
     def run(self) -> dict:
-        values: dict[Node, object] = {}
+        values = self.values = {}
         for n in toposort(self.graph.outputs):
             values[n] = self.leaf(n) if n.op in LEAVES else \
                 self.value(n, [values[i] for i in n.inputs])

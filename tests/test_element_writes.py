@@ -1,0 +1,125 @@
+"""``xs[t][k] = v`` into an array held by a list or dict (Karpathy's min-char-rnn builds its
+one-hot inputs so: ``xs[t] = np.zeros((vocab, 1)); xs[t][inputs[t]] = 1``): NumPy's values and
+gradients where the write is seen through that slot only, and a clear refusal where NumPy's
+write would also change another name, another slot or the caller's array."""
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+TARGETS = ["python", "cpu"]
+VOCAB, HIDDEN, SEQ = 5, 4, 6
+
+
+def lossFun(Wxh, Whh, Why, bh, by, inputs, targets, hprev):
+    """min-char-rnn's forward pass, as written there (dicts keyed by t, hs[-1] the state)."""
+    xs, hs, ys, ps = {}, {}, {}, {}
+    hs[-1] = np.copy(hprev)
+    loss = 0
+    for t in range(len(inputs)):
+        xs[t] = np.zeros((VOCAB, 1))
+        xs[t][inputs[t]] = 1
+        hs[t] = np.tanh(np.dot(Wxh, xs[t]) + np.dot(Whh, hs[t - 1]) + bh)
+        ys[t] = np.dot(Why, hs[t]) + by
+        ps[t] = np.exp(ys[t]) / np.sum(np.exp(ys[t]))
+        loss += -np.log(ps[t][targets[t], 0])
+    return loss
+
+
+def _model(seed=0):
+    rng = np.random.default_rng(seed)
+    params = [rng.normal(size=s) * 0.3 for s in
+              ((HIDDEN, VOCAB), (HIDDEN, HIDDEN), (VOCAB, HIDDEN), (HIDDEN, 1), (VOCAB, 1))]
+    inputs = [int(i) for i in rng.integers(0, VOCAB, SEQ)]
+    targets = [int(i) for i in rng.integers(0, VOCAB, SEQ)]
+    return params, inputs, targets, rng.normal(size=(HIDDEN, 1)) * 0.1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("as_arrays", [False, True])
+def test_min_char_rnn_loss_and_gradient(target, as_arrays):
+    params, inputs, targets, hprev = _model()
+    if as_arrays:               # the indices as integer arrays: traced data, not constants
+        inputs, targets = np.array(inputs), np.array(targets)
+    f = sg.differentiate(lossFun, wrt=(0, 1, 2, 3, 4), target=target)
+    value, grads = f.value_and_grad(*params, inputs, targets, hprev)
+    np.testing.assert_allclose(value, lossFun(*params, inputs, targets, hprev), rtol=1e-13)
+    for k, g in enumerate(grads):            # central differences, every entry
+        fd = np.zeros_like(g)
+        for idx in np.ndindex(g.shape):
+            plus = [p.copy() for p in params]
+            minus = [p.copy() for p in params]
+            plus[k][idx] += 1e-6
+            minus[k][idx] -= 1e-6
+            fd[idx] = (lossFun(*plus, inputs, targets, hprev)
+                       - lossFun(*minus, inputs, targets, hprev)) / 2e-6
+        np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+    # the gradient clipping min-char-rnn then does, on what symgrad returned
+    clipped = [np.clip(g, -5, 5) for g in grads]
+    assert all(np.all(np.abs(c) <= 5) for c in clipped)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_lists_of_traced_arrays_and_constants(target):
+    def f(x):
+        xs = [x * 2.0, np.sin(x), np.zeros(3)]
+        xs[0][1] = x[2] ** 2
+        xs[2][0] = np.sum(x)
+        xs[1][-1] += 1.0
+        return xs[0] @ xs[1] + xs[2][0]
+    x = np.array([0.3, -1.2, 2.0])
+    np.testing.assert_allclose(sg.differentiate(f, target=target)(x), f(x.copy()), rtol=1e-14)
+    assert sg.check_grad(f, x) < 1e-7
+
+
+def test_writes_numpy_would_show_elsewhere_are_refused():
+    x = np.array([1.0, 2.0, 3.0])
+
+    def shared_name(x):
+        a = x * 2.0
+        xs = [a]
+        xs[0][1] = 5.0
+        return np.sum(a)         # NumPy: a changed too
+
+    def shared_slot(x):
+        xs = [x * 2.0] * 2
+        xs[0][1] = 5.0
+        return np.sum(xs[1])     # NumPy: the same array
+
+    def argument(x):
+        xs = {0: x}
+        xs[0][1] = 5.0           # NumPy: the caller's array
+        return np.sum(xs[0])
+
+    def copied_list(x):
+        xs = [x * 2.0]
+        ys = list(xs)
+        xs[0][1] = 5.0
+        return np.sum(ys[0])
+
+    def equal_elements(x):       # distinct arrays in NumPy, one node here: refused, with a way out
+        xs = [x * 2.0 for _ in range(2)]
+        xs[0][1] = 5.0
+        return np.sum(xs[1])
+
+    for fn, match in ((shared_name, "may share memory with 'a'"),
+                      (shared_slot, "an item repeated by a list"),
+                      (equal_elements, r"another element of 'xs' holds too \(or an equal one"),
+                      (argument, "argument 'x'"), (copied_list, "may share memory with 'ys'")):
+        with pytest.raises(sg.UnsupportedSyntaxError, match=match):
+            sg.differentiate(fn)(x)
+
+    def aliased_list(x):         # another name for the same list sees the write, as in NumPy
+        xs = [x * 2.0]
+        ys = xs
+        xs[0][1] = 5.0
+        return np.sum(ys[0])
+    assert sg.differentiate(aliased_list)(x) == aliased_list(x.copy())
+
+
+def test_other_chained_targets_still_name_the_construct():
+    def f(x):
+        x.T[0] = 1.0
+        return x
+    with pytest.raises(sg.UnsupportedSyntaxError, match="item assignment into an expression"):
+        sg.differentiate(f)(np.ones((2, 2)))
