@@ -280,8 +280,8 @@ class Expressions:
         if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
             copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
         else:
-            copied = isinstance(container, Node) and (gather_axis(key) is not None
-                                                     or numpy_extra.is_advanced(key))
+            copied = isinstance(container, Node) and not has_traced_slice(key) and (   # (a view)
+                gather_axis(key) is not None or numpy_extra.is_advanced(key))
         if copied:
             self.origins[node] = NO_BUFFERS
         elif not (isinstance(container, Node) and isinstance(value, Node) and value.ndim == 0):

@@ -357,3 +357,23 @@ def test_hvp_under_the_ptx_emulation():
     check_cuda(hv, [A, d], hv(A, d))
     assert_tree_close(hv(A, d), sg.hvp(lambda A: np.sum(cholesky(A)), target="cpu")(A, d),
                       1e-10, 1e-12, "hvp cpu vs python")
+
+
+# ---------------------------------------------------------------------------------------------
+# A bound slice is a view of its array, as in NumPy
+
+def written_after_slicing(L):
+    M = L.copy()
+    t = 0.0
+    for i in range(M.shape[0]):
+        v = M[i, :i]
+        M[i, 0] = M[i, 0] + 1.0     # NumPy's v sees this write
+        t = t + np.sum(v)
+    return t
+
+
+def test_a_write_into_the_array_a_bound_slice_views_is_refused():
+    """As for a static view (the zero-padded slice is a copy: a write after it would change
+    NumPy's answer and not ours)."""
+    with pytest.raises(sg.UnsupportedSyntaxError, match="may share memory with 'v'"):
+        sg.differentiate(written_after_slicing, target="python")(RNG.normal(size=(6, 6)))
