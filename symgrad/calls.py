@@ -17,7 +17,7 @@ import types
 import numpy as np
 
 from . import guards as guard_table
-from . import ops
+from . import index_writes, ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
@@ -74,8 +74,8 @@ _MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sor
 
 def _writes_out(fn, args, kwargs) -> bool:
     """A call that writes into an output array it is given, with traced data involved:
-    ``np.copyto(dst, src)`` or a ufunc with ``out=``."""
-    if fn is not np.copyto and not (isinstance(fn, np.ufunc) and (
+    ``np.copyto(dst, src)``, ``np.fill_diagonal(a, v)`` or a ufunc with ``out=``."""
+    if fn not in (np.copyto, np.fill_diagonal) and not (isinstance(fn, np.ufunc) and (
             kwargs.get("out") is not None or len(args) > fn.nin)):
         return False
     return any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
@@ -209,6 +209,14 @@ class Calls:
                 value = ops.where(where, value, args[0])
             self.write_out(target, value, frame, node, "np.copyto", casting)
             self.origins[node] = NO_BUFFERS   # np.copyto returns None
+            return None
+        if fn is np.fill_diagonal:      # a.flat[::n + 1] = val: unsafe casting, as a flat write
+            if len(node.args) < 2 or len(args) > 3 or set(kwargs) - {"wrap"}:
+                self.fail(node, "np.fill_diagonal with these arguments", "np.fill_diagonal(a, val, wrap=False)")
+            wrap = kwargs.get("wrap", args[2] if len(args) > 2 else False)
+            filled = index_writes.diagonal_filled(args[0], args[1], wrap)
+            self.write_out(node.args[0], filled, frame, node, "np.fill_diagonal", "unsafe")
+            self.origins[node] = NO_BUFFERS   # np.fill_diagonal returns None
             return None
         name = f"np.{fn.__name__}"
         if len(args) > fn.nin:

@@ -1,7 +1,9 @@
-"""``xs[t][k] = v`` into an array held by a list or dict (Karpathy's min-char-rnn builds its
-one-hot inputs so: ``xs[t] = np.zeros((vocab, 1)); xs[t][inputs[t]] = 1``): NumPy's values and
-gradients where the write is seen through that slot only, and a clear refusal where NumPy's
-write would also change another name, another slot or the caller's array."""
+"""In-place writes of textbook code: ``xs[t][k] = v`` into an array a list or dict holds
+(Karpathy's min-char-rnn builds its one-hot inputs so: ``xs[t] = np.zeros((vocab, 1));
+xs[t][inputs[t]] = 1``), ``num[range(n), range(n)] = 0`` (van der Maaten's tsne.py) and
+``np.fill_diagonal``: NumPy's values and gradients where the write is seen through that array
+only, and a clear refusal where NumPy's write would also change another name, another slot or
+the caller's array."""
 import numpy as np
 import pytest
 
@@ -123,3 +125,72 @@ def test_other_chained_targets_still_name_the_construct():
         return x
     with pytest.raises(sg.UnsupportedSyntaxError, match="item assignment into an expression"):
         sg.differentiate(f)(np.ones((2, 2)))
+
+
+def tsne_kl(Y, P):
+    """The KL cost of van der Maaten's reference tsne.py, as written there."""
+    sum_Y = np.sum(np.square(Y), 1)
+    num = -2. * np.dot(Y, Y.T)
+    num = 1. / (1. + np.add(np.add(num, sum_Y).T, sum_Y))
+    num[range(Y.shape[0]), range(Y.shape[0])] = 0.
+    Q = num / np.sum(num)
+    Q = np.maximum(Q, 1e-12)
+    return np.sum(P * np.log(P / Q))
+
+
+def filled(Y, v):
+    D = Y @ Y.T
+    np.fill_diagonal(D, 0.0)                  # a scalar
+    T = np.zeros((5, 3))
+    np.fill_diagonal(T, v, wrap=True)         # a tall array, wrapping; v traced
+    E = np.exp(Y[:3, :3])
+    np.fill_diagonal(E, v[:2])                # shorter than the diagonal: repeated
+    C = np.ones((3, 3, 3))
+    np.fill_diagonal(C, v[0])                 # 3-d: the main diagonal a[i, i, i]
+    for i in range(2):                        # in a loop: the array is carried
+        np.fill_diagonal(E, E[0, i] * 2)
+    return np.sum(D ** 2) + np.sum(T * Y) + np.sum(E) + np.sum(C * C)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tsne_cost_with_range_indices(target):
+    rng = np.random.default_rng(4)
+    Y = rng.normal(size=(7, 2))
+    P = rng.uniform(0.1, 1.0, size=(7, 7))
+    P = (P + P.T) / np.sum(P + P.T)
+    np.testing.assert_allclose(sg.differentiate(tsne_kl, target=target)(Y, P), tsne_kl(Y, P),
+                               rtol=1e-13)
+    assert sg.check_grad(tsne_kl, Y, P) < 1e-6
+    rows = lambda Y: np.sum(Y[range(1, 4)] ** 3) + np.sum(Y[range(0, 6, 2), 1])  # noqa: E731
+    np.testing.assert_allclose(sg.differentiate(rows, target=target)(Y), rows(Y), rtol=1e-14)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fill_diagonal_as_numpy(target):
+    rng = np.random.default_rng(5)
+    Y, v = rng.normal(size=(5, 3)), np.array([1.5, -2.0, 0.7])
+    np.testing.assert_allclose(sg.differentiate(filled, target=target)(Y, v), filled(Y.copy(), v),
+                               rtol=1e-14)
+    assert sg.check_grad(filled, Y, v, wrt=(0, 1)) < 1e-6
+
+
+def test_fill_diagonal_refusals_and_numpy_errors():
+    def into_argument(x):
+        np.fill_diagonal(x, 0.0)
+        return np.sum(x)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="argument array 'x'"):
+        sg.differentiate(into_argument)(np.ones((3, 3)))
+
+    def one_d(x):
+        y = x * 2
+        np.fill_diagonal(y, 0.0)
+        return np.sum(y)
+    with pytest.raises(ValueError, match="at least 2-d"):
+        sg.differentiate(one_d)(np.ones(3))
+
+    def not_cube(x):
+        y = np.ones((2, 3, 2)) * x
+        np.fill_diagonal(y, 0.0)
+        return np.sum(y)
+    with pytest.raises(ValueError, match="equal length"):
+        sg.differentiate(not_cube)(1.0)
