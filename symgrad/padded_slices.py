@@ -3,9 +3,10 @@ loop region, as full-length arrays padded with zeros.
 
 The loop region traces its body once, so a value's shape must be the same in every iteration:
 ``x[:i]`` has none. Where it flows only into consumers for which zeros past the slice change
-nothing (a sum over that axis, a dot or matmul contracting it, elementwise products and sums of
-slices with the same bounds, scaling by a value that does not span that axis), it is the whole
-axis with every element outside the slice replaced by zero: ``where(lo <= arange(n) < hi, x, 0)``.
+nothing (a sum over that axis, a dot or matmul contracting it, its 2-norm, elementwise
+products and sums of slices with the same bounds, scaling by a value that does not span that
+axis; a mean divides the sum by the slice's length), it is the whole axis with every element
+outside the slice replaced by zero: ``where(lo <= arange(n) < hi, x, 0)``.
 The select (never a product with a 0/1 mask) makes the cotangent of an element outside the
 slice a structural zero, whatever the values there (inf, nan).
 
@@ -248,6 +249,16 @@ def mean(p: Padded, axis=None, dtype=None, out=None, keepdims=False, *, where=Tr
     return ops.div(total, count * others if others != 1 else count)
 
 
+def norm(p: Padded, ord=None, axis=None, keepdims=False):
+    """``np.linalg.norm`` of the 2-norm / Frobenius kind over every axis: zeros add nothing
+    to the sum of squares (another order or axis: unrolled)."""
+    if ord is not None or axis is not None and not (p.value.ndim == 1 and axis in (0, -1)):
+        raise unsupported("this np.linalg.norm of a slice whose length depends on a loop index",
+                          WHY)
+    from .numpy_reductions import norm as whole
+    return whole(p.value, None, axis, keepdims)
+
+
 def _tf(reduction):
     def build(input_tensor, axis=None, keepdims=False, name=None):
         return reduction(input_tensor, tuple(axis) if isinstance(axis, list) else axis,
@@ -263,7 +274,7 @@ def _vector_product(a, b):
 
 _CALLS = {
     "sum": reduce_sum, "reduce_sum": _tf(reduce_sum), "mean": mean, "reduce_mean": _tf(mean),
-    "dot": contract, "matmul": matmul, "inner": _vector_product, "vdot": _vector_product,
+    "norm": norm, "dot": contract, "matmul": matmul, "inner": _vector_product, "vdot": _vector_product,
     "multiply": functools.partial(binop, ast.Mult), "add": functools.partial(binop, ast.Add),
     "subtract": functools.partial(binop, ast.Sub), "divide": functools.partial(binop, ast.Div),
     "true_divide": functools.partial(binop, ast.Div), "negative": negative,

@@ -78,7 +78,7 @@ def gram_schmidt(A):
 def consumers(x, w, A):
     """The other uses the zeros are exact for: a product of two slices, a scale (by a scalar,
     a division, a power), a sum of two slices, a sum over the other axis, np.inner, a mean,
-    a suffix and a slice with both bounds traced."""
+    2-norms, a suffix and a slice with both bounds traced."""
     n = x.shape[0]
     t = 0.0
     for i in range(n):
@@ -86,6 +86,7 @@ def consumers(x, w, A):
         t = t + np.sum(p + 2.0 * x[:i] - w[:i] / 3.0) + np.inner(x[i:], w[i:])
         t = t + np.sum(np.sum(A[:, :i], axis=0) * x[:i]) + np.sum(x[:i + 1] ** 2)
         t = t + np.mean(w[:i + 1]) + x[i:].sum() * 0.5 - np.dot(-x[n - 1 - i:i], w[n - 1 - i:i])
+        t = t + np.linalg.norm(x[:i + 1]) + np.linalg.norm(A[:, i:])
     return t
 
 
@@ -179,7 +180,8 @@ def test_the_empty_slice_sums_to_zero(target):
     def first_terms(x):
         t = 0.0
         for i in range(x.shape[0]):
-            t = t + (np.sum(x[:i]) + 1.0) * x[i] + np.dot(x[i + 1:], x[i + 1:])
+            t = t + (np.sum(x[:i]) + 1.0) * x[i] + np.dot(x[i + 1:], x[i + 1:]) + \
+                np.linalg.norm(x[:i + 1])
         return t
     x = RNG.normal(size=6)
     f = sg.differentiate(first_terms, target=target)
@@ -187,7 +189,7 @@ def test_the_empty_slice_sums_to_zero(target):
     np.testing.assert_allclose(f(x), first_terms(x), rtol=1e-12)
     np.testing.assert_allclose(f.grad(x), central_difference(first_terms, [x], 0), rtol=1e-6, atol=1e-8)
     one = np.array([2.0])   # a single iteration, i = 0: both slices empty
-    np.testing.assert_allclose(sg.differentiate(first_terms, target=target)(one), 2.0)
+    np.testing.assert_allclose(sg.differentiate(first_terms, target=target)(one), 4.0)
 
 
 @pytest.mark.parametrize("target", TARGETS)
