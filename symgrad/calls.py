@@ -26,7 +26,7 @@ from .loop_plan import out_keyword
 from .array_methods import (_NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod,
                             python_scalar)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
-                          RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
+                          OPERATOR_FUNCTIONS, RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
@@ -398,6 +398,14 @@ class Calls:
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
         if fn is builtins.map and len(args) >= 2 and not kwargs:   # each call traced like f(x)
             return iter([self.call(args[0], list(items), {}, node) for items in zip(*args[1:])])
+        if fn in OPERATOR_FUNCTIONS and len(args) == 2 and not kwargs:   # operator.add(a, b)
+            return self.binop(OPERATOR_FUNCTIONS[fn](), args[0], args[1], node)
+        if fn is functools.reduce and 2 <= len(args) <= 3 and not kwargs:   # each step traced
+            items = iter(args[1])
+            acc = args[2] if len(args) == 3 else next(items, MISSING)
+            if acc is MISSING:
+                raise TypeError("reduce() of empty iterable with no initial value")
+            return functools.reduce(lambda a, b: self.call(args[0], [a, b], {}, node), items, acc)
         call_method = _python_call_method(fn)
         if call_method is not None:       # a layer object, self.dense(x): its __call__, inlined
             return self.call_python(call_method, [fn] + list(args), kwargs, node)

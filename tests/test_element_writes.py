@@ -4,6 +4,8 @@ xs[t][inputs[t]] = 1``), ``num[range(n), range(n)] = 0`` (van der Maaten's tsne.
 ``np.fill_diagonal``: NumPy's values and gradients where the write is seen through that array
 only, and a clear refusal where NumPy's write would also change another name, another slot or
 the caller's array."""
+import re
+
 import numpy as np
 import pytest
 
@@ -194,3 +196,57 @@ def test_fill_diagonal_refusals_and_numpy_errors():
         return np.sum(y)
     with pytest.raises(ValueError, match="equal length"):
         sg.differentiate(not_cube)(1.0)
+
+
+def conv_rows(img, k):
+    out = np.zeros((img.shape[0] - 2, img.shape[1] - 2))
+    for i in range(img.shape[0] - 2):
+        for j in range(img.shape[1] - 2):
+            out[i][j] = np.sum(img[i:i + 3, j:j + 3] * k)     # C-style: through the row's view
+    return np.sum(out ** 2)
+
+
+def conv_pairs(img, k):
+    out = np.zeros((img.shape[0] - 2, img.shape[1] - 2))
+    for i in range(img.shape[0] - 2):
+        for j in range(img.shape[1] - 2):
+            out[i, j] = np.sum(img[i:i + 3, j:j + 3] * k)
+    return np.sum(out ** 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_row_views_item_is_the_arrays_item(target):
+    """A[i][j] = v (i an integer, static or a loop index) writes A[i, j]: the same graph as
+    the tuple index (so the nested loops' write is the same stacked output); a slice's row
+    (A[0:2][1] = v) is not taken; the caller's array is never written."""
+    rng = np.random.default_rng(6)
+    img, k = rng.normal(size=(12, 10)), rng.normal(size=(3, 3))
+    f = sg.differentiate(conv_rows, wrt=(0, 1), target=target)
+    np.testing.assert_allclose(f(img, k), conv_rows(img, k), rtol=1e-13)
+    assert sg.check_grad(conv_rows, img, k, wrt=(0, 1)) < 1e-7
+    def listing(fn):
+        text = sg.differentiate(fn, wrt=(0, 1)).grad.ir_for(img, k)
+        return re.sub(r"line \d+", "line", text.replace(fn.__name__, "conv"))
+    assert listing(conv_rows) == listing(conv_pairs)
+
+    def static(x):
+        A = np.zeros((3, 4))
+        A[1][2] = x[0]
+        A[-1][1:3] = x[1:3]
+        A[0][[0, 3]] = x[3]
+        return np.sum(A * np.arange(12.0).reshape(3, 4))
+    x = rng.normal(size=4)
+    np.testing.assert_allclose(sg.differentiate(static, target=target)(x), static(x), rtol=1e-14)
+
+    def argument(x):
+        x[0][1] = 2.0
+        return np.sum(x)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="argument array 'x'"):
+        sg.differentiate(argument, target=target)(np.ones((2, 2)))
+
+    def slice_row(x):
+        A = np.zeros((3, 3))
+        A[0:2][1] = x
+        return np.sum(A)
+    with pytest.raises(sg.UnsupportedSyntaxError, match="item assignment into an expression"):
+        sg.differentiate(slice_row, target=target)(np.ones(3))
