@@ -340,8 +340,7 @@ class Calls:
             handler = CALLABLES.get(fn)
         except TypeError:
             handler = None
-        padded = holds_padded([args, kwargs])   # x[:i] in a loop region (symgrad.padded_slices)
-        if handler is not None and padded:
+        if handler is not None and holds_padded([args, kwargs]):   # x[:i] in a loop region
             return self.traced(node, padded_call, handler.__name__, args, kwargs)
         if handler is not None:
             try:
@@ -355,8 +354,7 @@ class Calls:
                     raise
                 self.fail(node, e.construct, e.hint)   # a builder's refusal, at this line
         library_name = numpy_name(fn)
-        if library_name is not None and (
-                padded or any(True for _ in walk_nodes(list(args) + list(kwargs.values())))):
+        if library_name is not None and (holds_padded([args, kwargs]) or any(True for _ in walk_nodes([args, kwargs]))):
             # recognised by what it is, never inlined (its source is NumPy's internals)
             self.fail(node, f"{library_name} is not supported",
                       "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")
