@@ -13,7 +13,9 @@ alternate run by run; medians and ranges over ``--runs`` processes, and the load
 Cases: lj20, lj200 (Lennard-Jones, the pair loop, 20 / 200 particles), ljvec20, ljvec200 (the
 same energy vectorised: all pairs at once, the upper triangle kept), coulomb200 (the
 Coulomb energy of 200 charges, the gradient with respect to positions and charges), fsub100
-(forward substitution, n = 100, the gradient with respect to L and b).
+(forward substitution, n = 100, the gradient with respect to L and b), fsubslice100 (the same
+with the inner loop written ``L[i, :i] @ y[:i]``), cholslice30, cholslice100
+(Cholesky-Banachiewicz with ``np.dot(L[i, :j], L[j, :j])``, the gradient of the sum of L).
 """
 from __future__ import annotations
 
@@ -67,6 +69,29 @@ def forward_substitution(L, b):
     return np.sum(y)
 
 
+def forward_substitution_sliced(L, b):
+    """The textbook form: the inner loop as a dot of two prefix slices."""
+    n = b.shape[0]
+    y = np.zeros_like(b)
+    for i in range(n):
+        y[i] = (b[i] - L[i, :i] @ y[:i]) / L[i, i]
+    return np.sum(y)
+
+
+def cholesky_sliced(A):
+    """Cholesky-Banachiewicz with np.dot of two prefix slices."""
+    n = A.shape[0]
+    L = np.zeros_like(A)
+    for i in range(n):
+        for j in range(i + 1):
+            s = np.dot(L[i, :j], L[j, :j])
+            if i == j:
+                L[i, j] = np.sqrt(A[i, i] - s)
+            else:
+                L[i, j] = (A[i, j] - s) / L[j, j]
+    return np.sum(L)
+
+
 def _positions(n):
     side = int(np.ceil(n ** (1 / 3)))
     grid = np.array([[k % side, (k // side) % side, k // side ** 2] for k in range(n)], float)
@@ -81,11 +106,17 @@ def case(name):
         return coulomb, (0, 1), (_positions(n), np.random.default_rng(1).normal(size=n))
     if name.startswith("lj"):
         return lennard_jones, 0, (_positions(int(name[2:])),)
+    if name.startswith("cholslice"):
+        n = int(name[9:])
+        m = np.random.default_rng(0).normal(size=(n, n))
+        return cholesky_sliced, 0, (m @ m.T + n * np.eye(n),)
     if name.startswith("fsub"):
-        n = int(name[4:])
+        sliced = name.startswith("fsubslice")
+        n = int(name[9 if sliced else 4:])
         rng = np.random.default_rng(0)
         L = np.tril(rng.normal(size=(n, n))) * 0.1 + 3 * np.eye(n)
-        return forward_substitution, (0, 1), (L, rng.normal(size=n))
+        return forward_substitution_sliced if sliced else forward_substitution, (0, 1), \
+            (L, rng.normal(size=n))
     raise SystemExit(f"unknown case {name!r}")
 
 

@@ -52,13 +52,19 @@ class Buffer:
         self.maybe_scalar = maybe_scalar
 
 
+class ArrayStandIn:
+    """A tracer value that stands for an array without being a node (a zero-padded ``x[:i]``,
+    ``symgrad.padded_slices``): it lives in buffers, a view of what it was sliced from."""
+    __slots__ = ()
+
+
 def holds_array(value) -> bool:
     """Whether ``value`` is, or contains, an array of at least one dimension or a constant 0-d
     ndarray (iterative). A traced 0-d value's kind is its binding's (see the module doc)."""
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, np.ndarray) or (isinstance(v, Node) and v.ndim):
+        if isinstance(v, (np.ndarray, ArrayStandIn)) or (isinstance(v, Node) and v.ndim):
             return True
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
@@ -69,7 +75,7 @@ def holds_array(value) -> bool:
 
 def holds_data(value) -> bool:
     """Whether ``value`` is, or contains, a traced value or a NumPy array (iterative)."""
-    return any(isinstance(v, (Node, np.ndarray)) for v in _leaves(value))
+    return any(isinstance(v, (Node, np.ndarray, ArrayStandIn)) for v in _leaves(value))
 
 
 def is_array(value) -> bool:

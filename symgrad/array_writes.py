@@ -25,6 +25,7 @@ from .expressions import check_static_key
 from .ir import INT_DTYPES, Node
 from .numpy_indexing import has_window, is_advanced, window_write
 from .loop_plan import row_view_pairs
+from .padded_slices import WHY, has_traced_slice
 from .scope import Frame, walk_nodes
 
 
@@ -40,6 +41,8 @@ class ArrayWrites:
             self.in_bounds(key, container)
         if bounds:                             # y[i] = v with i a loop index
             return ops.row_update(container, key, value, from_end=bounds[0] < 0)
+        if has_traced_slice(key):              # y[:i] = v: its length varies (unrolled)
+            self.fail(node, "a write into a slice whose length depends on a loop index", WHY)
         if has_window(key):                    # y[i:i + k] = v with i a loop index
             if not isinstance(_lift_constant(container), Node):
                 self.fail(node, f"a slice with traced bounds into a {type(container).__name__}")

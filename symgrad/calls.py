@@ -32,6 +32,7 @@ from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
 from .ir import Node, make, substitute
 from .numpy_api import CALLABLES, DUALS, bind_scipy, check_call, numpy_name
+from .padded_slices import call as padded_call, holds_padded
 from .runtime import flat_plan, flat_values, replace_leaves, unflatten_tree, zero_standin
 from .scope import MISSING, SAFE_BUILTINS, Frame, InterpFunction, closure_of, is_data, walk_nodes
 from .source import function_source
@@ -339,6 +340,8 @@ class Calls:
             handler = CALLABLES.get(fn)
         except TypeError:
             handler = None
+        if handler is not None and holds_padded([args, kwargs]):   # x[:i] in a loop region
+            return self.traced(node, padded_call, handler.__name__, args, kwargs)
         if handler is not None:
             try:
                 check_call(handler, args, kwargs)
@@ -351,7 +354,7 @@ class Calls:
                     raise
                 self.fail(node, e.construct, e.hint)   # a builder's refusal, at this line
         library_name = numpy_name(fn)
-        if library_name is not None and any(True for _ in walk_nodes(list(args) + list(kwargs.values()))):
+        if library_name is not None and (holds_padded([args, kwargs]) or any(True for _ in walk_nodes([args, kwargs]))):
             # recognised by what it is, never inlined (its source is NumPy's internals)
             self.fail(node, f"{library_name} is not supported",
                       "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")

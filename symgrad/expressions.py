@@ -21,6 +21,8 @@ from .ir import INT_DTYPES, Node
 from .loop_plan import _int_range, stackable
 from .array_methods import node_attribute
 from .numpy_api import DUALS
+from . import padded_slices
+from .padded_slices import Padded, TracedSlice, has_traced_slice
 from .scope import MISSING, Frame, is_data
 
 MAX_CALL_DEPTH = 40
@@ -136,6 +138,8 @@ class Expressions:
         return value
 
     def binop(self, op, a, b, node):
+        if isinstance(a, Padded) or isinstance(b, Padded):   # x[:i] in a loop region
+            return self.traced(node, padded_slices.binop, type(op), a, b)
         if is_data(a) or is_data(b):
             build = _NODE_BINOPS.get(type(op))
             if build is None and type(op) in _BOOL_BINOPS and _boolean(a) and _boolean(b):
@@ -154,6 +158,8 @@ class Expressions:
         v = self.eval(node.operand, frame)
         if isinstance(node.op, ast.Not):
             return ops.logical_not(v) if is_data(v) else not v
+        if isinstance(node.op, ast.USub) and isinstance(v, Padded):
+            return padded_slices.negative(v)
         if isinstance(node.op, ast.USub):
             return ops.weak_result(ops.neg(v), v) if is_data(v) else -v
         if isinstance(node.op, ast.UAdd):
@@ -249,6 +255,8 @@ class Expressions:
         value = self.eval(node.value, frame)
         if isinstance(value, Node):
             return node_attribute(value, node.attr, self, node)
+        if isinstance(value, Padded):
+            return self.traced(node, padded_slices.attribute, value, node.attr)
         if isinstance(value, types.ModuleType) or isinstance(value, (list, tuple, dict, str,
                                                                         numbers.Number, np.ndarray, np.dtype)):
             try:
@@ -275,8 +283,8 @@ class Expressions:
         if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
             copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
         else:
-            copied = isinstance(container, Node) and (gather_axis(key) is not None
-                                                     or numpy_extra.is_advanced(key))
+            copied = isinstance(container, Node) and not has_traced_slice(key) and (   # (a view)
+                gather_axis(key) is not None or numpy_extra.is_advanced(key))
         if copied:
             self.origins[node] = NO_BUFFERS
         elif not (isinstance(container, Node) and isinstance(value, Node) and value.ndim == 0):
@@ -290,6 +298,21 @@ class Expressions:
     def subscript(self, container, key, node):
         if isinstance(container, np.ndarray) and is_data(key):
             container = ops.lift(container)      # a constant table indexed by traced labels
+        if has_traced_slice(key):                # x[:i] in a loop region: zero-padded
+            if isinstance(container, np.ndarray):
+                container = ops.lift(container)
+            items = key if isinstance(key, tuple) else (key,)
+            traced = [k for k in items if isinstance(k, TracedSlice)]
+            arrays = [k for k in items if isinstance(k, (list, np.ndarray, bool)) or
+                      is_data(k) and (k.ndim or k.dtype not in INT_DTYPES)]
+            if not isinstance(container, Node) or arrays or len(traced) > 1:
+                self.fail(node, "a slice whose length depends on a loop index, here",
+                          padded_slices.WHY)
+            whole = tuple(slice(None) if isinstance(k, TracedSlice) else k for k in items)
+            full = self.subscript(container, whole if isinstance(key, tuple) else whole[0], node)
+            return self.traced(node, padded_slices.padded, full,
+                               padded_slices.sliced_axis(container, key), traced[0],
+                               getattr(self, "index_ranges", {}))
         if numpy_extra.indexing.has_window(key):
             if isinstance(container, np.ndarray):
                 container = ops.lift(container)   # a constant table read by a window
@@ -337,13 +360,16 @@ class Expressions:
         gather by symgrad.numpy_indexing), or None for other traced bounds."""
         start, stop, step = parts
         step = 1 if step is None else step
-        if not isinstance(step, numbers.Integral) or isinstance(step, bool) or \
-                start is None or stop is None:
+        if not isinstance(step, numbers.Integral) or isinstance(step, bool):
             return None
         ranges = getattr(self, "index_ranges", {})
         if any(_int_range(p, ranges) is None for p in (start, stop) if is_data(p)):
             return None
-        return numpy_extra.indexing.Window(start, stop, int(step))
+        window = None if start is None or stop is None else \
+            numpy_extra.indexing.Window(start, stop, int(step))
+        if step == 1 and (window is None or numpy_extra.indexing.window_span(window) is None):
+            return TracedSlice(start, stop)   # x[:i], x[i:], x[j:i]: its length varies
+        return window
 
     def expr_Index(self, node, frame):  # Python < 3.9 compatibility
         return self.eval(node.value, frame)

@@ -21,7 +21,7 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import (NO_BUFFERS, Buffer, foreign_buffers, fresh_buffers, holds_array,
+from .aliases import (NO_BUFFERS, ArrayStandIn, Buffer, foreign_buffers, fresh_buffers, holds_array,
                       holds_data, in_place_result, is_array, kind_conflict, maybe_scalar_reasons,
                       row_buffers)
 from .errors import UnsupportedSyntaxError
@@ -214,6 +214,8 @@ class Tracer(Expressions, Comprehensions, Calls, Loops, ControlFlow, ArrayWrites
             current = frame.lookup(target.id, target)
             operand = self.eval(stmt.value, frame)
             in_place = _CONTAINER_IN_PLACE.get((type(current), type(stmt.op)))
+            if isinstance(current, ArrayStandIn):   # x[:i] in a loop region: NumPy writes into x
+                self.fail(stmt, "augmented assignment to a slice whose length depends on a loop index")
             if in_place is not None:         # l += [...], l *= n, d |= {...}: the same object
                 in_place(current, operand)
                 added = self.origin_of(stmt.value, frame) or fresh_buffers(operand)

@@ -19,7 +19,8 @@ such a loop never unrolls, so neither does the loop around it.
 
 What a loop region cannot express falls back to unrolling, which is also kept as the
 optimisation for short loops: ``return`` in the body, a list indexed by the loop index, a
-static value the body needs (``x[:i]``), containers rebound in the body.
+static value the body needs (``len(x[:i])``; ``x[:i]`` read only by sums and dots is zero-padded
+instead, ``symgrad.padded_slices``), containers rebound in the body.
 
 A ``while`` on data (``symgrad.while_loops``) is traced through :meth:`Loops.loop_region` too
 (``force``: it cannot unroll); the guards of while loops in a body are carried, one bool per
@@ -41,6 +42,7 @@ from .loop_plan import (_Plan, _body_facts, _carry_type, _int_range, _length, _p
 from .loop_plan import (carry_buffers, check_carried_memory, container_carries, drop_leaves,
                         leaves_after_body, rebuild_carry, shown_carry)
 from .loop_steps import DONE, LoopSteps
+from .padded_slices import holds_padded, read_outside
 from .scope import MISSING, Break, Continue, Return, Undefined, fork, walk_nodes
 
 # Loops of at most this many iterations are unrolled (cheaper than a loop for LLVM and as
@@ -401,7 +403,12 @@ class Loops(LoopSteps):
                                 _read_as(ph, after[0], [child.env.get(c) for c, _ in carried]))
             new.append(ops.lift(value) if isinstance(value, Node) else
                        ops.full((), value, kind[0]))
-        # Variables first bound in the body: their last value, carried from zeros.
+        # Variables first bound in the body: their last value, carried from zeros. (One holding
+        # a zero-padded x[:i] cannot be, nor read after the loop: unrolled.)
+        padded = [name for name in assigned if name not in frame.env and
+                  holds_padded(child.env.get(name))]
+        if padded and read_outside(frame.source.tree, stmt, padded):
+            raise _Fallback()
         fresh = [name for name in assigned if name not in frame.env and name not in targets
                  and isinstance(child.env.get(name), Node)]
         for name in fresh:
@@ -438,6 +445,8 @@ class Loops(LoopSteps):
         ys = []
         for name, recorder in lists.items():
             for item in list.__iter__(recorder):
+                if holds_padded(item):
+                    raise _Fallback()
                 item = ops.lift(item)
                 ys.append(item)
         index_name = targets[0] if targets and plan.parts[0][0] in ("range", "span") else "i"
