@@ -283,8 +283,10 @@ class Expressions:
         if isinstance(container, np.ndarray):   # NumPy itself says whether it is a view
             copied = not (isinstance(value, np.ndarray) and np.may_share_memory(value, container))
         else:
-            copied = isinstance(container, Node) and not has_traced_slice(key) and (   # (a view)
-                gather_axis(key) is not None or numpy_extra.is_advanced(key))
+            # a traced slice (x[:i]) is a view; so is a row at a traced integer scalar (a loop
+            # index, np.argmax(x)): NumPy's basic integer index, M[i] as M[0]
+            copied = isinstance(container, Node) and not has_traced_slice(key) and (
+                gather_axis(key) is not None or numpy_extra.is_advanced(_scalars_basic(key)))
         if copied:
             self.origins[node] = NO_BUFFERS
         elif not (isinstance(container, Node) and isinstance(value, Node) and value.ndim == 0):
@@ -448,6 +450,14 @@ def _binop_origin(node, value, items: frozenset):
 
 def _has_ellipsis(key) -> bool:
     return key is Ellipsis or (isinstance(key, tuple) and any(k is Ellipsis for k in key))
+
+
+def _scalars_basic(key):
+    """``key`` with each traced 0-d integer item as the integer 0 (the kind NumPy gives it:
+    basic indexing, whatever its value)."""
+    def basic(k):
+        return 0 if isinstance(k, Node) and k.ndim == 0 and k.dtype in INT_DTYPES else k
+    return tuple(map(basic, key)) if isinstance(key, tuple) else basic(key)
 
 
 def _is_index_array(k) -> bool:

@@ -103,7 +103,27 @@ def bump(a):
     return a
 
 
+def row_at_loop_index_then_write(x):
+    M = np.outer(x, x)
+    t = 0.0
+    for i in range(M.shape[0]):
+        v = M[i]                     # a view of row i, as M[0] is
+        M[i, 0] = M[i, 0] + 1.0      # NumPy: v sees this
+        t = t + np.sum(v)
+    return t
+
+
+def row_at_data_index_then_write(x):
+    M = np.outer(x, x)
+    k = np.argmax(x)                 # a NumPy integer scalar: basic indexing, a view
+    v = M[k]
+    M[k, 0] = 9.0
+    return np.sum(v)
+
+
 REFUSED = [
+    (row_at_loop_index_then_write, "'v'"),
+    (row_at_data_index_then_write, "'v'"),
     (write_through_slice_of_argument, "argument 'x'"),
     (augment_reshape_of_argument, "argument 'x'"),
     (augment_transpose_of_argument, "argument 'x'"),
