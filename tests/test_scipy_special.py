@@ -211,6 +211,41 @@ def test_logsumexp_weights_and_sign():
     np.testing.assert_allclose(gb[2, 1], np.exp(5.0) / np.sum(b[2] * np.exp(a[2])), rtol=1e-14)
 
 
+@IGNORE_FLOAT_WARNINGS
+def test_logsumexp_shapes():
+    a = _rng(5).normal(size=(4, 6))
+    row = _rng(6).uniform(0.1, 2, size=6)
+    for fn, args in ((lambda a: S.logsumexp(a, axis=-1), (a,)),
+                     (lambda a: S.logsumexp(a, keepdims=True), (a,)),
+                     (lambda a, b: S.logsumexp(a, axis=1, b=b), (a, row)),   # b broadcasts
+                     (lambda a, b: S.logsumexp(a, b=b, axis=0, keepdims=True), (a, row)),
+                     (lambda a: S.logsumexp(a), (np.float64(0.3),)),            # 0-d
+                     (lambda a: S.logsumexp(a, axis=0), (a[0, 0],))):
+        got = _both(fn, *args)
+        want = fn(*args)
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+        assert sg.check_grad(fn, *args) < 1e-7
+    # a Python float is a 0-d traced value too
+    assert sg.differentiate(lambda x: S.logsumexp(x) + S.expit(x))(0.5) == \
+        pytest.approx(0.5 + S.expit(0.5), rel=1e-15)
+
+
+def test_forward_mode_and_vmap():
+    x = _rng(8).normal(size=(3, 5))
+    t = _rng(9).normal(size=(3, 5))
+
+    def f(x):
+        return S.logsumexp(x, axis=1) + np.sum(S.expit(x) * S.log_ndtr(x), axis=1)
+    value, tangent = sg.jvp(f)(x, t)
+    np.testing.assert_allclose(value, f(x), rtol=1e-14)
+    jac = sg.jacobian(f, mode="rev")(x)
+    np.testing.assert_allclose(tangent, np.einsum("iab,ab->i", jac, t), rtol=1e-13)
+    per_row = sg.vmap(lambda r: S.logsumexp(r) + S.softmax(r)[0])(x)
+    np.testing.assert_allclose(per_row, S.logsumexp(x, axis=1) + S.softmax(x, axis=1)[:, 0],
+                               rtol=1e-14)
+
+
 def test_softmax_along_an_axis_and_over_everything():
     x = _rng(3).normal(size=(3, 4))
     whole = _both(lambda x: S.softmax(x), x)
