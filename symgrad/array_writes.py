@@ -180,7 +180,8 @@ class ArrayWrites:
             self.bind_row_view(name, base, index, frame)
 
     def element_written(self, target, key, value, frame: Frame):
-        """``xs[t][k] = v`` with ``xs`` a list or dict of arrays (min-char-rnn's one-hot
+        """``A[i][j] = v`` with ``A`` an array, ``i`` an integer: ``A[i, j] = v`` (NumPy writes
+        through the row's view). ``xs[t][k] = v`` with ``xs`` a list or dict of arrays (min-char-rnn's one-hot
         ``xs[t][inputs[t]] = 1``): the array in that slot updated functionally. Allowed where
         NumPy's write is seen through that slot only: the container holds no memory the
         function did not make, no live name but those bound to the container shares memory
@@ -189,9 +190,18 @@ class ArrayWrites:
         ``[np.zeros_like(x) for _ in r]`` is refused: a 2-d array is the way there."""
         outer_expr = target.value
         outer = self.eval(outer_expr.value, frame) if isinstance(outer_expr, ast.Subscript) else None
+        if isinstance(outer, (Node, np.ndarray)) and isinstance(outer_expr.value, ast.Name):
+            slot = self.eval(outer_expr.slice, frame)   # A[i][j] = v: A[i] is a view of row i
+            if isinstance(slot, numbers.Integral) or (isinstance(slot, Node) and slot.ndim == 0
+                                                      and slot.dtype in INT_DTYPES):
+                whole = ast.copy_location(ast.Subscript(value=outer_expr.value, slice=target.slice,
+                                                        ctx=ast.Store()), target)
+                rest = key if isinstance(key, tuple) else (key,)
+                return self.assign_item(whole, value, frame, target, (slot,) + rest)
         if not isinstance(outer, (list, dict)) or not isinstance(outer_expr.value, ast.Name):
-            self.fail(target, "item assignment into an expression (only 'name[index] = value' "
-                      "and 'name[i][j] = value' for a list or dict 'name' of arrays)")
+            self.fail(target, "item assignment into an expression (only 'name[index] = value', "
+                      "'A[i][j] = value' for an array 'A' and an integer 'i', and "
+                      "'xs[t][k] = value' for a list or dict 'xs' of arrays)")
         name = outer_expr.value.id
         slot = self.eval(outer_expr.slice, frame)
         element = outer[slot]

@@ -17,7 +17,7 @@ import types
 import numpy as np
 
 from . import guards as guard_table
-from . import ops
+from . import index_writes, ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
@@ -26,7 +26,7 @@ from .loop_plan import out_keyword
 from .array_methods import (_NODE_METHODS, _VIEW_FUNCTIONS, _VIEW_METHODS, _BoundNodeMethod,
                             python_scalar)
 from .expressions import (_PURE_MODULES, _STRUCTURAL_BUILTINS, LIBRARY_PACKAGES, MAX_CALL_DEPTH,
-                          RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
+                          OPERATOR_FUNCTIONS, RANDOM_DRAW, RANDOM_HINT, draws_random_numbers)
 from .checkpoint import Checkpoint, checkpoint, trace_call as trace_checkpoint
 from .custom_gradient import CustomGradient, apply_rule
 from .errors import UnsupportedSyntaxError
@@ -73,8 +73,8 @@ _MUTATING_METHODS = _ADDING_METHODS | {"pop", "popitem", "remove", "clear", "sor
 
 def _writes_out(fn, args, kwargs) -> bool:
     """A call that writes into an output array it is given, with traced data involved:
-    ``np.copyto(dst, src)`` or a ufunc with ``out=``."""
-    if fn is not np.copyto and not (isinstance(fn, np.ufunc) and (
+    ``np.copyto(dst, src)``, ``np.fill_diagonal(a, v)`` or a ufunc with ``out=``."""
+    if fn not in (np.copyto, np.fill_diagonal) and not (isinstance(fn, np.ufunc) and (
             kwargs.get("out") is not None or len(args) > fn.nin)):
         return False
     return any(True for _ in walk_nodes(list(args) + list(kwargs.values())))
@@ -208,6 +208,14 @@ class Calls:
                 value = ops.where(where, value, args[0])
             self.write_out(target, value, frame, node, "np.copyto", casting)
             self.origins[node] = NO_BUFFERS   # np.copyto returns None
+            return None
+        if fn is np.fill_diagonal:      # a.flat[::n + 1] = val: unsafe casting, as a flat write
+            if len(node.args) < 2 or len(args) > 3 or set(kwargs) - {"wrap"}:
+                self.fail(node, "np.fill_diagonal with these arguments", "np.fill_diagonal(a, val, wrap=False)")
+            wrap = kwargs.get("wrap", args[2] if len(args) > 2 else False)
+            filled = index_writes.diagonal_filled(args[0], args[1], wrap)
+            self.write_out(node.args[0], filled, frame, node, "np.fill_diagonal", "unsafe")
+            self.origins[node] = NO_BUFFERS   # np.fill_diagonal returns None
             return None
         name = f"np.{fn.__name__}"
         if len(args) > fn.nin:
@@ -385,6 +393,14 @@ class Calls:
             return fn(*args, **kwargs)    # list.append, dict.get, ... move values, whatever they are
         if fn is builtins.map and len(args) >= 2 and not kwargs:   # each call traced like f(x)
             return iter([self.call(args[0], list(items), {}, node) for items in zip(*args[1:])])
+        if fn in OPERATOR_FUNCTIONS and len(args) == 2 and not kwargs:   # operator.add(a, b)
+            return self.binop(OPERATOR_FUNCTIONS[fn](), args[0], args[1], node)
+        if fn is functools.reduce and 2 <= len(args) <= 3 and not kwargs:   # each step traced
+            items = iter(args[1])
+            acc = args[2] if len(args) == 3 else next(items, MISSING)
+            if acc is MISSING:
+                raise TypeError("reduce() of empty iterable with no initial value")
+            return functools.reduce(lambda a, b: self.call(args[0], [a, b], {}, node), items, acc)
         call_method = _python_call_method(fn)
         if call_method is not None:       # a layer object, self.dense(x): its __call__, inlined
             return self.call_python(call_method, [fn] + list(args), kwargs, node)

@@ -31,6 +31,9 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 
+# operator.add(a, b) (functools.reduce(operator.mul, xs)) is a + b: the same operator node
+OPERATOR_FUNCTIONS = {fn: op for op, fn in _BINOPS.items()}
+
 _NODE_BINOPS = {ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul, ast.Div: ops.div,
                 ast.Pow: ops.pow_, ast.MatMult: ops.matmul,
                 ast.FloorDiv: numpy_extra.floor_divide, ast.Mod: numpy_extra.remainder}

@@ -162,14 +162,19 @@ def tangent_params(params: tuple, wrt: tuple) -> tuple:
 def trial_arguments(function, values: list) -> list:
     """Example arguments for showing a Function's code before any call: ``values`` for the
     Python function's parameters, then each jvp's tangents (copies of their arguments'
-    examples), innermost transform first."""
+    examples), innermost transform first; an hvp's ``(x, v, *rest)`` with ``v`` a copy of
+    ``x``'s example."""
     chain = []
     while function is not None:
-        if function._kind == "jvp":
-            chain.append(function.wrt)
+        if function._kind in ("jvp", "hvp"):
+            chain.append((function._kind, function.wrt))
         function = function._parent
-    for wrt in reversed(chain):
-        values = values + [values[i] for i in wrt]
+    for kind, wrt in reversed(chain):
+        if kind == "jvp":
+            values = values + [values[i] for i in wrt]
+        else:
+            i = wrt[0]
+            values = [values[i], values[i]] + values[:i] + values[i + 1:]
     return values
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Node, Slice, make, toposort
+from .ir import Node, Slice, make, substitute, toposort
 from .numpy_indexing import affine_parts
 from .regions import rebuild_loop
 from .shape_ops import broadcast_to, reshape
@@ -192,16 +192,24 @@ def _affine_in(e: Node, inner_index: Node, outer_index: Node, iconsts: dict):
 def _without_carries(inner: Node, values: dict):
     """``inner`` rebuilt without the carries ``values`` (kk -> the per-iteration value), each
     a stacked output instead, and the old loop's projections -> the new loop's."""
-    body, _, nc, nx = inner.attrs[:4]
+    new, order = without_carries(inner, values)
+    return new, {make("proj", (inner,), (old,)): make("proj", (new,), (pos,))
+                 for pos, old in enumerate(order)}
+
+
+def without_carries(loop: Node, values: dict, moved=None):
+    """``loop`` rebuilt without the carries ``values`` (k -> its per-iteration value, a stacked
+    output after the loop's other outputs; ``moved``: replacements inside the body), and for
+    each new output the old one it stands for (a dropped carry's index for its stack)."""
+    body, _, nc, nx = loop.attrs[:4]
     keep = [q for q in range(nc) if q not in values]
     ny = len(body.results) - nc
     results = [body.results[q] for q in keep] + list(body.results[nc:]) + list(values.values())
+    results = substitute(results, moved) if moved else results
     explicit = [body.params[0]] + [body.params[1 + q] for q in keep] + \
         list(body.params[1 + nc:1 + nc + nx])
     names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + q] for q in keep
                                                            if 1 + q < len(body.names))
-    inputs = [inner.inputs[q] for q in keep] + list(inner.inputs[nc:nc + nx])
-    new = rebuild_loop(inner, explicit, results, inputs, len(keep), names=names or ())
-    order = keep + list(range(nc, nc + ny)) + list(values)
-    return new, {make("proj", (inner,), (old,)): make("proj", (new,), (pos,))
-                 for pos, old in enumerate(order)}
+    inputs = [loop.inputs[q] for q in keep] + list(loop.inputs[nc:nc + nx])
+    new = rebuild_loop(loop, explicit, results, inputs, len(keep), names=names or ())
+    return new, keep + list(range(nc, nc + ny)) + list(values)

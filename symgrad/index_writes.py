@@ -54,6 +54,29 @@ def accumulate(y: Node, key, value, ranges=None) -> Node:
     return _through(y, key, value, _add_merged, ranges)
 
 
+
+def diagonal_filled(a, val, wrap=False) -> Node:
+    """``a`` after ``np.fill_diagonal(a, val, wrap)``: NumPy's ``a.flat[:end:step] = val``
+    (``val`` repeated cyclically when shorter than the diagonal; a tall 2-d array's diagonal
+    starts again past each square block only with ``wrap``)."""
+    a = ops.lift(a)
+    if a.ndim < 2:
+        raise ValueError("array must be at least 2-d")
+    if a.ndim == 2:
+        step, end = a.shape[1] + 1, None if wrap else a.shape[1] * a.shape[1]
+    elif any(s != a.shape[0] for s in a.shape):
+        raise ValueError("All dimensions of input must be of equal length")
+    else:
+        step, end = 1 + int(np.cumprod(a.shape[:-1]).sum()), None
+    positions = np.arange(a.size)[:end:step]
+    values = ops.reshape(ops.lift(val), (-1,))
+    if values.shape[0] == 0 or not positions.size:
+        return a
+    if values.shape[0] not in (1, positions.size):      # cyclic, as a flat assignment
+        values = ops.take(values, np.arange(positions.size) % values.shape[0], 0)
+    values = ops.broadcast_to(ops.cast(values, a.dtype), (positions.size,))
+    return ops.reshape(assign(ops.reshape(a, (a.size,)), positions, values), a.shape)
+
 def _through(y: Node, key, value, write, ranges) -> Node:
     """The write ``write(merged, flat positions, values, axis, inside)`` through ``key``'s
     plan (``inside``: the positions are known to be in bounds)."""

@@ -79,13 +79,14 @@ def written_in_place(stmts) -> set[str]:
 
 def ufunc_at_target(node) -> str | None:
     """The variable ``y`` of a call spelled ``<ufunc>.at(y, ...)`` (``np.add.at(y, idx, v)``,
-    which writes into ``y``), ``np.copyto(y, ...)`` or ``f(..., out=y)``, else None. Read from
-    the spelling: a loop's carries are known before its body runs."""
+    which writes into ``y``), ``np.copyto(y, ...)``, ``np.fill_diagonal(y, v)`` or
+    ``f(..., out=y)``, else None. Read from the spelling: a loop's carries are known before
+    its body runs."""
     if not isinstance(node, ast.Call):
         return None
     if isinstance(node.func, ast.Attribute) and node.args and (
             node.func.attr == "at" and isinstance(node.func.value, ast.Attribute)
-            or node.func.attr == "copyto"):
+            or node.func.attr in ("copyto", "fill_diagonal")):
         return _root_name(node.args[0])
     out = out_keyword(node)
     return _root_name(out) if out is not None else None

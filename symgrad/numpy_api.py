@@ -451,10 +451,11 @@ def readme_section() -> str:
               " (unbuffered: a repeated index adds every time; see symgrad.index_writes).",
               "", "`np.sum`/`prod`/`max`/`min`/`mean` (and the methods) take `where=` (the masked-out "
               "elements are the identity; max/min need `initial=`, as in NumPy) and `sum`/`prod`/`max`/"
-              "`min` take `initial=`. A ufunc's `out=` (by keyword: `np.add(a, b, out=y)`, `out=y[1:]`) "
-              "and `np.copyto(dst, src, casting=, where=)` are in-place writes with an item "
-              "assignment's rules (the function's own arrays only: never an argument, a global or an "
-              "alias; NumPy's `same_kind` casting). `np.interp`'s derivative at a knot is one-sided "
+              "`min` take `initial=`. A ufunc's `out=` (by keyword: `np.add(a, b, out=y)`, `out=y[1:]`), "
+              "`np.copyto(dst, src, casting=, where=)` and `np.fill_diagonal(a, val, wrap=)` are "
+              "in-place writes with an item assignment's rules (the function's own arrays only: "
+              "never an argument, a global or an alias; NumPy's `same_kind` casting, fill_diagonal's "
+              "unsafe one as its flat write). `np.interp`'s derivative at a knot is one-sided "
               "as JAX's (the right segment's slope at `xp[0]` and inside, the left one's at `xp[-1]`, "
               "0 outside; `xp` is not differentiated; symgrad.numpy_polynomials)."]
     lines += ["", "Knowingly not supported yet (each raises `sg.UnsupportedSyntaxError` naming the "

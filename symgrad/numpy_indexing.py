@@ -66,7 +66,7 @@ def _advanced_kind(k):
         if k.dtype in INT_DTYPES:
             return "array"
         return "traced mask" if k.dtype == "bool" and k.ndim else None
-    if isinstance(k, (list, np.ndarray)):
+    if isinstance(k, (list, range, np.ndarray)):   # (a range is a sequence of integers)
         a = np.asarray(k)
         if a.dtype == bool:
             return "mask"

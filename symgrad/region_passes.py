@@ -11,7 +11,7 @@ from .numpy_indexing import affine_parts
 from .shape_ops import broadcast_to, reshape, transpose
 from .ir import Node, Slice, make, substitute, toposort
 from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
-from .grid_writes import grids_written, is_arange, read_position, readers_of
+from .grid_writes import grids_written, is_arange, read_position, readers_of, without_carries
 
 
 _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
@@ -439,21 +439,12 @@ def _with_stacked_rows(loop: Node, known: dict):
     if not written:
         return None
     written = dict(sorted(written.items()))
-    keep = [k for k in range(nc) if k not in written]
-    ny = len(body.results) - nc
-    results = [body.results[k] for k in keep] + list(body.results[nc:]) + \
-        [value for _, value, _ in written.values()]
-    results = substitute(results, moved) if moved else results   # the rebuilt inner loops
-    explicit = [body.params[0]] + [body.params[1 + k] for k in keep] + \
-        list(body.params[1 + nc:1 + nc + nx])
-    names = body.names and tuple(body.names[0:1]) + tuple(body.names[1 + k] for k in keep
-                                                           if 1 + k < len(body.names))
-    inputs = [loop.inputs[k] for k in keep] + list(loop.inputs[nc:nc + nx])
-    new_loop = rebuild_loop(loop, explicit, results, inputs, len(keep), names=names or ())
-    finals = {old: make("proj", (new_loop,), (new,)) for new, old in enumerate(keep)}
-    finals.update({nc + j: make("proj", (new_loop,), (len(keep) + j,)) for j in range(ny)})
+    new_loop, order = without_carries(loop, {k: value for k, (_, value, _) in written.items()},
+                                      moved)   # (moved: the rebuilt inner loops)
+    kept = len(order) - len(written)
+    finals = {old: make("proj", (new_loop,), (p,)) for p, old in enumerate(order[:kept])}
     for j, (k, (key, _, axis)) in enumerate(written.items()):
-        stacked = make("proj", (new_loop,), (len(keep) + ny + j,))
+        stacked = make("proj", (new_loop,), (kept + j,))
         if axis:   # the iterations' axis moved to the written one (out[:, i] = v, out[j, i] = v)
             stacked = transpose(stacked, tuple(range(1, axis + 1)) + (0,) +
                                 tuple(range(axis + 1, stacked.ndim)))

@@ -164,3 +164,15 @@ def test_python_target_results_unchanged(args):
     np.testing.assert_allclose(python.grad(*args), cpu.grad(*args), rtol=1e-13)
     shown = run_source(python.grad.source, "grad_loss", *args)
     np.testing.assert_array_equal(python.grad(*args), shown)
+
+
+def test_hvp_source_before_any_call():
+    """hvp(f).source guesses (x, v, *rest): it raised IndexError (the guess had f's arity)."""
+    def f(a, x, scale=2.0):
+        return np.sum(np.sin(x) * a) * scale
+    source = sg.hvp(f, wrt=1).source
+    assert source.startswith("def hvp_f(x, v, a") and "# generated for x: float64[n], v: float64[n]" in source
+    x, v, a = np.linspace(0.1, 0.3, 3), np.array([1.0, -1.0, 0.5]), np.array([0.2, 0.4, 0.6])
+    namespace = {"np": np}
+    exec(source, namespace)
+    np.testing.assert_allclose(namespace["hvp_f"](x, v, a, 2.0), sg.hvp(f, wrt=1)(x, v, a), rtol=1e-14)

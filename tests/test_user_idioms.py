@@ -735,3 +735,23 @@ def test_int_and_float_of_a_loop_index_keep_the_loop_a_region():
     check_program(int_and_float_of_a_loop_index, [x])
     source = sg.differentiate(int_and_float_of_a_loop_index, target="python").source_for(x)
     assert "for i in range(12):" in source     # one loop, not twelve unrolled iterations
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_functools_reduce_and_operator_functions(target):
+    """functools.reduce folds with each step traced as a call (a product of a slice, a chain
+    of matrix products, operator.add with a start value); operator.add & co. are the
+    operators; an empty sequence without a start value is Python's TypeError."""
+    import operator
+
+    def f(x, Ms):
+        return (functools.reduce(lambda a, b: a * b, x[:3])
+                + functools.reduce(np.matmul, Ms).sum()
+                + functools.reduce(operator.add, [x[0], x[1]], 10.0)
+                + operator.truediv(operator.pow(x[3], 2), operator.sub(x[0], 3.0)))
+    x = np.array([0.5, -1.5, 2.0, 3.0])
+    Ms = [np.random.default_rng(i).normal(size=(3, 3)) for i in range(3)]
+    np.testing.assert_allclose(sg.differentiate(f, target=target)(x, Ms), f(x, Ms), rtol=1e-14)
+    assert sg.check_grad(f, x, Ms, wrt=(0, 1)) < 1e-8
+    with pytest.raises(TypeError, match="reduce\\(\\) of empty iterable"):
+        sg.differentiate(lambda x: functools.reduce(operator.add, x[:0]), target=target)(x)
