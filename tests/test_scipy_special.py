@@ -423,3 +423,21 @@ def test_mixture_loglik_grad_and_hessian(target):
     gradient = sg.grad(mixture_loglik, target=target)
     assert sg.check_grad(gradient, mu, X, log_w) < 1e-6
     assert sg.check_grad(f, mu, X, log_w, wrt=2) < 1e-7
+
+
+# ---- the GPU back end's kernels, run on the CPU (codegen.ptx_emulate) --------------------
+
+@IGNORE_FLOAT_WARNINGS
+@pytest.mark.parametrize("label", ["logsumexp axis=1", "log_softmax axis=1", "expit", "xlogy",
+                                   "log_ndtr", "betaln", "pseudo_huber"])
+def test_ptx_emulation_of_value_and_grad(label):
+    from symgrad.codegen import ptx_emulate
+    name, call, _ = _case(label)
+    args = _grad_args(name)
+    for dtype, rtol in ((np.float64, 1e-13), (np.float32, 2e-5)):
+        typed = [a.astype(dtype) for a in args]
+        f = sg.value_and_grad(call)
+        got = ptx_emulate.run(f._compiled(typed).graph, typed)
+        want = sg.value_and_grad(call, target="python")(*typed)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol, err_msg=f"{label} {dtype}")
