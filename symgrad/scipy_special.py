@@ -27,7 +27,9 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _float(x):
-    return to_float(lift(x))
+    """A traced float array of any argument: a node, a number, an array, a (nested) list of
+    them (promoted as NumPy does: an integer array is float64)."""
+    return to_float(lift(np_.asarray(x)))
 
 
 def _and(*cs):

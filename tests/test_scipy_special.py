@@ -226,6 +226,12 @@ def test_logsumexp_shapes():
         assert np.shape(got) == np.shape(want)
         np.testing.assert_allclose(got, want, rtol=1e-15)
         assert sg.check_grad(fn, *args) < 1e-7
+    # lists, of numbers or of traced values, are arrays as in scipy
+    def listed(a):
+        return S.logsumexp(a, axis=1, b=[1.0, 2.0, 0.5, 1.0, 1.0, 3.0]) \
+            + S.softmax([a[0, 0], a[0, 1], 2.0])[0]
+    np.testing.assert_allclose(_both(listed, a), listed(a), rtol=1e-15)
+    assert sg.check_grad(listed, a) < 1e-7
     # a Python float is a 0-d traced value too
     assert sg.differentiate(lambda x: S.logsumexp(x) + S.expit(x))(0.5) == \
         pytest.approx(0.5 + S.expit(0.5), rel=1e-15)
