@@ -444,7 +444,9 @@ def readme_section() -> str:
               "of the surface above following scipy's formulas (symgrad.scipy_special: logsumexp's "
               "log1p form, both tails of expit, log_ndtr's asymptotic series below -20) and its "
               "values at the special points; `xlogy`/`xlog1py`'s x-derivative at x = 0 is log(y) "
-              "(JAX's), never NaN; `entr`'s at 0 is 0, not the one-sided +inf."]
+              "(JAX's), never NaN, and 0 where y is outside the domain; `entr`'s at 0 is the "
+              "one-sided +inf and `rel_entr`/`kl_div`'s x-derivative at x = 0 the one-sided -inf "
+              "(JAX's and PyTorch's)."]
     methods = numpy_extra.reductions.UFUNC_METHODS
     lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + ", and the "
               "in-place " + ", ".join(f"`np.{n}.at`" for n in index_writes.UFUNC_AT) +

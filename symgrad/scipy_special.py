@@ -220,12 +220,22 @@ def betaln(a, b, /):
 
 # ---- entropies ---------------------------------------------------------------------------
 
+def _zero_of_infinite_slope(x, at):
+    """0 where ``at``, whose x-derivative there is +inf (as x log x's is -inf at 0: -log x - 1
+    from the right, JAX's and PyTorch's entr' at 0): sqrt(x) - stop_gradient(sqrt(x)), of x
+    where ``at`` and of 0 elsewhere (that side is never selected)."""
+    root = np_.sqrt(np_.where(at, x, 0.0))
+    return root - np_.stop_gradient(root)
+
+
 def entr(x, /):
-    """-x log x for x > 0, 0 at 0, -inf below; NaN stays NaN. (The derivative at 0 is the
-    constant side's 0: the one-sided +inf needs a rule of its own.)"""
+    """-x log x for x > 0, 0 at 0 (its derivative +inf there, the right-hand one), -inf below;
+    NaN stays NaN."""
     x = _float(x)
+    zero = np_.equal(x, 0)
     safe = np_.where(x > 0, x, 1.0)
-    return np_.where(x < 0, -INF, np_.where(np_.equal(x, 0), 0.0, -x * np_.log(safe)))
+    return np_.where(x < 0, -INF, np_.where(zero, _zero_of_infinite_slope(x, zero),
+                                             -x * np_.log(safe)))
 
 
 def _relative(x, y, inside, at_zero):
@@ -235,7 +245,8 @@ def _relative(x, y, inside, at_zero):
     both = _and(x > 0, y > 0)
     xs, ys = np_.where(both, x, 1.0), np_.where(both, y, 1.0)
     inside = inside(xs, ys)
-    outside = np_.where(_and(np_.equal(x, 0), y >= 0), at_zero(y), INF)
+    zero = _and(np_.equal(x, 0), y >= 0)    # x log(x / y)'s x-derivative there is -inf
+    outside = np_.where(zero, at_zero(y) - _zero_of_infinite_slope(x, zero), INF)
     return np_.where(_or(np_.isnan(x), np_.isnan(y)), NAN, np_.where(both, inside, outside))
 
 

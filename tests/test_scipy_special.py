@@ -350,6 +350,28 @@ def test_special_points_match_scipy():
                                    err_msg=name)
 
 
+@IGNORE_FLOAT_WARNINGS
+@pytest.mark.parametrize("target", TARGETS)
+def test_entropies_at_zero(target):
+    """entr, rel_entr, kl_div are 0 (kl_div: y) at x == 0, and their x-derivative there is
+    the one-sided infinite one (-log x - 1 -> +inf for entr, log(x/y) + 1 -> -inf for the
+    others), JAX's and PyTorch's; the second derivative -1/x -> -inf."""
+    x = np.array([0.0, 0.5, 2.0, -1.0])
+    y = np.array([2.0, 1.0, 2.0, 0.5])
+    np.testing.assert_array_equal(_both(lambda x: S.entr(x), x), S.entr(x))
+    g = sg.grad(lambda x: S.entr(x), target=target)(x)
+    np.testing.assert_allclose(g, [np.inf, -np.log(0.5) - 1, -np.log(2.0) - 1, 0.0], rtol=1e-15)
+    h = sg.hessian(lambda x: np.sum(S.entr(x)), target=target)(x[:3])
+    np.testing.assert_allclose(np.diagonal(h), [-np.inf, -2.0, -0.5], rtol=1e-15)
+    for fn, dy0 in ((S.rel_entr, 0.0), (S.kl_div, 1.0)):
+        def f(x, y, fn=fn):
+            return fn(x, y)
+        gx, gy = sg.grad(f, wrt=(0, 1), target=target)(x[:3], y[:3])
+        assert gx[0] == -np.inf and gy[0] == dy0
+        np.testing.assert_allclose(gx[1:], np.log(x[1:3] / y[1:3]) + (1 if fn is S.rel_entr else 0),
+                                   rtol=1e-15, atol=1e-16)
+
+
 # ---- spellings ---------------------------------------------------------------------------
 
 def test_signatures_are_scipys():
