@@ -185,9 +185,9 @@ def log_ndtr(x, /):
     a = _float(x)
     below = _TAIL_BELOW.get(a.dtype, -20.0)
     left, upper = a < below, a > -1
-    t = np_.where(left, a, below)                 # each formula on its own side only: the
-    mid = np_.where(_or(left, upper), -1.0, a)      # others' operands stay finite
-    up = np_.where(a <= -1, 0.0, a)               # (NaN reaches this one, and the result)
+    t = np_.where(left, a, below)                # each formula on its own side only: the
+    mid = np_.where(_or(left, upper), -1.0, a)   # others' operands stay finite
+    up = np_.where(a <= -1, 0.0, a)              # (NaN reaches this one, and the result)
     z = 1 / (t * t)
     series = _SERIES[-1]
     for c in reversed(_SERIES[:-1]):
