@@ -255,15 +255,19 @@ _scipy_bound: list = []
 
 
 def bind_scipy() -> None:
-    """Add scipy.special's functions of :data:`SCIPY_SPECIAL` to :data:`CALLABLES`, once
+    """Add scipy.special's functions of :data:`SCIPY_SPECIAL`, and those symgrad.scipy_special
+    composes from the surface here (logsumexp, expit, xlogy, ...), to :data:`CALLABLES`, once
     scipy.special has been imported (by anyone; symgrad never imports it)."""
     special = sys.modules.get("scipy.special")
     if special is None or _scipy_bound:
         return
-    for name, ours in SCIPY_SPECIAL.items():
+    from .scipy_special import BUILDERS   # it builds on DUALS: imported once they exist
+    builders = {name: (DUALS[ours].build, ours) for name, ours in SCIPY_SPECIAL.items()}
+    builders.update({name: (build, name) for name, build in BUILDERS.items()})
+    for name, (build, ours) in builders.items():
         fn = getattr(special, name, None)
         if fn is not None:
-            CALLABLES.setdefault(fn, _dual(fn, DUALS[ours].build, ours))
+            CALLABLES.setdefault(fn, _dual(fn, build, ours))
     _scipy_bound.append(special)
 
 
@@ -429,12 +433,20 @@ def readme_section() -> str:
              "`inv`, `solve`, `cholesky`, `matrix_power` and `norm` are `np.linalg`'s; "
              "`math.remainder`, IEEE's, is not `np.remainder` and is not taken):", ""]
     lines.append(", ".join(f"`{n}`" for n in names))
-    lines += ["", "`scipy.special`'s " + ", ".join(f"`{n}`" for n in SCIPY_SPECIAL) +
+    from .scipy_special import BUILDERS
+    scipy_names = [*SCIPY_SPECIAL, *BUILDERS]
+    lines += ["", "`scipy.special`'s " + ", ".join(f"`{n}`" for n in scipy_names) +
               " are recognised too, by identity, once the user's code has imported scipy.special "
               "(symgrad does not depend on scipy). `lgamma`/`gammaln` and `gamma` are C99's at the poles "
               "(lgamma +inf at 0 and the negative integers; gamma +-inf at +-0, NaN at the negative "
               "integers), where `math`'s raise on a static value; `digamma`/`psi` is scipy's there "
-              "(-inf at +0, +inf at -0, NaN at the negative integers)."]
+              "(-inf at +0, +inf at -0, NaN at the negative integers). The rest are compositions "
+              "of the surface above following scipy's formulas (symgrad.scipy_special: logsumexp's "
+              "log1p form, both tails of expit, log_ndtr's asymptotic series below -20) and its "
+              "values at the special points; `xlogy`/`xlog1py`'s x-derivative at x = 0 is log(y) "
+              "(JAX's), never NaN, and 0 where y is outside the domain; `entr`'s at 0 is the "
+              "one-sided +inf and `rel_entr`/`kl_div`'s x-derivative at x = 0 the one-sided -inf "
+              "(JAX's and PyTorch's)."]
     methods = numpy_extra.reductions.UFUNC_METHODS
     lines += ["", "and the ufunc methods " + ", ".join(f"`np.{n}`" for n in methods) + ", and the "
               "in-place " + ", ".join(f"`np.{n}.at`" for n in index_writes.UFUNC_AT) +
