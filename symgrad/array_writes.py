@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import index_writes, ops
-from .aliases import RowView, in_place_result, is_array
+from .aliases import NO_BUFFERS, RowView, in_place_result, is_array
 from .errors import UnsupportedSyntaxError
 from .expressions import check_static_key
 from .ir import INT_DTYPES, Node
@@ -91,6 +91,17 @@ class ArrayWrites:
             check_static_key(self, key, call)
             updated = ops.index_add(_lift_constant(container), value, key)
         self.written(target.id, updated, view, frame, call)
+
+    def fill_diagonal(self, call, args, kwargs, frame: Frame):
+        """``np.fill_diagonal(a, val, wrap=False)``: ``a``'s diagonal written as NumPy's flat
+        write ``a.flat[:end:step] = val`` does (unsafe casting, ``val`` repeated)."""
+        if len(call.args) < 2 or len(args) > 3 or set(kwargs) - {"wrap"}:
+            self.fail(call, "np.fill_diagonal with these arguments",
+                      "np.fill_diagonal(a, val, wrap=False)")
+        wrap = kwargs.get("wrap", args[2] if len(args) > 2 else False)
+        filled = index_writes.diagonal_filled(args[0], args[1], wrap)
+        self.write_out(call.args[0], filled, frame, call, "np.fill_diagonal", "unsafe")
+        self.origins[call] = NO_BUFFERS   # np.fill_diagonal returns None
 
     def write_out(self, target, value, frame: Frame, call, what: str, casting="same_kind"):
         """NumPy writing ``value`` into the array ``target`` names (``out=y``, ``out=y[1:]``,

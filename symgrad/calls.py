@@ -17,7 +17,7 @@ import types
 import numpy as np
 
 from . import guards as guard_table
-from . import index_writes, ops
+from . import ops
 from .aliases import (NO_BUFFERS, ZIPPED_ITEMS, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, maybe_scalar_reasons, row_buffers,
                       shared_with_arguments, zero_d_buffers)
@@ -210,14 +210,8 @@ class Calls:
             self.write_out(target, value, frame, node, "np.copyto", casting)
             self.origins[node] = NO_BUFFERS   # np.copyto returns None
             return None
-        if fn is np.fill_diagonal:      # a.flat[::n + 1] = val: unsafe casting, as a flat write
-            if len(node.args) < 2 or len(args) > 3 or set(kwargs) - {"wrap"}:
-                self.fail(node, "np.fill_diagonal with these arguments", "np.fill_diagonal(a, val, wrap=False)")
-            wrap = kwargs.get("wrap", args[2] if len(args) > 2 else False)
-            filled = index_writes.diagonal_filled(args[0], args[1], wrap)
-            self.write_out(node.args[0], filled, frame, node, "np.fill_diagonal", "unsafe")
-            self.origins[node] = NO_BUFFERS   # np.fill_diagonal returns None
-            return None
+        if fn is np.fill_diagonal:      # a.flat[::n + 1] = val (symgrad.array_writes)
+            return self.fill_diagonal(node, args, kwargs, frame)
         name = f"np.{fn.__name__}"
         if len(args) > fn.nin:
             self.fail(node, f"{name} with its output given by position",
@@ -354,7 +348,8 @@ class Calls:
                     raise
                 self.fail(node, e.construct, e.hint)   # a builder's refusal, at this line
         library_name = numpy_name(fn)
-        if library_name is not None and (holds_padded([args, kwargs]) or any(True for _ in walk_nodes([args, kwargs]))):
+        if library_name is not None and (holds_padded([args, kwargs])
+                                         or any(True for _ in walk_nodes([args, kwargs]))):
             # recognised by what it is, never inlined (its source is NumPy's internals)
             self.fail(node, f"{library_name} is not supported",
                       "the supported NumPy functions are listed in README.md (symgrad.numpy_api.supported())")

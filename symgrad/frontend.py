@@ -21,9 +21,9 @@ import types
 import numpy as np
 
 from . import ops
-from .aliases import (NO_BUFFERS, ArrayStandIn, Buffer, foreign_buffers, fresh_buffers, holds_array,
-                      holds_data, in_place_result, is_array, kind_conflict, maybe_scalar_reasons,
-                      row_buffers)
+from .aliases import (NO_BUFFERS, ArrayStandIn, Buffer, foreign_buffers, fresh_buffers,
+                      holds_array, holds_data, in_place_result, is_array, kind_conflict,
+                      maybe_scalar_reasons, row_buffers)
 from .errors import UnsupportedSyntaxError
 from .ir import Graph, Loc, Node, label_new
 from .calls import Calls
