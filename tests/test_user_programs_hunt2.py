@@ -296,3 +296,27 @@ def test_adbench_lstm_objective_as_written():
     args = (rng.standard_normal((4, 12)) * 0.5, rng.standard_normal((3, 3)) * 0.5,
             rng.standard_normal((4, 3)) * 0.5, rng.standard_normal((4, 3)))
     check_api(lstm_objective, args, wrt=(0, 1), hessian=False, **FD)
+
+
+def test_mlp_trained_with_adam_and_a_global_clipnorm():
+    """Keras' loop: Adam(global_clipnorm=...).minimize five times, against the update written
+    out in NumPy (Keras' Adam, epsilon hat; tf.clip_by_global_norm) on the checked gradient."""
+    params = [p.copy() for p in MLP]
+    opt = sg.optim.Adam(learning_rate=0.05, global_clipnorm=0.5)
+    grad = sg.grad(mlp_loss, wrt=(0, 1, 2, 3), target="python")
+    ref = [p.copy() for p in MLP]
+    m, v = [np.zeros_like(p) for p in ref], [np.zeros_like(p) for p in ref]
+    for t in range(1, 6):
+        loss = opt.minimize(mlp_loss, params, XM, YM)
+        assert loss == pytest.approx(mlp_loss(*ref, XM, YM), rel=1e-12)
+        g = grad(*ref, XM, YM)
+        norm = np.sqrt(sum(np.sum(gi * gi) for gi in g))
+        g = [gi * 0.5 / max(norm, 0.5) for gi in g]
+        alpha = 0.05 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+        for k in range(4):
+            m[k] += (g[k] - m[k]) * (1 - 0.9)
+            v[k] += (g[k] * g[k] - v[k]) * (1 - 0.999)
+            ref[k] = ref[k] - m[k] * alpha / (np.sqrt(v[k]) + 1e-7)
+    for p, r in zip(params, ref):
+        np.testing.assert_allclose(p, r, rtol=1e-10, atol=1e-12)
+    assert mlp_loss(*params, XM, YM) < mlp_loss(*MLP, XM, YM)
