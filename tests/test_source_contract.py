@@ -106,7 +106,8 @@ def test_static_values_are_checked():
     assert "n = 2 (baked in)" in source
     x = np.array([0.5, 1.5])
     np.testing.assert_allclose(run_source(source, "grad_power", x, 2), 2 * x)
-    with pytest.raises(ValueError, match=r"expected x: float64\[m\], n = 2; got x: float64\[2\], n = 3;"):
+    with pytest.raises(ValueError,
+                       match=r"expected x: float64\[m\], n = 2; got x: float64\[2\], n = 3;"):
         run_source(source, "grad_power", x, 3)
 
 
@@ -118,10 +119,12 @@ def test_static_strings_bools_integer_data_and_functions_in_one_check():
     f = sg.grad(index_sum)
     x, i = np.array([0.1, 0.5, -0.3, 2.0]), np.array([0, 2, 2])
     source = f.source_for(x, i, "{twice}", True, np.tanh)
-    assert "mode = '{twice}' (baked in)" in source and "act = tanh (baked in, not checked)" in source
+    assert "mode = '{twice}' (baked in)" in source
+    assert "act = tanh (baked in, not checked)" in source
     assert source.count("raise ValueError") == 1
-    np.testing.assert_allclose(run_source(source, "grad_index_sum", x, i, "{twice}", True, np.tanh),
-                               f(x, i, "{twice}", True, np.tanh), rtol=1e-15)
+    np.testing.assert_allclose(
+        run_source(source, "grad_index_sum", x, i, "{twice}", True, np.tanh),
+        f(x, i, "{twice}", True, np.tanh), rtol=1e-15)
     for args, got in [((x, i, "once", True, np.tanh), r"mode = 'once', scale = True;"),
                       ((x, i, "{twice}", 1, np.tanh), r"mode = '\{twice\}', scale = 1;"),
                       ((x, i.astype(float), "{twice}", True, np.tanh), r"i: float64\[3\],"),
@@ -142,7 +145,8 @@ def test_static_strings_bools_integer_data_and_functions_in_one_check():
 def test_argument_checks_fit_in_99_columns(make):
     lines = make().splitlines()
     end = next(k for k, line in enumerate(lines) if line.endswith("source_for(...)')"))
-    assert lines[1].startswith("    # generated for") and "raise ValueError(" in "".join(lines[:end])
+    assert lines[1].startswith("    # generated for")
+    assert "raise ValueError(" in "".join(lines[:end])
     assert all(len(line) <= 99 for line in lines[:end + 1]), "\n".join(lines[:end + 1])
 
 
@@ -153,7 +157,8 @@ def test_scalars_accept_python_floats_and_0d_arrays():
     expected = f.grad(0.3, 0.7)
     for args in [(0.3, 0.7), (np.array(0.3), np.array(0.7)), (np.float64(0.3), np.float32(0.7))]:
         np.testing.assert_allclose(run_source(source, "grad_lambda", *args), expected, rtol=1e-7)
-    with pytest.raises(ValueError, match=r"y: float64 scalar; got x: float64\[\], y: float64\[2\];"):
+    with pytest.raises(ValueError,
+                       match=r"y: float64 scalar; got x: float64\[\], y: float64\[2\];"):
         run_source(source, "grad_lambda", 0.3, np.ones(2))
 
 
