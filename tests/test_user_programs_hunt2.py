@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import scipy.optimize
-from scipy.special import betaln, gammaln
+from scipy.special import betaln, gammaln, logsumexp
 
 import symgrad as sg
 from user_program_check import check_api
@@ -230,6 +230,55 @@ def cox_nll(beta, X, event):
     risk = np.log(np.cumsum(np.exp(eta)[::-1])[::-1])
     return -np.sum(event * (eta - risk))
 
+# 13. HMC's leapfrog with sg.grad of the potential inside, a GMM with scipy's logsumexp,
+# Newton's square root (a while loop on data), RK4 of Lotka-Volterra fitted to observations
+def U(q):
+    return 0.5 * np.sum(q ** 2) + 0.1 * np.sum(q ** 4)
+
+
+dU = sg.grad(U)
+
+
+def leapfrog_energy(q, p, eps):
+    p = p - 0.5 * eps * dU(q)
+    for _ in range(5):
+        q = q + eps * p
+        p = p - eps * dU(q)
+    q = q + eps * p
+    p = p - 0.5 * eps * dU(q)
+    return U(q) + 0.5 * np.sum(p ** 2)
+
+
+def gmm_nll(means, log_sigmas, logits, X):
+    diff = X[:, None, :] - means[None]
+    ll = (-0.5 * np.sum((diff / np.exp(log_sigmas)[None]) ** 2, axis=2) - np.sum(log_sigmas, axis=1)
+          - 0.5 * X.shape[1] * np.log(2 * np.pi))
+    log_w = logits - logsumexp(logits)
+    return -np.sum(logsumexp(ll + log_w, axis=1))
+
+
+def newton_sqrt(a):
+    x = a
+    while abs(x * x - a) > 1e-12 * a:
+        x = 0.5 * (x + a / x)
+    return x
+
+
+def lotka_volterra_loss(theta, y0, obs, dt):
+    alpha, beta, delta, gamma = theta
+    def f(y):
+        return np.array([alpha * y[0] - beta * y[0] * y[1], delta * y[0] * y[1] - gamma * y[1]])
+    y = y0
+    loss = 0.0
+    for t in range(obs.shape[0]):
+        k1 = f(y)
+        k2 = f(y + 0.5 * dt * k1)
+        k3 = f(y + 0.5 * dt * k2)
+        k4 = f(y + dt * k3)
+        y = y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        loss = loss + np.sum((y - obs[t]) ** 2)
+    return loss
+
 RNG = np.random.default_rng(0)
 F, H = np.array([[1.0, 0.1], [0.0, 0.9]]), np.array([[1.0, 0.0]])
 YS = RNG.standard_normal((5, 1))
@@ -251,7 +300,7 @@ FD = dict(fd_rtol=1e-5, fd_atol=1e-6)
 
 CASES = {
     "kalman_inv": (kalman_loglik, (np.array([-1.0, -0.5]), YS, F, H), dict(vmap_axes=(0, None, None, None))),
-    "kalman_solve": (kalman_loglik_solve, (np.array([-1.0, -0.5]), YS, F, H), {}),
+    "kalman_solve": (kalman_loglik_solve, (np.array([-1.0, -0.5]), YS, F, H), dict(hessian=False)),
     "vae_weights": (vae_elbo, (*VAE, VAE_X, VAE_EPS), dict(wrt=(0, 1, 2, 3, 4, 5, 6, 7, 9), hessian=False)),
     "vae_noise": (vae_elbo, (*VAE, VAE_X, VAE_EPS), dict(wrt=9)),
     "betabinom": (betabinom_nll, (np.array([0.3, 0.8]), K_OBS, N_OBS), dict(vmap_axes=(0, None, None))),
@@ -259,7 +308,7 @@ CASES = {
     "logistic": (logistic_loss, (RNG.standard_normal(3), XL, YL, 0.1), dict(wrt=(0, 1), vmap_axes=(0, None, None, None))),
     "pinn_np_gradient": (pinn_loss_gradient, (UG, XG, FG), dict(fd_rtol=1e-5, fd_atol=1e-5, vmap_axes=(0, None, None))),
     "pinn_slices": (pinn_loss_slices, (UG, 0.125, FG), dict(wrt=(0, 1), fd_rtol=1e-5, fd_atol=1e-5)),
-    "gp_gpml_2_1": (gp_nlml, (np.array([0.1, 0.2, -1.0]), X_GP, Y_GP), dict(wrt=(0, 1), vmap_axes=(0, None, None), **FD)),
+    "gp_gpml_2_1": (gp_nlml, (np.array([0.1, 0.2, -1.0]), X_GP, Y_GP), dict(vmap_axes=(0, None, None), **FD)),
     "xy_model": (xy_energy, (THETA, 1.0, 0.3), dict(wrt=(0, 1, 2), vmap_axes=(0, None, None))),
     "ising": (ising_energy, (np.sign(THETA), 0.7), dict(wrt=(0, 1))),
     "ridge_normal_equations": (ridge_validation, (0.5, XR, YR, XV, YV), dict(wrt=(0, 1))),
@@ -269,6 +318,14 @@ CASES = {
     "mlp": (mlp_loss, (*MLP, XM, YM), dict(wrt=(0, 1, 2, 3))),
     "black_scholes": (black_scholes_call, (100.0, 95.0, 0.5, 0.02, 0.25), dict(wrt=(0, 2, 3, 4), sympy=True)),
     "cox": (cox_nll, (np.array([0.3, -0.4]), XC, EVENT), dict(wrt=(0, 1), vmap_axes=(0, None, None))),
+    "hmc_leapfrog": (leapfrog_energy, (RNG.standard_normal(3), RNG.standard_normal(3), 0.1),
+                     dict(wrt=(0, 1, 2), vmap_axes=(0, 0, None))),
+    "gmm": (gmm_nll, (RNG.standard_normal((2, 2)), 0.1 * RNG.standard_normal((2, 2)), np.array([0.2, -0.1]),
+                      RNG.standard_normal((5, 2))), dict(wrt=(0, 1, 2), vmap_axes=(0, None, None, None))),
+    # export_c=False: a while loop on data exports only to .py (README, sg.export)
+    "newton_sqrt": (newton_sqrt, (2.0,), dict(export_c=False)),
+    "lotka_volterra_rk4": (lotka_volterra_loss, (np.array([1.0, 0.4, 0.3, 0.8]), np.array([1.0, 0.5]),
+                                                 RNG.random((4, 2)), 0.1), dict(wrt=(0, 1, 3), **FD)),
 }
 
 
