@@ -12,6 +12,7 @@ from .shape_ops import broadcast_to, reshape, transpose
 from .ir import Node, Slice, make, substitute, toposort
 from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
 from .grid_writes import grids_written, is_arange, read_position, readers_of, without_carries
+from .row_carry import carried_rows
 
 
 _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
@@ -147,6 +148,7 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
         it = iter(new)
         n = make(n.op, n.inputs, tuple(next(it) if hasattr(a, "results") else a for a in n.attrs))
     if n.op == "loop":
+        n = carried_rows(n)
         body, trips, nc, nx = n.attrs[:4]
         reads = _row_reads(body, trips, nc, nx, loop_consts(n))
         if reads:
