@@ -51,9 +51,9 @@ def carried_rows(loop: Node) -> Node:
     outer_consts = dict(zip(body.params[1 + nc + nx:], loop_consts(loop)))
     mapping = {}
     for m in toposort(body.results):
-        if m.op != "loop" or any(m.inputs[k].ndim != 2 for k in range(m.attrs[2])):
+        if m.op != "loop":
             continue
-        for k in range(m.attrs[2]):
+        for k in (k for k in range(m.attrs[2]) if m.inputs[k].ndim == 2):
             finals = _row_carried(m, k, index, trips, outer_consts)
             if finals is not None:
                 mapping.update(finals)
@@ -78,7 +78,7 @@ def _row_carried(inner: Node, k: int, outer_index: Node, outer_trips: int, outer
     count = (0, tj) if exit_ is None else _affine_outer(loop_count(inner), outer_index)
     if count is None:
         return None
-    space = [(i, min(tj, count[0] * i + count[1]) - 1) for i in range(outer_trips)]
+    space = _iterations(outer_trips, tj, count)
     leaves = {body.params[0]: (0, 1, 0)}
     for p, c in zip(body.params[1 + nc + nx:], loop_consts(inner)):
         found = _affine_outer(c, outer_index)
@@ -94,6 +94,8 @@ def _row_carried(inner: Node, k: int, outer_index: Node, outer_trips: int, outer
                    for q, x in enumerate(body.results)]
     except _Keep:
         return None
+    if not rewrite.reads:   # only written, not on a branch: grid_writes stacks it, if anything
+        return None
     explicit = list(body.params[:1 + nc + nx])
     explicit[1 + k] = r
     inputs = list(inner.inputs[:nc + nx])
@@ -104,6 +106,21 @@ def _row_carried(inner: Node, k: int, outer_index: Node, outer_trips: int, outer
     finals[make("proj", (inner,), (k,))] = row_update(init, outer_index,
                                                       make("proj", (new,), (k,)), False)
     return finals
+
+
+def _iterations(ti: int, tj: int, count) -> list:
+    """(i, the last j that runs at i) for the outer index values i where an affine form
+    ``a i + b j + c`` can take its least and greatest values over the iterations that run
+    (0 <= i < ti, 0 <= j <= last(i) = min(tj, p i + q) - 1 for ``count`` = (p, q)): last(i) is
+    linear between the breakpoints p i + q = tj and p i + q = 1 (below which nothing runs), so
+    the extremes lie at 0, ti - 1 and the integers beside the breakpoints."""
+    p, q = count
+    candidates = {0, ti - 1}
+    if p:
+        for edge in (tj, 1):
+            at = (edge - q) // p
+            candidates.update(range(at - 1, at + 3))
+    return [(i, min(tj, p * i + q) - 1) for i in sorted(candidates) if 0 <= i < ti]
 
 
 def _affine_outer(value: Node, outer_index: Node):
@@ -122,6 +139,7 @@ class _Rewrite:
     def __init__(self, carry, r, l0, i, j, leaves, space, shape):
         self.roles = {carry: ("carry", r)}
         self.done: dict[Node, Node] = {}
+        self.reads = 0   # the matrix's reads and branches rewritten
         self.l0, self.i, self.j, self.leaves, self.space = l0, i, j, leaves, space
         self.n, self.m = shape
 
@@ -172,6 +190,7 @@ class _Rewrite:
 
     def _row_read(self, at: Node, r: Node) -> Node:
         """Row ``at`` of the matrix (``take(L, at)``)."""
+        self.reads += 1
         form = self._affine(at)
         self._within(form, self.n)
         if form == (1, 0, 0):
@@ -181,6 +200,7 @@ class _Rewrite:
 
     def _column_read(self, at: Node, r: Node) -> Node:
         """Column ``at`` of the matrix (``take(L, at, 1)``): row i's element from ``r``."""
+        self.reads += 1
         self._within(self._affine(at), self.m)
         at = self.done[at]
         rows = arange(0, self.n, 1, self.i.dtype)
@@ -188,6 +208,7 @@ class _Rewrite:
 
     def _element_read(self, at: Node, r: Node) -> Node:
         """Element ``at`` of the flattened matrix: ``M a + c`` with the row a i or j."""
+        self.reads += 1
         checked = read_position(at, self.n * self.m, self.maps)
         at = checked if checked is not None else at
         form = self._affine(at)
@@ -237,7 +258,8 @@ class _Rewrite:
         return a, b, c
 
     def _within(self, form, size: int):
-        """_Keep unless ``a i + b j + c`` lies in ``[0, size)`` for every (i, j) that runs."""
+        """_Keep unless ``a i + b j + c`` lies in ``[0, size)`` for every (i, j) that runs
+        (its extremes over ``space``, :func:`_iterations`)."""
         a, b, c = form
         for i, last in self.space:
             if last < 0:
@@ -259,6 +281,7 @@ class _Rewrite:
 
     def _cond(self, x: Node):
         """A branch reading the matrix: both sides inlined, rewritten and rebuilt."""
+        self.reads += 1
         then, other = x.attrs
         operands = x.inputs[1:]
         if x.inputs[0] in self.roles:

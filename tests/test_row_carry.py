@@ -202,3 +202,20 @@ def test_a_new_n_gives_the_right_numbers_on_cpu():
         np.testing.assert_allclose(f(A), np.sum(np.sin(np.linalg.cholesky(A))), rtol=1e-10)
         want = central_difference(lambda A: np.sum(np.sin(cholesky_banachiewicz(A))), [A], 0)
         np.testing.assert_allclose(f.grad(A), want, rtol=1e-6, atol=1e-7)
+
+
+def test_the_iteration_space_extremes_are_those_of_every_iteration():
+    """row_carry._iterations: the outer index values checked for a form's least and greatest
+    values give the same extremes as every (i, j) that runs (a counted inner loop)."""
+    from symgrad.row_carry import _iterations
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        ti, tj = (int(v) for v in rng.integers(1, 25, 2))
+        p, q = int(rng.integers(-4, 5)), int(rng.integers(-30, 31))
+        a, b, c = (int(v) for v in rng.integers(-5, 6, 3))
+
+        def extremes(space):
+            values = [v for i, last in space if last >= 0 for v in (a * i + c, a * i + b * last + c)]
+            return (min(values), max(values)) if values else None
+        every = [(i, min(tj, p * i + q) - 1) for i in range(ti)]
+        assert extremes(_iterations(ti, tj, (p, q))) == extremes(every), (ti, tj, p, q, a, b, c)
