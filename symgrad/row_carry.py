@@ -89,6 +89,11 @@ def _row_carried(inner: Node, k: int, outer_index: Node, outer_trips: int, outer
     i = placeholder(outer_index.dtype)
     rewrite = _Rewrite(body.params[1 + k], r, l0, i, body.params[0], leaves, space, (n, m))
     rewrite.maps = (dict(zip(body.params[1 + nc + nx:], loop_consts(inner))), outer_consts)
+    rewrite.outer_index = outer_index
+    rewrite.body_readers = {}   # node of the inner body -> the body's nodes that read it
+    for x in toposort(body.results):
+        for u in x.inputs:
+            rewrite.body_readers.setdefault(u, []).append(x)
     try:
         results = [rewrite.row_of(x) if q == k else rewrite.plain(x)
                    for q, x in enumerate(body.results)]
@@ -176,7 +181,7 @@ class _Rewrite:
         if x.op == "take" and kinds == ["carry", None] and x.attrs[0] == 0 and ins[1].ndim == 0:
             self.done[x] = self._row_read(ins[1], self.roles[ins[0]][1])
         elif x.op == "take" and kinds == ["carry", None] and x.attrs[0] == 1 and ins[1].ndim == 0:
-            self.done[x] = self._column_read(ins[1], self.roles[ins[0]][1])
+            self.done[x] = self._column_read(ins[1], self.roles[ins[0]][1], x)
         elif x.op == "reshape" and kinds == ["carry"] and x.shape == (self.n * self.m,):
             self.roles[x] = ("flat", self.roles[ins[0]][1])
         elif x.op == "take" and kinds == ["flat", None] and x.attrs[0] == 0 and ins[1].ndim == 0:
@@ -198,13 +203,31 @@ class _Rewrite:
         at = self.done[at]
         return where(eq(at, self.i), r, take(self.l0, at, 0))
 
-    def _column_read(self, at: Node, r: Node) -> Node:
-        """Column ``at`` of the matrix (``take(L, at, 1)``): row i's element from ``r``."""
+    def _column_read(self, at: Node, r: Node, read: Node) -> Node:
+        """Column ``at`` of the matrix (``take(L, at, 1)``): row i's element from ``r``; the
+        initial matrix's column alone where only its rows above i are kept (``U[:i, k]``: every
+        reader is ``where(arange(N) < i, read, z)``)."""
         self.reads += 1
         self._within(self._affine(at), self.m)
         at = self.done[at]
+        column = take(self.l0, at, 1)
+        if self.body_readers.get(read) and all(
+                u.op == "where" and u.inputs[1] is read and u.inputs[0] is not read and
+                self._rows_above_i(u.inputs[0]) for u in self.body_readers[read]):
+            return column
         rows = arange(0, self.n, 1, self.i.dtype)
-        return where(eq(rows, self.i), take(r, at, 0), take(self.l0, at, 1))
+        return where(eq(rows, self.i), take(r, at, 0), column)
+
+    def _rows_above_i(self, mask: Node) -> bool:
+        """Whether ``mask`` is ``arange(N) < i`` (in the inner body, or an inner const whose
+        value in the outer body is that)."""
+        level = self.maps
+        if mask in level[0]:
+            mask, level = level[0][mask], level[1:]
+            below = mask.op == "lt" and mask.inputs[1] is self.outer_index
+        else:
+            below = mask.op == "lt" and self.leaves.get(mask.inputs[1]) == (1, 0, 0)
+        return below and mask.shape == (self.n,) and is_arange(mask.inputs[0], self.n, level)
 
     def _element_read(self, at: Node, r: Node) -> Node:
         """Element ``at`` of the flattened matrix: ``M a + c`` with the row a i or j."""
