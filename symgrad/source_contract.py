@@ -4,8 +4,9 @@ A trace is specialised on its arguments' ranks, dtypes, sizes and static values,
 generated code shows it: ``np.sum(x, axis=-1)`` of a 1-d ``x`` is printed as ``np.sum(x)``,
 ``x[-1]`` as ``x[2]``, ``len(x)`` as ``3.0``, a loop as ``range(30)``. Copied out of ``.source``
 (or written by ``sg.export``) and run on other arguments, such code would return wrong numbers
-without an error. So the source states the types it was made for in one comment line, and
-checks, one line per argument, what a caller can get wrong:
+without an error. So the source states the types it was made for in a comment, and checks,
+in one ``if`` (wrapped at 99 columns) and one ``raise`` that lists every argument's expected and
+given type, what a caller can get wrong:
 
 * the rank of each array (and each 0-d value), and its sizes when the code depends on them;
 * that float arguments are floats: any float dtype is accepted (a float32 source given float64
@@ -103,6 +104,9 @@ def _sizes_fixed(f, entry, keys) -> bool:
 
 # -- the lines ---------------------------------------------------------------------------------
 
+_WIDTH = 95        # columns of a header line, after the 4 of the function body's indent
+
+
 def _static_values(graph, keys) -> dict:
     """Graph input index -> the key of the static argument it stands for."""
     if graph.in_tree is None:
@@ -128,73 +132,120 @@ def _type_text(x, letters: dict) -> str:
     return f"{x.dtype}[{', '.join(str(letters.get(s, s)) for s in x.shape)}]"
 
 
-def _array_check(name: str, x, letters: dict, hint: str) -> str:
-    """One line: ``if <rank, sizes or kind differ>: raise ValueError(...)``."""
+def _axis(name: str, axis: int) -> str:
+    return f"len({name})" if axis == 0 else f"np.shape({name})[{axis}]"
+
+
+def _shape_tests(name: str, x, letters: dict) -> list[str]:
+    """The rank, and the sizes that are not letters (all of them: the whole shape)."""
     fixed = [(axis, s) for axis, s in enumerate(x.shape) if s not in letters]
     if len(fixed) == x.ndim:
-        tests = [f"np.shape({name}) != {tuple(x.shape)!r}"]
-    else:
-        tests = [f"np.ndim({name}) != {x.ndim}"]
-        tests += [f"np.shape({name})[{axis}] != {s}" for axis, s in fixed]
-    kinds = _KINDS["f" if x.dtype.startswith("float") else "b" if x.dtype == "bool" else "i"]
-    kind_test = f"np.result_type({name}).kind" + (f" != {kinds!r}" if len(kinds) == 1
-                                                   else f" not in {kinds!r}")
-    message = (f"{name}: expected {_type_text(x, letters)}, got {{np.result_type({name})}} of "
-               f"shape {{np.shape({name})}}; {hint}")
-    return f"if {' or '.join(tests + [kind_test])}: raise ValueError(f{message!r})"
+        return [f"np.shape({name}) != {tuple(x.shape)!r}"]
+    return [f"np.ndim({name}) != {x.ndim}"] + [f"{_axis(name, a)} != {s}" for a, s in fixed]
 
 
-def _static_check(name: str, key: ArgKey, hint: str) -> str | None:
-    value = key.value
+def _kind_test(kinds: str, names: list) -> str:
+    """The dtype kinds of ``names`` are among ``kinds`` (``_KINDS``)."""
+    if len(names) == 1:
+        read = f"np.result_type({names[0]}).kind"
+        return f"{read} != {kinds!r}" if len(kinds) == 1 else f"{read} not in {kinds!r}"
+    read = f"{{np.result_type(a).kind for a in ({', '.join(names)})}}"
+    return f"{read} != {{{kinds!r}}}" if len(kinds) == 1 else f"not {read} <= set({kinds!r})"
+
+
+def _static_test(name: str, value) -> str | None:
     if not (value is None or isinstance(value, (bool, int, str))):
         return None    # a function (act=np.tanh): named in the comment only
-    test = f"{name} is not {value!r}" if value is None or isinstance(value, bool) else \
+    return f"{name} is not {value!r}" if value is None or isinstance(value, bool) else \
         f"{name} != {value!r}"
-    shown = repr(value).replace("{", "{{").replace("}", "}}")   # literal text of an f-string
-    message = f"{name}: expected {shown} (baked in), got {{{name}!r}}; {hint}"
-    return f"if {test}: raise ValueError(f{message!r})"
 
 
-def _equal_sizes_checks(graph, letters: dict, hint: str) -> list[str]:
-    """One line per letter on several axes: the probe kept equal sizes equal, so the code was
-    seen to work only where they are (``x: float64[n, n]`` is square)."""
+def _equal_sizes_tests(graph, letters: dict) -> list[str]:
+    """One test per letter on several axes: the probe kept equal sizes equal, so the code was
+    seen to work only where they are (``x: float64[n, n]`` is square). After the ranks'
+    tests, so every axis read exists."""
     axes: dict = {}
     for name, x in zip(graph.params, graph.inputs):
         for axis, s in enumerate(x.shape if x is not None else ()):
             if s in letters:
-                axes.setdefault(letters[s], []).append((f"{name}.shape[{axis}]",
-                                                        f"np.shape({name})[{axis}]"))
-    lines = []
-    for letter, sizes in axes.items():
-        if len(sizes) < 2:
-            continue
-        said, read = (", ".join(a) for a in zip(*sizes))
-        got = ", ".join(f"{{{r}}}" for _, r in sizes)
-        test = " != ".join(r for _, r in sizes) if len(sizes) == 2 else \
-            f"not {' == '.join(r for _, r in sizes)}"
-        message = f"{said}: expected one size ({letter}), got {got}; {hint}"
-        lines.append(f"if {test}: raise ValueError(f{message!r})")
-    return lines
+                axes.setdefault(letters[s], []).append(_axis(name, axis))
+    return [" != ".join(read) if len(read) == 2 else f"not {' == '.join(read)}"
+            for read in axes.values() if len(read) > 1]
+
+
+def _packed(items: list[str], first: str, rest: str, width: int = _WIDTH) -> list[str]:
+    """``items`` (texts ending in their separators) on lines of at most ``width`` columns
+    where each fits: the first line begins with ``first``, the others with ``rest``."""
+    lines = [first]
+    for item in items:
+        if len(lines[-1]) + len(item.rstrip()) > width and lines[-1].strip() != first.strip():
+            lines[-1] = lines[-1].rstrip()
+            lines.append(rest)
+        lines[-1] += item
+    return [line.rstrip() for line in lines]
+
+
+def _raise_lines(expected: list[str], given: list[list[str]], hint: str) -> list[str]:
+    """``raise ValueError(...)``: what the code expected and what it was given, argument by
+    argument (``given``: each one's parts, where a line may break), then ``hint``; the f-string
+    wrapped as implicit concatenation."""
+    def literal(text: str) -> str:
+        return f"f{text!r}" if "{" in text else repr(text)
+    items = [("expected " if i == 0 else "") + e + (", " if i < len(expected) - 1 else "; ")
+             for i, e in enumerate(expected)]
+    for i, parts in enumerate(given):
+        parts = [("got " if i == 0 else "") + parts[0]] + parts[1:]
+        items += parts[:-1] + [parts[-1] + (", " if i < len(given) - 1 else "; ")]
+    first = "    raise ValueError("
+    rest = " " * len(first)
+    chunks = [""]     # the message, cut before an item that does not fit on its line
+    for item in items + [hint]:
+        if chunks[-1] and len(rest + literal(chunks[-1] + item)) > _WIDTH - 1:
+            chunks.append("")
+        chunks[-1] += item
+    return [(rest if i else first) + literal(chunk) + (")" if i == len(chunks) - 1 else "")
+            for i, chunk in enumerate(chunks)]
 
 
 def header_lines(graph, contract: Contract, hint: str = SOURCE_HINT) -> list[str]:
-    """The comment saying what the code was generated for, then one check per argument."""
+    """The comment saying what the code was generated for, then one ``if`` testing every
+    argument (rank, the sizes the code depends on, equal sizes, dtype kind, static values) and
+    one ``raise`` listing what was expected and what was given."""
     letters = _letters(graph, contract.sizes_fixed)
     statics = _static_values(graph, contract.keys)
-    said, checks = [], []
+    said, expected, given, shapes, kinds, values = [], [], [], [], {}, []
     for i, (name, x) in enumerate(zip(graph.params, graph.inputs)):
         if x is not None:
             said.append(f"{name}: {_type_text(x, letters)}")
-            checks.append(_array_check(name, x, letters, hint))
+            expected.append(said[-1])
+            given.append([f"{name}: {{np.result_type({name})}}", f"{{list(np.shape({name}))}}"])
+            shapes += _shape_tests(name, x, letters)
+            kind = "f" if x.dtype.startswith("float") else "b" if x.dtype == "bool" else "i"
+            kinds.setdefault(_KINDS[kind], []).append(name)
         elif i in statics:
             value = statics[i].value
-            check = _static_check(name, statics[i], hint)
-            shown = repr(value) if check is not None else getattr(value, "__name__", "a value")
-            said.append(f"{name} = {shown} (baked in{'' if check else ', not checked'})")
-            checks += [check] if check else []
-    checks += _equal_sizes_checks(graph, letters, hint)
+            test = _static_test(name, value)
+            shown = repr(value) if test is not None else getattr(value, "__name__", "a value")
+            said.append(f"{name} = {shown} (baked in{'' if test else ', not checked'})")
+            if test is not None:
+                values.append(test)
+                expected.append(f"{name} = {shown}".replace("{", "{{").replace("}", "}}"))
+                given.append([f"{name} = {{{name}!r}}"])
     if not said:
         return []
     baked = "; sizes baked in" if contract.sizes_fixed and any(
         x is not None and x.ndim for x in graph.inputs) else ""
-    return [f"# generated for {', '.join(said)}{baked}"] + checks
+    comment = _packed([s + ", " for s in said[:-1]] + [said[-1] + baked],
+                      "# generated for ", "#               ")
+    tests = shapes + _equal_sizes_tests(graph, letters) + values + \
+        [_kind_test(k, names) for k, names in kinds.items()]
+    if not tests:
+        return comment
+    terms = [t + " or " for t in tests[:-1]] + [tests[-1] + ":"]
+    if len("if " + "".join(terms)) <= _WIDTH:
+        condition = ["if " + "".join(terms)]
+    else:   # PEP 8: in parentheses, a break before each ``or`` that does not fit
+        terms = [tests[0]] + [" or " + t for t in tests[1:-1]] + [" or " + tests[-1] + "):"]
+        condition = _packed(terms, "if (", "        ")
+        condition[1:] = [line[:8] + line[8:].removeprefix(" ") for line in condition[1:]]
+    return comment + condition + _raise_lines(expected, given, hint)

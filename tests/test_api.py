@@ -104,9 +104,11 @@ def test_python_target_runs_exactly_the_source():
     entry = next(iter(f.grad._cache.values()))
     assert entry.prepared["python"].fn.__code__.co_filename.startswith("<symgrad")
     shown = f.grad.source.splitlines(keepends=True)
-    checks = [line for line in shown if line.startswith(("    # generated for", "    if np."))]
-    assert len(checks) == 3 and "".join(line for line in shown if line not in checks) == \
-        entry.prepared["python"].source
+    end = next(k for k, line in enumerate(shown) if line.endswith("source_for(...)')\n"))
+    checks = shown[1:end + 1]    # the comment, one ``if`` and its ``raise``
+    assert checks[0].startswith("    # generated for") and checks[1].startswith("    if ")
+    assert sum("raise ValueError" in line for line in checks) == 1
+    assert "".join(shown[:1] + shown[end + 1:]) == entry.prepared["python"].source
 
 
 def test_scalars_in_python_floats_out():

@@ -1,7 +1,9 @@
 def grad_f(x, y):
     # generated for x: float64 scalar, y: float64 scalar
-    if np.shape(x) != () or np.result_type(x).kind != 'f': raise ValueError(f'x: expected float64 scalar, got {np.result_type(x)} of shape {np.shape(x)}; regenerate with .source_for(...)')
-    if np.shape(y) != () or np.result_type(y).kind != 'f': raise ValueError(f'y: expected float64 scalar, got {np.result_type(y)} of shape {np.shape(y)}; regenerate with .source_for(...)')
+    if np.shape(x) != () or np.shape(y) != () or {np.result_type(a).kind for a in (x, y)} != {'f'}:
+        raise ValueError('expected x: float64 scalar, y: float64 scalar; '
+                         f'got x: {np.result_type(x)}{list(np.shape(x))}, y: {np.result_type(y)}'
+                         f'{list(np.shape(y))}; regenerate with .source_for(...)')
     # line 9: z = x * y
     z = x * y
     # line 10: return x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(z)

@@ -1,8 +1,10 @@
 def grad_naive(x, t):
     # generated for x: float64[n], t: float64[n]
-    if np.ndim(x) != 1 or np.result_type(x).kind != 'f': raise ValueError(f'x: expected float64[n], got {np.result_type(x)} of shape {np.shape(x)}; regenerate with .source_for(...)')
-    if np.ndim(t) != 1 or np.result_type(t).kind != 'f': raise ValueError(f't: expected float64[n], got {np.result_type(t)} of shape {np.shape(t)}; regenerate with .source_for(...)')
-    if np.shape(x)[0] != np.shape(t)[0]: raise ValueError(f'x.shape[0], t.shape[0]: expected one size (n), got {np.shape(x)[0]}, {np.shape(t)[0]}; regenerate with .source_for(...)')
+    if (np.ndim(x) != 1 or np.ndim(t) != 1 or len(x) != len(t)
+            or {np.result_type(a).kind for a in (x, t)} != {'f'}):
+        raise ValueError(f'expected x: float64[n], t: float64[n]; got x: {np.result_type(x)}'
+                         f'{list(np.shape(x))}, t: {np.result_type(t)}{list(np.shape(t))}; '
+                         'regenerate with .source_for(...)')
     # line 10: return -sg.reduce_sum(t * sg.log(sg.exp(x) / sg.reduce_sum(sg.exp(x))))
     t1 = np.exp(x)
     t2 = np.sum(t1)

@@ -1,8 +1,10 @@
 def value_and_grad_f(x, y):
     # generated for x: float64[n], y: float64[n]
-    if np.ndim(x) != 1 or np.result_type(x).kind != 'f': raise ValueError(f'x: expected float64[n], got {np.result_type(x)} of shape {np.shape(x)}; regenerate with .source_for(...)')
-    if np.ndim(y) != 1 or np.result_type(y).kind != 'f': raise ValueError(f'y: expected float64[n], got {np.result_type(y)} of shape {np.shape(y)}; regenerate with .source_for(...)')
-    if np.shape(x)[0] != np.shape(y)[0]: raise ValueError(f'x.shape[0], y.shape[0]: expected one size (n), got {np.shape(x)[0]}, {np.shape(y)[0]}; regenerate with .source_for(...)')
+    if (np.ndim(x) != 1 or np.ndim(y) != 1 or len(x) != len(y)
+            or {np.result_type(a).kind for a in (x, y)} != {'f'}):
+        raise ValueError(f'expected x: float64[n], y: float64[n]; got x: {np.result_type(x)}'
+                         f'{list(np.shape(x))}, y: {np.result_type(y)}{list(np.shape(y))}; '
+                         'regenerate with .source_for(...)')
     # line 10: return x * np.sin(y) + np.exp(-x * x) * np.log1p(y * y) + np.tanh(z)
     t1 = np.sin(y)
     t2 = np.exp(-x * x)
