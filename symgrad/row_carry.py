@@ -87,29 +87,37 @@ def _row_carried(inner: Node, k: int, outer_index: Node, outer_trips: int, outer
     r = placeholder(init.dtype, (m,))
     l0 = placeholder(init.dtype, (n, m))
     i = placeholder(outer_index.dtype)
-    rewrite = _Rewrite(body.params[1 + k], r, l0, i, body.params[0], leaves, space, (n, m))
-    rewrite.maps = (dict(zip(body.params[1 + nc + nx:], loop_consts(inner))), outer_consts)
-    rewrite.outer_index = outer_index
-    rewrite.body_readers = {}   # node of the inner body -> the body's nodes that read it
-    for x in toposort(body.results):
-        for u in x.inputs:
-            rewrite.body_readers.setdefault(u, []).append(x)
-    try:
-        results = [rewrite.row_of(x) if q == k else rewrite.plain(x)
-                   for q, x in enumerate(body.results)]
-    except _Keep:
+    for shift in (0, 1):   # the row written: i, or i + 1 (D[i + 1, j + 1] of a DP table)
+        if outer_trips - 1 + shift >= n:
+            continue
+        rewrite = _Rewrite(body.params[1 + k], r, l0, i, body.params[0], leaves, space, (n, m))
+        rewrite.row = (1, 0, shift)
+        rewrite.maps = (dict(zip(body.params[1 + nc + nx:], loop_consts(inner))), outer_consts)
+        rewrite.outer_index = outer_index
+        rewrite.body_readers = {}   # node of the inner body -> the body's nodes that read it
+        for x in toposort(body.results):
+            for u in x.inputs:
+                rewrite.body_readers.setdefault(u, []).append(x)
+        try:
+            results = [rewrite.row_of(x) if q == k else rewrite.plain(x)
+                       for q, x in enumerate(body.results)]
+            break
+        except _Keep:
+            continue
+    else:
         return None
     if not rewrite.reads:   # only written, not on a branch: grid_writes stacks it, if anything
         return None
+    row = outer_index if not shift else add(outer_index, _int(shift))
     explicit = list(body.params[:1 + nc + nx])
     explicit[1 + k] = r
     inputs = list(inner.inputs[:nc + nx])
-    inputs[k] = take(init, outer_index, 0)
+    inputs[k] = take(init, row, 0)
     new = rebuild_loop(inner, explicit, results, inputs, nc, outer={l0: init, i: outer_index})
     finals = {make("proj", (inner,), (q,)): make("proj", (new,), (q,))
               for q in range(len(body.results))}
-    finals[make("proj", (inner,), (k,))] = row_update(init, outer_index,
-                                                      make("proj", (new,), (k,)), False)
+    finals[make("proj", (inner,), (k,))] = row_update(init, row, make("proj", (new,), (k,)),
+                                                      False)
     return finals
 
 
@@ -198,10 +206,12 @@ class _Rewrite:
         self.reads += 1
         form = self._affine(at)
         self._within(form, self.n)
-        if form == (1, 0, 0):
+        if form == self.row:
             return r
         at = self.done[at]
-        return where(eq(at, self.i), r, take(self.l0, at, 0))
+        if form[:2] == (1, 0):   # i + t, t != the row's shift: another row
+            return take(self.l0, at, 0)
+        return where(eq(at, self._node(self.row)), r, take(self.l0, at, 0))
 
     def _column_read(self, at: Node, r: Node, read: Node) -> Node:
         """Column ``at`` of the matrix (``take(L, at, 1)``): row i's element from ``r``; the
@@ -216,11 +226,11 @@ class _Rewrite:
                 self._rows_above_i(u.inputs[0]) for u in self.body_readers[read]):
             return column
         rows = arange(0, self.n, 1, self.i.dtype)
-        return where(eq(rows, self.i), take(r, at, 0), column)
+        return where(eq(rows, self._node(self.row)), take(r, at, 0), column)
 
     def _rows_above_i(self, mask: Node) -> bool:
         """Whether ``mask`` is ``arange(N) < i`` (in the inner body, or an inner const whose
-        value in the outer body is that)."""
+        value in the outer body is that): rows above the one written, i + shift."""
         level = self.maps
         if mask in level[0]:
             mask, level = level[0][mask], level[1:]
@@ -235,19 +245,21 @@ class _Rewrite:
         checked = read_position(at, self.n * self.m, self.maps)
         at = checked if checked is not None else at
         form = self._affine(at)
-        for row in ((1, 0, 0), (0, 1, 0)):
+        shift = self.row[2]
+        for row in (self.row, (0, 1, 0), *((1, 0, t) for t in range(shift - 2, shift + 3))):
             column = tuple(f - self.m * g for f, g in zip(form, row))
             try:
                 self._within(row, self.n)
                 self._within(column, self.m)
             except _Keep:
                 continue
-            element = take(r, self._node(column), 0)
-            if row == (1, 0, 0):
-                return element
             flat0 = reshape(self.l0, (self.n * self.m,))
-            return where(eq(self._node(row), self.i), element,
-                         take(flat0, self.done[at], 0))
+            if row == self.row:
+                return take(r, self._node(column), 0)
+            if row[:2] == (1, 0):   # another row
+                return take(flat0, self.done[at], 0)
+            return where(eq(self._node(row), self._node(self.row)),
+                         take(r, self._node(column), 0), take(flat0, self.done[at], 0))
         raise _Keep
 
     def _write(self, select: Node, r: Node) -> Node:
@@ -261,7 +273,7 @@ class _Rewrite:
         at = test.inputs[1]
         checked = read_position(at, self.n * self.m, self.maps)
         form = self._affine(checked if checked is not None else at)
-        column = (form[0] - self.m, form[1], form[2])
+        column = tuple(f - self.m * g for f, g in zip(form, self.row))
         self._within(column, self.m)
         c = self._node(column)
         return where(eq(arange(0, self.m, 1, c.dtype), c), self.done[value], r)
