@@ -16,14 +16,21 @@ and read every other row from the matrix it started with, ``L0``:
 
     take(L, x)          -> r if x is i, else where(x == i, r, take(L0, x))   (0 <= x < N)
     take(flat L, M a + c) -> take(r, c) if a is i, else where(a == i, take(r, c), take(flat L0, ..))
+    take(L, x, 1)       -> where(arange(N) == i, take(r, x), take(L0, x, 1))   (0 <= x < M)
     the write above     -> where(eq(arange(M), c), v, r)
 
-and after the loop the matrix is ``L0`` with row ``i`` replaced by the final ``r`` (one select
-per outer iteration). Every value read and written is the same as before (the same bits); the
-derivative of a read of ``L0`` inside the loop is a per-iteration row scattered once after it
-(``region_autodiff``'s loop-invariant gathers). Reads through branches (``if i == j``) are
-rewritten inside the branch bodies. Anything else that reads the carry (a sum of it, a nested
-loop, a result other than the carry's) leaves the loop as it was.
+(``x``, ``a``, ``c`` affine in i and j, their ranges checked over every iteration that runs,
+:func:`_iterations`; a row ``i + t`` other than the one written reads ``L0`` with no select, as
+does a column read whose readers keep only the rows above i, ``U[:i, k]``), and after the loop
+the matrix is ``L0`` with row ``i`` replaced by the final ``r`` (one select per outer
+iteration). The row written may also be ``i + 1`` (``D[i, j]`` of a DP table with ``i`` from 1).
+Every value read and written is the same as before (the same bits); the derivative of a read of
+``L0`` inside the loop is a per-iteration row scattered once after it (``region_autodiff``'s
+loop-invariant gathers), so the gradient may differ in the last places where those terms are
+summed in another order. Reads through branches (``if i == j``) are rewritten inside the branch
+bodies. Anything else that reads the carry (a sum of it, a nested loop, a result other than the
+carry's, an index not affine in i and j) leaves the loop as it was, and so does a carry the
+inner loop only writes, off any branch (``grid_writes`` stacks those).
 """
 from __future__ import annotations
 
