@@ -125,7 +125,8 @@ def _with_rows(loop: Node, reads: dict) -> Node:
 def simplify_region(n: Node, simplify_nodes) -> Node:
     """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
     pass; select sinking applies inside derivative bodies only); in a loop body, what the
-    index's range decides is folded and rows read by the index become sliced inputs."""
+    index's range decides is folded, an inner loop that writes only row i of a matrix carries
+    that row (symgrad.row_carry) and rows read by the index become sliced inputs."""
     if n.op == "loop" and any(c.op == "const" for c in loop_consts(n)):
         n = (_pruned(n, set(range(len(n.attrs[0].results)))) or (n,))[0]
     if n.op == "loop":

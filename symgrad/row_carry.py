@@ -15,7 +15,8 @@ the index ranges), the inner loop changes no other row, so it may carry ``r = L[
 and read every other row from the matrix it started with, ``L0``:
 
     take(L, x)          -> r if x is i, else where(x == i, r, take(L0, x))   (0 <= x < N)
-    take(flat L, M a + c) -> take(r, c) if a is i, else where(a == i, take(r, c), take(flat L0, ..))
+    take(flat L, M a + c) -> take(r, c) if a is i, else
+                           where(a == i, take(r, c), take(flat L0, M a + c))
     take(L, x, 1)       -> where(arange(N) == i, take(r, x), take(L0, x, 1))   (0 <= x < M)
     the write above     -> where(eq(arange(M), c), v, r)
 

@@ -231,7 +231,8 @@ def test_the_iteration_space_extremes_are_those_of_every_iteration():
         a, b, c = (int(v) for v in rng.integers(-5, 6, 3))
 
         def extremes(space):
-            values = [v for i, last in space if last >= 0 for v in (a * i + c, a * i + b * last + c)]
+            values = [v for i, last in space if last >= 0
+                      for v in (a * i + c, a * i + b * last + c)]
             return (min(values), max(values)) if values else None
         every = [(i, min(tj, p * i + q) - 1) for i in range(ti)]
         assert extremes(_iterations(ti, tj, (p, q))) == extremes(every), (ti, tj, p, q, a, b, c)
