@@ -248,13 +248,16 @@ class _Rewrite:
         return below and mask.shape == (self.n,) and is_arange(mask.inputs[0], self.n, level)
 
     def _element_read(self, at: Node, r: Node) -> Node:
-        """Element ``at`` of the flattened matrix: ``M a + c`` with the row a i or j."""
+        """Element ``at`` of the flattened matrix: ``M a + c`` with the row a affine in i and j
+        (tried: the row written, j, ``at`` // M termwise, i + t for small t)."""
         self.reads += 1
         checked = read_position(at, self.n * self.m, self.maps)
         at = checked if checked is not None else at
         form = self._affine(at)
         shift = self.row[2]
-        for row in (self.row, (0, 1, 0), *((1, 0, t) for t in range(shift - 2, shift + 3))):
+        quotient = tuple(f // self.m for f in form)   # (M + 1) (i + j) of L[k, k]: row i + j
+        for row in (self.row, (0, 1, 0), quotient,
+                    *((1, 0, t) for t in range(shift - 2, shift + 3))):
             column = tuple(f - self.m * g for f, g in zip(form, row))
             try:
                 self._within(row, self.n)
