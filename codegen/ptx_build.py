@@ -292,7 +292,10 @@ class KernelBuilder:
         return self.derive(idx, ("t", perm), build)
 
     def _getitem_index(self, node: Node, idx: Index) -> Index:
-        return self.derive(idx, ("g", node.attrs[0]), lambda: self._getitem(idx, node))
+        # keyed by the operand's shape too: one index (R[1, 0]) into arrays of two shapes reads
+        # two different flat positions
+        key = ("g", node.attrs[0], node.inputs[0].shape)
+        return self.derive(idx, key, lambda: self._getitem(idx, node))
 
     def to_index(self, v: ir.Value, dtype: str) -> ir.Value:
         w = v.type.width

@@ -26,6 +26,7 @@ the same numbers.
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,3 +193,23 @@ def in_place_result(current, result):
     if isinstance(result, Node):
         return ops.cast(result, dtype.name)
     return np.asarray(result).astype(dtype)
+
+
+def rebound_next(frame) -> tuple:
+    """Names of ``frame`` that an in-place write in its running statement may leave stale:
+    the statement after it in the same block rebinds them (``x2 = s2[i]``, ADBench's LSTM,
+    after ``s2[i], s2[i + 1] = ...`` while ``x2`` is a view of another row of ``s2``), so no
+    one reads them in between. Only when nothing in between can: the rebinding value calls
+    nothing (a nested function reading the old name late) and mentions none of them, and
+    the writing statement's own targets do not mention them either."""
+    stmt, after = frame.stmt, frame.next_stmt
+    if not isinstance(after, ast.Assign) or not isinstance(stmt, (ast.Assign, ast.AugAssign)):
+        return ()
+    names = {t.id for t in after.targets if isinstance(t, ast.Name)}
+    value = list(ast.walk(after.value))
+    if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom))
+           for n in value):
+        return ()
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    mentioned = {n.id for n in value + [m for t in targets for m in ast.walk(t)] if isinstance(n, ast.Name)}
+    return tuple(sorted(names - mentioned))

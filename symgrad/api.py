@@ -195,7 +195,7 @@ class Function:
         call_values = list(values[2:])
         call_values.insert(i, values[0])
         parent = self._parent._compiled(call_values)
-        if parent.derivable.in_tree is None:
+        if parent.derivable.in_tree is None or not isinstance(values[0], (tuple, list, dict)):
             (b_x,) = parent.derivable.outputs
             if np.shape(values[1]) != b_x.shape:
                 raise ValueError(f"hvp: v has shape {np.shape(values[1])}, x has shape {b_x.shape}")

@@ -23,7 +23,7 @@ import numpy as np
 from . import ops
 from .aliases import (NO_BUFFERS, ArrayStandIn, Buffer, foreign_buffers, fresh_buffers,
                       holds_array, holds_data, in_place_result, is_array, kind_conflict,
-                      maybe_scalar_reasons, row_buffers)
+                      maybe_scalar_reasons, rebound_next, row_buffers)
 from .errors import UnsupportedSyntaxError
 from .ir import Graph, Loc, Node, label_new
 from .calls import Calls
@@ -145,7 +145,8 @@ class Tracer(Expressions, Comprehensions, Calls, Loops, ControlFlow, ArrayWrites
     # -- statements --------------------------------------------------------------------------
     def exec_block(self, stmts, frame: Frame, cont: tuple):
         for i, stmt in enumerate(stmts):
-            self.node = stmt
+            self.node = frame.stmt = stmt
+            frame.next_stmt = stmts[i + 1] if i + 1 < len(stmts) else None   # (rebound_next)
             rest = (stmts[i + 1:],) + cont
             if isinstance(stmt, ast.If):
                 self.exec_if(stmt, frame, rest)
@@ -362,7 +363,7 @@ class Tracer(Expressions, Comprehensions, Calls, Loops, ControlFlow, ArrayWrites
                 construct = (f"{what} '{name}', which may share memory with {owners[0]} "
                              "(writing would change it too, and symgrad updates arrays functionally)")
             self.fail(node, construct, hint)
-        other = self.sharing_name(name, frame, buffers, besides)
+        other = self.sharing_name(name, frame, buffers, tuple(besides) + rebound_next(frame))
         if other is not None:
             self.fail(node, f"{what} '{name}', which may share memory with {other} (a view or "
                       "alias of one array: NumPy would change both, symgrad's functional "

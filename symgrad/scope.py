@@ -113,6 +113,7 @@ class Frame:
         self.name = name
         self.forked_from: "Frame | None" = None   # a branch's frame: the scope it copies
         self.comprehension = False   # a comprehension's scope (a walrus binds past it)
+        self.stmt = self.next_stmt = None   # the statement running and the one after it in its block
 
     def lookup(self, name: str, node: ast.AST):
         frame = self

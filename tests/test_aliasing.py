@@ -121,6 +121,34 @@ def row_at_data_index_then_write(x):
     return np.sum(v)
 
 
+def view_rebound_from_itself_next(x):
+    a = x * 1.0
+    v = a[1:]
+    a[1] = 5.0
+    v = v * 2.0          # reads the view NumPy changed
+    return np.sum(v) + np.sum(a)
+
+
+def view_rebound_by_a_call_next(x):
+    a = x * 1.0
+    v = a[1:]
+
+    def peek():
+        return np.sum(v)
+    a[1] = 5.0
+    v = peek()           # the call reads the changed view before v is rebound
+    return v + np.sum(a)
+
+
+def view_read_after_the_next_statement(x):
+    a = x * 1.0
+    v = a[1:]
+    a[1] = 5.0
+    w = a * 2.0
+    v = v + np.sum(w)
+    return np.sum(v)
+
+
 REFUSED = [
     (row_at_loop_index_then_write, "'v'"),
     (row_at_data_index_then_write, "'v'"),
@@ -135,6 +163,9 @@ REFUSED = [
     (write_through_helper_view, "'a'"),
     (write_into_global_view, "global 'TABLE'"),
     (augment_parameter_in_helper, "'a'"),
+    (view_rebound_from_itself_next, "'v'"),
+    (view_rebound_by_a_call_next, "'v'"),
+    (view_read_after_the_next_statement, "'v'"),
 ]
 
 
@@ -226,9 +257,20 @@ def float32_in_place_keeps_dtype(x):
     return v
 
 
+def rows_chained_through_a_view(x):
+    """ADBench's lstm_predict: h is a view of row i - 2 while rows i, i + 1 are written, and
+    the next statement rebinds it (no one reads the stale view)."""
+    s = np.zeros((4, 3)) + x
+    h = x * 2.0
+    for i in range(0, 4, 2):
+        (s[i], s[i + 1]) = np.tanh(h + s[i]), s[i + 1] * h
+        h = s[i]
+    return np.sum(h * h) + np.sum(s)
+
+
 PRIVATE = [fresh_product_augmented, copy_breaks_the_alias, rebinding_is_not_in_place,
            alias_dead_after_rebinding, view_of_fresh_read_before_write,
-           scalar_from_array_is_a_copy, helper_returns_fresh]
+           scalar_from_array_is_a_copy, helper_returns_fresh, rows_chained_through_a_view]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -25,9 +25,10 @@ _CTYPES = {"float64": ctypes.c_double, "float32": ctypes.c_float, "int64": ctype
            "int32": ctypes.c_int32, "bool": ctypes.c_bool}
 
 
-def _compile_shared(c_path: pathlib.Path) -> ctypes.CDLL:
+def _compile_shared(c_path: pathlib.Path, opt: str = "-O2") -> ctypes.CDLL:
     so = c_path.with_suffix(".so")
-    subprocess.run([GCC, *CFLAGS, "-shared", "-fPIC", str(c_path), "-o", str(so), "-lm"],
+    flags = [opt if f == "-O2" else f for f in CFLAGS]
+    subprocess.run([GCC, *flags, "-shared", "-fPIC", str(c_path), "-o", str(so), "-lm"],
                    check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(so))
 
@@ -35,12 +36,13 @@ def _compile_shared(c_path: pathlib.Path) -> ctypes.CDLL:
 _counter = iter(range(10 ** 6))   # one library file per call: dlopen caches by path
 
 
-def _call_c(f, tmp_path, *args):
-    """Export ``f`` for ``args``, compile it, call it: the outputs as a list of arrays."""
+def _call_c(f, tmp_path, *args, opt="-O2"):
+    """Export ``f`` for ``args``, compile it (gcc ``opt``), call it: the outputs as a list of
+    arrays."""
     path = tmp_path / f"f{next(_counter)}.c"
     sg.export(f, path, *args)
     assert path.with_suffix(".h").exists()
-    lib = _compile_shared(path)
+    lib = _compile_shared(path, opt)
     graph = f._inspect_entry(*args).graph
     call = []
     for x, value in zip(graph.inputs, args):

@@ -119,3 +119,24 @@ def test_an_index_out_of_range_sets_the_error_word():
         _check("in range", f._graph(ok), ok)
     constant = sg.differentiate(lambda x: x[np.array([0, 3, -1])] * 2.0)
     assert ptx.plan(constant._graph([x])).flag is None
+
+
+def _row_recursion(D):
+    m, n = D.shape
+    R = np.zeros((m, n + 1))
+    for i in range(m):
+        for j in range(1, n + 1):
+            R[i, j] = D[i, j - 1] * (R[i, j - 1] + 1.0)
+    return np.sum(R[:, n])
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (3, 4)])
+def test_one_constant_index_into_arrays_of_two_shapes(shape):
+    """``D[1, 0]`` (2x2) and ``R[1, 0]`` (2x3) in one kernel: the index maps of getitem were
+    shared by index alone, so R was read at D's flat position (soft-DTW's value and gradient
+    were wrong on the GPU; found by helper hunt2)."""
+    import symgrad as sg
+    D = np.random.default_rng(0).random(shape)
+    for f in (sg.differentiate(_row_recursion, target="python"), sg.grad(_row_recursion, target="python")):
+        graph = f._graph(f.bind([D], {}))
+        _check(f.__name__, graph, [D])

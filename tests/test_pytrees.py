@@ -339,6 +339,20 @@ def test_hessian_vector_product_of_a_pytree_argument(target):
         sg.hvp(dict_loss, target=target)(P, {"W": V["W"]}, X, y)
 
 
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_hessian_vector_product_of_an_array_beside_a_pytree_argument(target):
+    """x a plain array while another argument is a dict: the graph has an input tree, but v
+    is an array like x (it was read as a pytree: a TypeError; found by helper hunt2)."""
+    rng = np.random.default_rng(4)
+    P = {"W": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}
+    X, V, y = rng.normal(size=(5, 3)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+    h = sg.hvp(dict_loss, wrt=1, target=target)(X, V, P, y)
+    H = sg.hessian(dict_loss, wrt=1, target="python")(P, X, y)
+    np.testing.assert_allclose(h, np.tensordot(H, V, axes=2), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="v has shape"):
+        sg.hvp(dict_loss, wrt=1, target=target)(X, V[:2], P, y)
+
+
 def _dict_result(p, x):
     return {"a": np.sum(x @ p["W"]), "v": p["b"] * 2.0}
 
