@@ -15,7 +15,8 @@ same energy vectorised: all pairs at once, the upper triangle kept), coulomb200 
 Coulomb energy of 200 charges, the gradient with respect to positions and charges), fsub100
 (forward substitution, n = 100, the gradient with respect to L and b), fsubslice100 (the same
 with the inner loop written ``L[i, :i] @ y[:i]``), cholslice30, cholslice100
-(Cholesky-Banachiewicz with ``np.dot(L[i, :j], L[j, :j])``, the gradient of the sum of L).
+(Cholesky-Banachiewicz with ``np.dot(L[i, :j], L[j, :j])``, the gradient of the sum of L), lu50
+(Doolittle LU with ``np.dot(L[i, :i], U[:i, k])``).
 """
 from __future__ import annotations
 
@@ -92,6 +93,20 @@ def cholesky_sliced(A):
     return np.sum(L)
 
 
+def lu_doolittle(A):
+    """Doolittle LU with np.dot of prefix slices (row i of U, then column i of L)."""
+    n = A.shape[0]
+    L = np.zeros_like(A)
+    U = np.zeros_like(A)
+    for i in range(n):
+        for k in range(i, n):
+            U[i, k] = A[i, k] - np.dot(L[i, :i], U[:i, k])
+        L[i, i] = 1.0
+        for k in range(i + 1, n):
+            L[k, i] = (A[k, i] - np.dot(L[k, :i], U[:i, i])) / U[i, i]
+    return np.sum(U) + np.sum(L)
+
+
 def _positions(n):
     side = int(np.ceil(n ** (1 / 3)))
     grid = np.array([[k % side, (k // side) % side, k // side ** 2] for k in range(n)], float)
@@ -110,6 +125,10 @@ def case(name):
         n = int(name[9:])
         m = np.random.default_rng(0).normal(size=(n, n))
         return cholesky_sliced, 0, (m @ m.T + n * np.eye(n),)
+    if name.startswith("lu"):
+        n = int(name[2:])
+        m = np.random.default_rng(0).normal(size=(n, n))
+        return lu_doolittle, 0, (m @ m.T + n * np.eye(n),)
     if name.startswith("fsub"):
         sliced = name.startswith("fsubslice")
         n = int(name[9 if sliced else 4:])

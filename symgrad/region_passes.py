@@ -12,6 +12,7 @@ from .shape_ops import broadcast_to, reshape, transpose
 from .ir import Node, Slice, make, substitute, toposort
 from .regions import UNTIL, close, loop_consts, loop_exit, placeholder, rebuild_loop
 from .grid_writes import grids_written, is_arange, read_position, readers_of, without_carries
+from .row_carry import carried_rows
 
 
 _COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
@@ -124,7 +125,8 @@ def _with_rows(loop: Node, reads: dict) -> Node:
 def simplify_region(n: Node, simplify_nodes) -> Node:
     """``n`` with its bodies simplified (``simplify_nodes(outputs, forward)``: the top-level
     pass; select sinking applies inside derivative bodies only); in a loop body, what the
-    index's range decides is folded and rows read by the index become sliced inputs."""
+    index's range decides is folded, an inner loop that writes only row i of a matrix carries
+    that row (symgrad.row_carry) and rows read by the index become sliced inputs."""
     if n.op == "loop" and any(c.op == "const" for c in loop_consts(n)):
         n = (_pruned(n, set(range(len(n.attrs[0].results)))) or (n,))[0]
     if n.op == "loop":
@@ -147,6 +149,7 @@ def simplify_region(n: Node, simplify_nodes) -> Node:
         it = iter(new)
         n = make(n.op, n.inputs, tuple(next(it) if hasattr(a, "results") else a for a in n.attrs))
     if n.op == "loop":
+        n = carried_rows(n)
         body, trips, nc, nx = n.attrs[:4]
         reads = _row_reads(body, trips, nc, nx, loop_consts(n))
         if reads:
