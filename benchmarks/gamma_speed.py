@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
-import sys
-import time
 
 import numpy as np
+
+from timing import interleaved, median_ms, print_ms_table
 
 
 def lgamma_sum(x):
@@ -60,28 +58,13 @@ CASES = ["lgamma value, symgrad cpu", "lgamma value, scipy gammaln",
 
 def child(name: str) -> float:
     fn, x = _case(name)
-    fn(x)
-    times = []
-    for _ in range(ARGS.calls):
-        t = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, x, ARGS.calls)
 
 
 def main() -> None:
-    results: dict[str, list[float]] = {c: [] for c in CASES}
-    for _ in range(ARGS.rounds):
-        for case in CASES:
-            out = subprocess.run([sys.executable, __file__, "--child", case, "--n", str(ARGS.n),
-                                  "--calls", str(ARGS.calls)], check=True, capture_output=True,
-                                 text=True).stdout
-            results[case].append(json.loads(out.strip().splitlines()[-1]))
+    results = interleaved(__file__, CASES, ["--n", ARGS.n, "--calls", ARGS.calls], ARGS.rounds)
     print(f"n = {ARGS.n}, medians of {ARGS.calls} calls, {ARGS.rounds} processes each (ms)")
-    print("| case | ms per call (per process) |")
-    print("|---|---|")
-    for case, ms in results.items():
-        print(f"| {case} | {' / '.join(f'{m:.1f}' for m in ms)} |")
+    print_ms_table(results, 1)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
-import sys
-import time
 
 import numpy as np
 import scipy.special as ss
 
 import symgrad as sg
+from timing import interleaved, median_ms, print_ms_table
 
 
 def lse_scipy(a):
@@ -77,29 +74,15 @@ CASES = ["logsumexp(a, axis=1) gradient, symgrad cpu, scipy.special.logsumexp",
 
 def child(name: str) -> float:
     fn, x = _case(name)
-    fn(x)
-    times = []
-    for _ in range(ARGS.calls):
-        t = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, x, ARGS.calls)
 
 
 def main() -> None:
-    results: dict[str, list[float]] = {c: [] for c in CASES}
-    for _ in range(ARGS.rounds):
-        for case in CASES:
-            out = subprocess.run([sys.executable, __file__, "--child", case, "--rows", str(ARGS.rows),
-                                  "--k", str(ARGS.k), "--n", str(ARGS.n), "--calls", str(ARGS.calls)],
-                                 check=True, capture_output=True, text=True).stdout
-            results[case].append(json.loads(out.strip().splitlines()[-1]))
+    results = interleaved(__file__, CASES, ["--rows", ARGS.rows, "--k", ARGS.k, "--n", ARGS.n,
+                                            "--calls", ARGS.calls], ARGS.rounds)
     print(f"a: {ARGS.rows} x {ARGS.k}, x: {ARGS.n}; medians of {ARGS.calls} calls, "
           f"{ARGS.rounds} processes each (ms)")
-    print("| case | ms per call (per process) |")
-    print("|---|---|")
-    for case, ms in results.items():
-        print(f"| {case} | {' / '.join(f'{m:.2f}' for m in ms)} |")
+    print_ms_table(results, 2)
 
 
 if __name__ == "__main__":

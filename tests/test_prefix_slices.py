@@ -20,6 +20,7 @@ import pytest
 import symgrad as sg
 
 sys.path.insert(0, os.path.dirname(__file__))
+from textbook_programs import cholesky_banachiewicz as cholesky  # noqa: E402
 from user_program_check import assert_tree_close, central_difference, check_cuda, check_program  # noqa: E402
 
 RNG = np.random.default_rng(11)
@@ -43,20 +44,6 @@ def back_substitution(U, b):
     for i in range(n - 1, -1, -1):
         x[i] = (b[i] - U[i, i + 1:] @ x[i + 1:]) / U[i, i]
     return x
-
-
-def cholesky(A):
-    """Cholesky-Banachiewicz, row by row."""
-    n = A.shape[0]
-    L = np.zeros_like(A)
-    for i in range(n):
-        for j in range(i + 1):
-            s = np.dot(L[i, :j], L[j, :j])
-            if i == j:
-                L[i, j] = np.sqrt(A[i, i] - s)
-            else:
-                L[i, j] = (A[i, j] - s) / L[j, j]
-    return L
 
 
 def running_sum(x):

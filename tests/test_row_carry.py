@@ -22,24 +22,12 @@ import symgrad as sg
 from symgrad import region_passes
 
 sys.path.insert(0, os.path.dirname(__file__))
+from textbook_programs import cholesky_banachiewicz  # noqa: E402
 from user_program_check import central_difference, check_float32, check_program  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
 # The programs: the row-carried ones, then two where the condition fails
-
-def cholesky_banachiewicz(A):
-    n = A.shape[0]
-    L = np.zeros_like(A)
-    for i in range(n):
-        for j in range(i + 1):
-            s = np.dot(L[i, :j], L[j, :j])
-            if i == j:
-                L[i, j] = np.sqrt(A[i, i] - s)
-            else:
-                L[i, j] = (A[i, j] - s) / L[j, j]
-    return L
-
 
 def cholesky_crout_rows(A):
     """Cholesky-Crout as the rows of U = L.T: the inner loop writes row j of U, reading its

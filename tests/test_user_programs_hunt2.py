@@ -15,6 +15,7 @@ import scipy.optimize
 from scipy.special import betaln, gammaln, logsumexp
 
 import symgrad as sg
+from adbench_models import lstm_model   # lstm_predict's cell, as ADBench's
 from user_program_check import check_api
 
 
@@ -93,23 +94,7 @@ def logistic_loss(w, X, y, lam):
     return np.sum(np.log1p(np.exp(-y * z))) / len(y) + 0.5 * lam * np.dot(w, w)
 
 
-# 5. ADBench LSTM as written in ADBench's autograd module
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def lstm_model(weight, bias, hidden, cell, _input):
-    gates = np.concatenate((_input, hidden, _input, hidden)) * weight + bias
-    hsize = hidden.shape[0]
-    forget = sigmoid(gates[0: hsize])
-    ingate = sigmoid(gates[hsize: 2 * hsize])
-    outgate = sigmoid(gates[2 * hsize: 3 * hsize])
-    change = np.tanh(gates[3 * hsize:])
-    cell = cell * forget + ingate * change
-    hidden = outgate * np.tanh(cell)
-    return (hidden, cell)
-
-
+# 5. ADBench LSTM as written in ADBench's autograd module (its cell: adbench_models)
 def lstm_predict(w, w2, s, x):
     s2 = s.copy()
     x2 = x * w2[0]
