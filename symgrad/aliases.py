@@ -76,7 +76,7 @@ def holds_array(value) -> bool:
 
 def holds_data(value) -> bool:
     """Whether ``value`` is, or contains, a traced value or a NumPy array (iterative)."""
-    return any(isinstance(v, (Node, np.ndarray, ArrayStandIn)) for v in _leaves(value))
+    return any(isinstance(v, (Node, np.ndarray, ArrayStandIn)) for v in leaves(value))
 
 
 def is_array(value) -> bool:
@@ -132,18 +132,19 @@ def foreign_buffers(owner: str, value) -> frozenset:
 def shared_with_arguments(result, args) -> list:
     """The indices of ``args`` whose NumPy memory ``result`` may share (an eager NumPy call
     on constants can return a view of one of them, e.g. ``np.ravel(TABLE)``)."""
-    results = [v for v in _leaves(result) if isinstance(v, np.ndarray)]
+    results = [v for v in leaves(result) if isinstance(v, np.ndarray)]
     if not results:
         return []
     out = []
     for i, arg in enumerate(args):
-        arrays = [v for v in _leaves(arg) if isinstance(v, np.ndarray)]
+        arrays = [v for v in leaves(arg) if isinstance(v, np.ndarray)]
         if any(np.may_share_memory(r, a) for r in results for a in arrays):
             out.append(i)
     return out
 
 
-def _leaves(value):
+def leaves(value):
+    """The items of ``value`` below its lists, tuples and dicts (iterative)."""
     stack = [value]
     while stack:
         v = stack.pop()

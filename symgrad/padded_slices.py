@@ -23,7 +23,7 @@ import numbers
 from dataclasses import dataclass
 
 from . import ops
-from .aliases import ArrayStandIn
+from .aliases import ArrayStandIn, leaves
 from .ir import Node
 from .numpy_base import unsupported
 from .numpy_indexing import affine_parts
@@ -80,16 +80,7 @@ class Padded(ArrayStandIn):
 
 
 def holds_padded(value) -> bool:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, Padded):
-            return True
-        if isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-    return False
+    return any(isinstance(v, Padded) for v in leaves(value))
 
 
 def _along(vector: Node, axis: int, ndim: int) -> Node:
