@@ -74,10 +74,6 @@ def _array(x, dtype=None):
     return ops.cast(x, np.dtype(dtype).name) if dtype is not None else x
 
 
-def _at_least_1d(x):
-    return ops.reshape(x, (1,)) if x.ndim == 0 else x
-
-
 def _zeros(shape, dtype=float):
     return ops.full(shape if isinstance(shape, tuple) else (shape,), 0, np.dtype(dtype).name)
 
@@ -192,8 +188,10 @@ FUNCTIONS = {
              else _array(a).shape[axis]),
     # arrays are values in the IR: a copy is the array itself (no caller's array is written)
     "copy": (np.copy, lambda a, order="K", subok=False: _array(a)),
-    "ascontiguousarray": (np.ascontiguousarray, lambda a, dtype=None: _at_least_1d(_array(a, dtype))),
-    "asfortranarray": (np.asfortranarray, lambda a, dtype=None: _at_least_1d(_array(a, dtype))),
+    "ascontiguousarray": (np.ascontiguousarray,
+                          lambda a, dtype=None: DUALS["atleast_1d"](_array(a, dtype))),
+    "asfortranarray": (np.asfortranarray,
+                       lambda a, dtype=None: DUALS["atleast_1d"](_array(a, dtype))),
     "reciprocal": (np.reciprocal, lambda x: 1.0 / ops.to_float(x)),
     "stop_gradient": (_stop_gradient_eager, ops.stop_gradient),
 }
