@@ -63,7 +63,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     if ddof is not None and ddof != int(ddof):
         raise ValueError("ddof must be integer")
     dtype = np.dtype(dtype if dtype is not None else np.result_type(
-        *(_dtype_of(v) for v in (m, y) if v is not None), np.float64)).name
+        *(_as_array(v).dtype for v in (m, y) if v is not None), np.float64)).name
 
     def rows(v):
         v = ops.cast(_as_array(v), dtype)
@@ -91,10 +91,6 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     with np.errstate(divide="ignore"):
         inverse = np.true_divide(1, np.float64(fact))
     return squeeze(c * ops.full((), float(inverse), dtype))
-
-
-def _dtype_of(v):
-    return v.dtype if isinstance(v, Node) else np.asarray(v).dtype
 
 
 def _cov_weights(fweights, aweights, n: int):
